@@ -1,0 +1,1 @@
+"""cupyconv: fast GPU convolution for CuPy, without cuDNN."""

@@ -1,0 +1,49 @@
+// Portability block shared by every kernel: the same source compiles with NVRTC (NVIDIA) and
+// HIPRTC/hipcc (AMD ROCm).  Kernels include this file and nothing platform-specific of their own.
+#pragma once
+
+#if defined(__HIPCC__)
+  // HIPRTC pre-includes the half types; including the header again is a redefinition error.
+  #if !defined(__HIPCC_RTC__)
+    #include <hip/hip_runtime.h>
+    #include <hip/hip_fp16.h>
+  #endif
+  #define CC_SHFL_DOWN(v, d) __shfl_down((v), (d))
+  #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
+  #define CC_SYNCWARP()
+  #if defined(__AMDGCN_WAVEFRONT_SIZE)
+    #define CC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+  #else
+    #define CC_WARP_SIZE 64
+  #endif
+#elif defined(__CUDACC__)
+  #include <cuda_fp16.h>
+  #define CC_SHFL_DOWN(v, d) __shfl_down_sync(0xffffffffu, (v), (d))
+  #define CC_SHFL_XOR(v, d) __shfl_xor_sync(0xffffffffu, (v), (d))
+  #define CC_SYNCWARP() __syncwarp()
+  #define CC_WARP_SIZE 32
+#else
+  #error "cupyconv kernels are compiled with NVRTC or HIPRTC"
+#endif
+
+namespace cc {
+
+// 64-bit index type: any tensor may pass 2^31 elements.
+typedef long long index_t;
+
+// Accumulation type per storage type (no <type_traits> under NVRTC/HIPRTC).
+template <typename T> struct acc_type { typedef T type; };
+template <> struct acc_type<__half> { typedef float type; };
+
+template <typename A, typename T> __device__ __forceinline__ A load_as(const T v) { return static_cast<A>(v); }
+template <> __device__ __forceinline__ float load_as<float, __half>(const __half v) { return __half2float(v); }
+
+template <typename T, typename A> __device__ __forceinline__ T store_as(const A v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half store_as<__half, float>(const float v) { return __float2half_rn(v); }
+
+// Spatial problems are padded in front to three dims (D, H, W) so one kernel serves 1-, 2- and 3-d.
+struct Dims3 {
+  int d, h, w;
+};
+
+}  // namespace cc
