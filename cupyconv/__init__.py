@@ -1,1 +1,15 @@
-"""cupyconv: fast GPU convolution for CuPy, without cuDNN."""
+"""cupyconv: fast GPU convolution for CuPy arrays, without cuDNN.
+
+Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPRTC on AMD ROCm)
+and cached; importing the package compiles nothing and does not touch the GPU.
+"""
+
+from . import jit, reference
+from ._geometry import ConvGeometry, output_shape
+from .conv import conv, conv1d, conv2d, conv3d
+from .im2col import im2col
+
+__version__ = "0.1.0"
+
+__all__ = ["conv", "conv1d", "conv2d", "conv3d", "im2col", "output_shape", "ConvGeometry",
+           "reference", "jit", "__version__"]

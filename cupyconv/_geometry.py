@@ -33,7 +33,7 @@ def _as_int(v, name: str) -> int:
     return operator.index(v)
 
 
-def _per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
+def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
     """An int or a tuple of ``ndim`` ints, each ``>= minimum``, as a tuple of ``ndim`` ints."""
     if isinstance(value, (tuple, list)):
         if len(value) != ndim:
@@ -164,8 +164,8 @@ class ConvGeometry:
             raise ValueError(
                 f"weight shape {weight_shape} does not fit layout {layout}: {where} must be "
                 f"in_channels / groups = {c} / {groups} = {c // groups}, got {c_per_group}")
-        stride = _per_dim(stride, nsp, "stride", 1)
-        dilation = _per_dim(dilation, nsp, "dilation", 1)
+        stride = per_dim(stride, nsp, "stride", 1)
+        dilation = per_dim(dilation, nsp, "dilation", 1)
         lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
         geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
                    None if dtype is None else str(dtype))
@@ -212,6 +212,18 @@ class ConvGeometry:
     @property
     def output_shape(self) -> tuple[int, ...]:
         return self._join(self.batch, self.out_channels, self.out_spatial)
+
+    @property
+    def col_shape(self) -> tuple[int, int, int]:
+        """Shape of the explicit im2col matrix, per batch element, with groups folded into C.
+
+        Channels-first: ``(N, C * taps, out)`` so that ``y[n] = w.reshape(K, -1) @ col[n]``;
+        channels-last: ``(N, out, taps * C)`` so that ``y[n] = col[n] @ w.reshape(K, -1).T``.
+        """
+        taps, out = math.prod(self.kernel), math.prod(self.out_spatial)
+        if self.channels_last:
+            return self.batch, out, taps * self.in_channels
+        return self.batch, self.in_channels * taps, out
 
     # ------------------------------------------------------------------ GEMM view and cost
     @property
@@ -298,7 +310,7 @@ def transpose_output_spatial(in_spatial, kernel, stride, dilation, pad_lo, pad_h
 
 def normalize_output_padding(output_padding, stride, dilation) -> tuple[int, ...]:
     """Per-dim output_padding, which must be smaller than stride or dilation (PyTorch's rule)."""
-    op = _per_dim(output_padding, len(stride), "output_padding", 0)
+    op = per_dim(output_padding, len(stride), "output_padding", 0)
     for o, s, d in zip(op, stride, dilation):
         if o >= max(s, d):
             raise ValueError(f"output_padding must be smaller than stride or dilation in every dim, "

@@ -8,7 +8,7 @@
 
 template <typename T>
 __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
-                            const T* __restrict__ bias, T* __restrict__ y,
+                            const T* __restrict__ bias, T* __restrict__ y, int has_bias,
                             int N, int C, int K, int groups,
                             int D, int H, int W, int OD, int OH, int OW,
                             int KD, int KH, int KW, int SD, int SH, int SW,
@@ -55,7 +55,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
         }
       }
     }
-    if (bias != nullptr) acc += cc::load_as<A>(bias[k]);
+    if (has_bias) acc += cc::load_as<A>(bias[k]);
     y[n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw] = cc::store_as<T>(acc);
   }
 }

@@ -1,0 +1,91 @@
+"""Checks and views of the CuPy arrays handed to the public functions.
+
+Every check here runs before any kernel is compiled or launched, and raises a ``TypeError`` or
+``ValueError`` that names the argument and the rule.  CuPy is imported lazily so that
+``import cupyconv`` works (and the pure-Python parts are usable) where CuPy is not installed.
+"""
+
+from __future__ import annotations
+
+from ._geometry import ConvGeometry
+from ._kernels import DTYPES
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError("cupyconv's GPU functions need CuPy: install cupyconv with the extra for "
+                          "your platform, e.g. `pip install cupyconv[cuda13]`") from exc
+    return cupy
+
+
+def require_array(a, name: str):
+    """``a`` itself if it is a CuPy ndarray; otherwise a TypeError that says how to fix the call."""
+    cupy = _cupy()
+    if isinstance(a, cupy.ndarray):
+        return a
+    kind = f"{type(a).__module__}.{type(a).__name__}"
+    hint = (f"move it to the GPU first: {name} = cupy.asarray({name})"
+            if hasattr(a, "__array__") or isinstance(a, (list, tuple)) else "")
+    raise TypeError(f"{name} must be a cupy.ndarray, got {kind}" + (f"; {hint}" if hint else ""))
+
+
+def require_float_dtype(a, name: str, dtype=None) -> str:
+    """The dtype name of ``a``, which must be a supported float type equal to ``dtype`` if given."""
+    got = a.dtype.name
+    if got not in DTYPES:
+        raise TypeError(f"{name} has dtype {got}; supported dtypes are {', '.join(DTYPES)} "
+                        f"(cast with {name}.astype(cupy.float32))")
+    if dtype is not None and got != dtype:
+        raise TypeError(f"{name} has dtype {got} but the input has dtype {dtype}: all operands of "
+                        f"one convolution must share a dtype")
+    return got
+
+
+def same_device(arrays: dict) -> None:
+    devices = {name: a.data.device_id for name, a in arrays.items() if a is not None}
+    if len(set(devices.values())) > 1:
+        raise ValueError(f"all arrays must be on one GPU, got devices {devices}")
+
+
+def check_bias(bias, channels: int, dtype: str):
+    if bias is None:
+        return None
+    bias = require_array(bias, "bias")
+    require_float_dtype(bias, "bias", dtype)
+    if bias.shape != (channels,):
+        raise ValueError(f"bias must have shape ({channels},) (one value per output channel), "
+                         f"got {bias.shape}")
+    return bias
+
+
+def prepare_out(out, shape: tuple, dtype: str):
+    """A new output array, or ``out`` after checking that it can receive the result in place."""
+    cupy = _cupy()
+    if out is None:
+        return cupy.empty(shape, dtype=dtype)
+    out = require_array(out, "out")
+    if out.shape != tuple(shape):
+        raise ValueError(f"out must have shape {tuple(shape)}, got {out.shape}")
+    if out.dtype.name != dtype:
+        raise TypeError(f"out must have dtype {dtype}, got {out.dtype.name}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    return out
+
+
+def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None):
+    """Validate the operands of a forward convolution; return (geometry, x, w, bias, y)."""
+    x = require_array(x, "x")
+    w = require_array(w, "w")
+    dtype = require_float_dtype(x, "x")
+    require_float_dtype(w, "w", dtype)
+    geom = ConvGeometry.from_shapes(x.shape, w.shape, dtype=dtype, ndim=ndim, **geometry_kwargs)
+    bias = check_bias(bias, geom.out_channels, dtype)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "w": w, "bias": bias, "out": out})
+    with x.device:
+        y = prepare_out(out, geom.output_shape, dtype)
+    return geom, x, w, bias, y

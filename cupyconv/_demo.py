@@ -1,0 +1,98 @@
+"""``python -m cupyconv demo``: convolve random data with every method, check it, time it.
+
+Without a GPU the demo says so and runs the GPU-free kernel compile check instead, so the command
+is useful (and honest) on any machine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from . import reference
+from ._geometry import ConvGeometry
+from ._plan import FORWARD
+from ._timing import gpu_available, time_gpu
+from ._verify import random_array, rel_error, scipy_conv, tolerance
+
+# (label, input shape, weight shape, options, dtype): small enough for the SciPy oracle.
+PROBLEMS = (
+    ("2-d 3x3 pad 1", (4, 16, 64, 64), (32, 16, 3, 3), dict(padding=1), "float32"),
+    ("2-d NHWC 5x5 s2 same", (4, 63, 61, 16), (24, 5, 5, 16), dict(stride=2, padding="same",
+                                                                    layout="NHWC"), "float32"),
+    ("2-d 3x3 fp16 groups 4", (4, 32, 40, 40), (32, 8, 3, 3), dict(padding=1, groups=4), "float16"),
+    ("2-d depthwise 3x3 d2", (2, 24, 50, 50), (24, 1, 3, 3), dict(padding=2, dilation=2,
+                                                                   groups=24), "float32"),
+    ("1-d k7 s3 asym pad", (8, 12, 1000), (16, 12, 7), dict(stride=3, padding=[(4, 1)]), "float64"),
+    ("3-d 3x3x3 same_lower", (2, 8, 17, 18, 19), (8, 8, 3, 3, 3), dict(padding="same_lower"),
+     "float32"),
+)
+
+
+def _im2col_matmul(x, w, geom):
+    """Our im2col kernel followed by cupy.matmul, per group: a cross-check of the im2col view."""
+    import cupy
+
+    from .im2col import im2col
+
+    opts = dict(stride=geom.stride, padding=tuple(zip(geom.pad_lo, geom.pad_hi)),
+                dilation=geom.dilation, layout=geom.layout)
+    col = im2col(x, geom.kernel, **opts)
+    g, kpg = geom.groups, geom.out_channels // geom.groups
+    if geom.channels_last:  # col (N, L, taps*C): columns are (taps, c); split c into groups
+        col = col.reshape(geom.batch, col.shape[1], -1, g, geom.in_channels // g)
+        wg = w.reshape(g, kpg, -1, geom.in_channels // g)
+        y = cupy.einsum("nltgc,gktc->nlgk", col, wg)
+        return y.reshape(geom.output_shape)
+    col = col.reshape(geom.batch, g, -1, col.shape[-1])
+    y = cupy.matmul(w.reshape(g, kpg, -1), col)
+    return y.reshape(geom.output_shape)
+
+
+def run_demo(out=sys.stdout, repeat: int = 20) -> int:
+    if not gpu_available():
+        print("No GPU: CuPy sees no CUDA/ROCm device on this machine (cupy.is_available() is "
+              "False), so nothing can be convolved here.\nRunning the GPU-free kernel compile "
+              "check instead (NVRTC for NVIDIA, HIPRTC for AMD).\n", file=out, flush=True)
+        from ._compile_check import main
+
+        return main(out=out)
+
+    import cupy
+
+    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"]
+    print(f"cupyconv demo on {name}: every method vs the float64 reference and SciPy", file=out)
+    header = f"{'problem':24s} {'dtype':8s} {'method':16s} {'ms':>8s} {'GFLOP/s':>9s} " \
+             f"{'err(ref)':>9s} {'err(scipy)':>10s} {'tol':>8s}  verdict"
+    print(header + "\n" + "-" * len(header), file=out, flush=True)
+    rng = np.random.default_rng(0)
+    failures = 0
+    for label, xs, ws, opts, dtype in PROBLEMS:
+        geom = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+        xh, wh = random_array(rng, xs, dtype), random_array(rng, ws, dtype)
+        t0 = time.perf_counter()
+        ref = reference.conv(xh, wh, **opts)
+        oracle = scipy_conv(xh, wh, geom)
+        ref_s = time.perf_counter() - t0
+        x, w = cupy.asarray(xh), cupy.asarray(wh)
+        from .conv import conv
+
+        runs = {f"conv:{m}": (lambda m=m: conv(x, w, method=m, **opts)) for m in FORWARD}
+        runs["im2col+matmul"] = lambda: _im2col_matmul(x, w, geom)
+        tol = tolerance(dtype, ref)
+        for method, fn in runs.items():
+            y = fn()
+            ms = time_gpu(fn, repeat=repeat)
+            e_ref, e_sp = rel_error(y, ref), rel_error(y, oracle)
+            ok = e_ref <= tol and e_sp <= tol
+            failures += not ok
+            print(f"{label:24s} {dtype:8s} {method:16s} {ms:8.3f} {geom.flops / ms / 1e6:9.1f} "
+                  f"{e_ref:9.2e} {e_sp:10.2e} {tol:8.1e}  {'ok' if ok else 'FAILED'}", file=out,
+                  flush=True)
+        print(f"{'':24s} (references on the CPU: {ref_s:.2f} s)", file=out)
+    print(f"\n{'all results match' if not failures else f'{failures} results FAILED'} "
+          f"(error = ||out - ref|| / ||ref||)", file=out)
+    return 1 if failures else 0

@@ -1,0 +1,43 @@
+"""Kernel-argument helpers shared by the launchers: sizes, strides and grids."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._geometry import ConvGeometry
+
+
+def ints(values) -> list:
+    """Sizes as 32-bit kernel arguments (every single dim fits; products are formed in 64 bits)."""
+    return [np.int32(v) for v in values]
+
+
+def spatial_args(geom: ConvGeometry) -> list:
+    """The spatial block shared by the kernels' signatures: sizes, kernel, stride, dilation, pad."""
+    g3 = geom.as_3d()
+    return ints(g3["spatial"] + g3["out_spatial"] + g3["kernel"] + g3["stride"] + g3["dilation"]
+                + g3["pad_lo"])
+
+
+def int64s(values) -> list:
+    """Strides and offsets as 64-bit kernel arguments."""
+    return [np.int64(v) for v in values]
+
+
+def element_strides(a, channels_last: bool) -> tuple[int, ...]:
+    """(lead, channel, d, h, w) strides of an activation or weight array, in elements.
+
+    Spatial dims are padded in front to three with stride 0 (their extent is 1), matching
+    :meth:`ConvGeometry.as_3d`; negative and zero strides of views pass through unchanged.
+    """
+    s = [st // a.itemsize for st in a.strides]
+    lead, spatial = s[0], s[1:-1] if channels_last else s[2:]
+    channel = s[-1] if channels_last else s[1]
+    return (lead, channel, *([0] * (3 - len(spatial))), *spatial)
+
+
+def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
+    """1-d grid for a grid-stride loop over ``total`` items (capped: the loop covers the rest)."""
+    return (max(1, min(math.ceil(total / block), 1 << 20)),), (block,)

@@ -1,0 +1,76 @@
+"""How results are judged, in one place for the tests, the demo and the profiler.
+
+Error is ``||out - ref|| / ||ref||`` against a float64 reference.  float32 and float64 results must
+land under fixed bounds far above their rounding; a float16 result must be within 2x the error of
+the float64 reference itself rounded to float16 (the best a float16 output can do), plus a floor
+for results whose norm is tiny.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
+FP16_FACTOR = 2.0
+
+
+def to_numpy(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def rel_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (inf when ``out`` holds NaN or inf)."""
+    out = to_numpy(out).astype(np.float64)
+    ref = to_numpy(ref).astype(np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"shape mismatch: {out.shape} vs reference {ref.shape}")
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    denom = np.linalg.norm(ref.ravel())
+    return float(np.linalg.norm((out - ref).ravel()) / (denom if denom > 0 else 1.0))
+
+
+def tolerance(dtype, ref) -> float:
+    """Largest acceptable :func:`rel_error` of a ``dtype`` result against the float64 ``ref``."""
+    name = np.dtype(dtype).name
+    if name == "float16":
+        ref = to_numpy(ref).astype(np.float64)
+        return FP16_FACTOR * rel_error(ref.astype(np.float16), ref) + 1e-6
+    return TOLERANCE[name]
+
+
+def random_array(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:
+    """Uniform(-1, 1) values, never all zero, rounded to ``dtype``."""
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def poison(a):
+    """Fill ``a`` with NaN so that any element a kernel fails to write shows as an error."""
+    a.fill(np.nan)
+    return a
+
+
+def scipy_conv(x, w, geom) -> np.ndarray:
+    """Forward convolution built only from ``scipy.signal.correlate``: an oracle independent of
+    :mod:`cupyconv.reference`.  Each output channel is the sum over its group's input channels of a
+    'valid' correlation of the zero-padded input with the dilated kernel, subsampled by the stride.
+    """
+    from scipy import signal
+
+    x = to_numpy(x).astype(np.float64)
+    w = to_numpy(w).astype(np.float64)
+    if geom.channels_last:
+        x, w = np.moveaxis(x, -1, 1), np.moveaxis(w, -1, 1)
+    x = np.pad(x, [(0, 0), (0, 0)] + list(zip(geom.pad_lo, geom.pad_hi)))
+    dilated = np.zeros(w.shape[:2] + tuple((k - 1) * d + 1 for k, d in zip(geom.kernel, geom.dilation)))
+    dilated[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in geom.dilation)] = w
+    cpg, kpg = geom.in_channels // geom.groups, geom.out_channels // geom.groups
+    sub = tuple(slice(None, o * s, s) for o, s in zip(geom.out_spatial, geom.stride))
+    y = np.zeros((geom.batch, geom.out_channels) + geom.out_spatial)
+    for n in range(geom.batch):
+        for k in range(geom.out_channels):
+            g = k // kpg
+            acc = sum(signal.correlate(x[n, g * cpg + c], dilated[k, c], mode="valid")
+                      for c in range(cpg))
+            y[n, k] = acc[sub]
+    return np.moveaxis(y, 1, -1) if geom.channels_last else y

@@ -1,0 +1,72 @@
+"""Forward convolution: ``conv``, ``conv1d``, ``conv2d``, ``conv3d``."""
+
+from __future__ import annotations
+
+from ._arrays import conv_operands
+from ._plan import check_method, choose
+
+__all__ = ["conv", "conv1d", "conv2d", "conv3d"]
+
+
+def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out):
+    method = check_method(method)
+    geom, x, w, bias, y = conv_operands(
+        x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
+                              layout=layout), ndim=ndim)
+    choose(geom, method).run(geom, x, w, bias, y)
+    return y
+
+
+def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
+         method="auto", out=None):
+    """N-d convolution (cross-correlation, as in deep-learning frameworks) of CuPy arrays.
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        Input, ``(N, C, *spatial)`` for ``layout="NCHW"`` or ``(N, *spatial, C)`` for ``"NHWC"``,
+        with 1, 2 or 3 spatial dims; float16 (accumulated in float32), float32 or float64.
+    w : cupy.ndarray
+        Weights, ``(K, C/groups, *kernel)`` (NCHW) or ``(K, *kernel, C/groups)`` (NHWC), same dtype.
+    bias : cupy.ndarray, optional
+        ``(K,)``, added to every output of its channel.
+    stride, dilation : int or tuple of int
+        Per spatial dim, each >= 1.
+    padding : int, tuple, tuple of (lo, hi) pairs, "valid", "same" or "same_lower"
+        Zero padding.  ``"same"`` gives ``ceil(in / stride)`` outputs with the odd extra padding
+        element at the end; ``"same_lower"`` puts it at the start.
+    groups : int
+        Input and output channels are split into ``groups`` independent convolutions.
+    layout : "NCHW" or "NHWC"
+        Channels-first or channels-last, for any number of spatial dims.
+    method : str
+        ``"auto"`` (the cheapest applicable algorithm) or one of the registered algorithms
+        (currently ``"direct"``); every method gives the same result within float tolerance.
+    out : cupy.ndarray, optional
+        C-contiguous array of the output's shape and dtype to write into.
+
+    Returns
+    -------
+    cupy.ndarray
+        ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)``, the input's dtype.
+
+    All arguments are validated before any kernel is compiled or launched; ``out`` is left
+    untouched when validation fails.
+    """
+    return _forward(None, x, w, bias, stride, padding, dilation, groups, layout, method, out)
+
+
+def _fixed_ndim(ndim: int):
+    def f(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
+          method="auto", out=None):
+        return _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out)
+
+    f.__name__ = f.__qualname__ = f"conv{ndim}d"
+    f.__doc__ = (f"{ndim}-d convolution: :func:`conv` with the input required to have {ndim} "
+                 f"spatial dims ({ndim + 2}-d arrays).")
+    return f
+
+
+conv1d = _fixed_ndim(1)
+conv2d = _fixed_ndim(2)
+conv3d = _fixed_ndim(3)

@@ -1,0 +1,54 @@
+"""Explicit im2col: the input view of a convolution written out as a matrix."""
+
+from __future__ import annotations
+
+from . import jit
+from ._arrays import prepare_out, require_array, require_float_dtype
+from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
+from ._geometry import ConvGeometry, normalize_layout, per_dim
+from ._kernels import IM2COL
+
+__all__ = ["im2col"]
+
+
+def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", out=None):
+    """Unfold every receptive field of ``x`` into a column (zeros where the padding is).
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        ``(N, C, *spatial)`` (``layout="NCHW"``) or ``(N, *spatial, C)`` (``"NHWC"``), 1-3 spatial
+        dims, float16/float32/float64.
+    kernel_size : int or tuple of int
+        Kernel extent per spatial dim.
+    stride, padding, dilation :
+        As in :func:`cupyconv.conv` (every padding form, including ``"same"``).
+    out : cupy.ndarray, optional
+        C-contiguous array of the result's shape and dtype.
+
+    Returns
+    -------
+    cupy.ndarray
+        NCHW: ``(N, C * prod(kernel), prod(out_spatial))`` with rows ordered ``(c, *kernel)``, so
+        ``y[n] = w.reshape(K, -1) @ col[n]``.  NHWC: ``(N, prod(out_spatial), prod(kernel) * C)``
+        with columns ordered ``(*kernel, c)``, so ``y[n] = col[n] @ w.reshape(K, -1).T``.
+    """
+    x = require_array(x, "x")
+    dtype = require_float_dtype(x, "x")
+    layout = normalize_layout(layout)
+    if not 3 <= x.ndim <= 5:
+        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {x.shape}")
+    kernel = per_dim(kernel_size, x.ndim - 2, "kernel_size", 1)
+    channels = x.shape[-1] if layout == "NHWC" else x.shape[1]
+    wshape = (1, *kernel, channels) if layout == "NHWC" else (1, channels, *kernel)
+    geom = ConvGeometry.from_shapes(x.shape, wshape, stride=stride, padding=padding,
+                                    dilation=dilation, layout=layout, dtype=dtype)
+    with x.device:
+        col = prepare_out(out, geom.col_shape, dtype)
+        fn = jit.get_function(IM2COL, "im2col", dtype)
+        cl = geom.channels_last
+        args = [x, col, *ints((geom.batch, geom.in_channels)), *spatial_args(geom),
+                *int64s(element_strides(x, cl)), *ints((cl,))]
+        grid, block = launch_grid(col.size)
+        fn(grid, block, tuple(args))
+    return col
