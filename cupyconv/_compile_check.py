@@ -184,8 +184,10 @@ def summarize(results) -> tuple[bool, str]:
     return passed, line
 
 
-def main(argv=None, out=sys.stdout) -> int:
+def main(out=None) -> int:
     """Run the check with one progress line per compile; exit status 0 when it passed."""
+    out = sys.stdout if out is None else out
+
     def show(r: CheckResult):
         print(f"  {r.status:7s} {r.vendor:6s} {r.arch:8s} {r.source:24s} {r.seconds:6.2f} s", file=out,
               flush=True)

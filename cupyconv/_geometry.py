@@ -1,8 +1,8 @@
 """One description of an N-d convolution problem, and every rule about its shape.
 
 Everything that needs an output size, a padding pair, a GEMM mapping or a FLOP count reads it from
-:class:`ConvGeometry`; nothing else in the package recomputes shapes.  The module is pure Python (no
-NumPy or CuPy import), so it is cheap, hashable and usable on machines without a GPU.
+:class:`ConvGeometry`; nothing else in the package recomputes shapes.  The module needs no GPU and no
+CuPy (NumPy only to name dtypes), and geometries are hashable: they key the plan cache.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import math
 import operator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 LAYOUTS = ("NCHW", "NHWC")
 PADDING_MODES = ("valid", "same", "same_lower")
@@ -168,7 +170,7 @@ class ConvGeometry:
         dilation = per_dim(dilation, nsp, "dilation", 1)
         lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
         geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
-                   None if dtype is None else str(dtype))
+                   None if dtype is None else np.dtype(dtype).name)
         for i, (size, ek) in enumerate(zip(geom.padded_spatial, effective_kernel(kernel, dilation))):
             if ek > size:
                 raise ValueError(

@@ -18,7 +18,7 @@ import numpy as np
 from ._geometry import (ConvGeometry, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
-__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose"]
+__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col"]
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -47,6 +47,13 @@ def _from_channels_first(a: np.ndarray, layout: str) -> np.ndarray:
 def _grouped(a: np.ndarray, groups: int) -> np.ndarray:
     """Channels-first ``(lead, C, *rest)`` viewed as ``(lead, groups, C / groups, *rest)``."""
     return a.reshape(a.shape[0], groups, a.shape[1] // groups, *a.shape[2:])
+
+
+def _grouped_weight(w: np.ndarray, groups: int) -> np.ndarray:
+    """Channels-first weight ``(K, C/groups, *kernel)`` as ``(groups, K/groups, C/groups, *kernel)``.
+
+    The transposed-conv weight ``(C_in, C_out/groups, *kernel)`` splits the same way (its lead dim)."""
+    return w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
 
 
 def _taps(kernel, stride, dilation, out_spatial):
@@ -110,7 +117,7 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
                                     dilation=dilation, groups=groups, layout=layout)
     g = geom.groups
     xp = _grouped(_pad(_to_channels_first(x, geom.layout), geom), g)      # (N, G, Cg, *padded)
-    wg = _grouped(_to_channels_first(w, geom.layout), g)                  # (G, Kg, Cg, *kernel)
+    wg = _grouped_weight(_to_channels_first(w, geom.layout), g)           # (G, Kg, Cg, *kernel)
     y = np.zeros((geom.batch, g, geom.out_channels // g) + geom.out_spatial)
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
         y += np.einsum("ngc...,gkc->ngk...", xp[_spatial(window)], wg[_spatial(tap)])
@@ -134,7 +141,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     _check_shape(dy, geom.output_shape, "dy", geom)
     g = geom.groups
     dyg = _grouped(_to_channels_first(dy, geom.layout), g)               # (N, G, Kg, *out)
-    wg = _grouped(_to_channels_first(w, geom.layout), g)                  # (G, Kg, Cg, *kernel)
+    wg = _grouped_weight(_to_channels_first(w, geom.layout), g)           # (G, Kg, Cg, *kernel)
     dxp = np.zeros((geom.batch, g, geom.in_channels // g) + geom.padded_spatial)
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
         dxp[_spatial(window)] += np.einsum("ngk...,gkc->ngc...", dyg, wg[_spatial(tap)])
@@ -157,9 +164,11 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     g = geom.groups
     xp = _grouped(_pad(_to_channels_first(x, geom.layout), geom), g)      # (N, G, Cg, *padded)
     dyg = _grouped(_to_channels_first(dy, geom.layout), g)               # (N, G, Kg, *out)
+    dyg = dyg.reshape(dyg.shape[:3] + (-1,))                              # (N, G, Kg, out)
     dw = np.zeros((g, geom.out_channels // g, geom.in_channels // g) + geom.kernel)
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
-        dw[_spatial(tap)] = np.einsum("ngk...,ngc...->gkc", dyg, xp[_spatial(window)])
+        xs = xp[_spatial(window)]
+        dw[_spatial(tap)] = np.einsum("ngkp,ngcp->gkc", dyg, xs.reshape(xs.shape[:3] + (-1,)))
     dw = dw.reshape((geom.out_channels, geom.in_channels // g) + geom.kernel)
     return _from_channels_first(dw, geom.layout)
 
@@ -209,7 +218,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     _check_shape(x, geom.output_shape, "x", geom)
     g = geom.groups
     xg = _grouped(xc, g)                                                   # (N, G, Cig, *in)
-    wg = _grouped(wc, g)                                                   # (G, Cig, Cog, *kernel)
+    wg = _grouped_weight(wc, g)                                            # (G, Cig, Cog, *kernel)
     # Full scatter extent: every position any tap reaches, plus output_padding at the end.
     full = tuple(o + lo + hi for o, lo, hi in zip(out_spatial, pad_lo, pad_hi))
     buf = np.zeros((n, g, c_out // g) + full)
@@ -217,3 +226,27 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
         buf[_spatial(window)] += np.einsum("ngc...,gco->ngo...", xg, wg[_spatial(tap)])
     y = _crop(buf.reshape((n, c_out) + full), pad_lo, out_spatial)
     return _from_channels_first(_add_bias(y, bias, c_out), layout)
+
+
+def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW"):
+    """Explicit im2col in float64, with the shapes and orderings of :func:`cupyconv.im2col`.
+
+    NCHW: ``(N, C * prod(kernel), prod(out_spatial))``, rows ordered ``(c, *kernel)``;
+    NHWC: ``(N, prod(out_spatial), prod(kernel) * C)``, columns ordered ``(*kernel, c)``.
+    """
+    x = _as_float64(x, "x")
+    layout = normalize_layout(layout)
+    kernel = per_dim(kernel_size, x.ndim - 2, "kernel_size", 1)
+    channels = x.shape[-1] if layout == "NHWC" else x.shape[1]
+    wshape = (1, *kernel, channels) if layout == "NHWC" else (1, channels, *kernel)
+    geom = ConvGeometry.from_shapes(x.shape, wshape, stride=stride, padding=padding,
+                                    dilation=dilation, layout=layout)
+    xp = _pad(_to_channels_first(x, layout), geom)                        # (N, C, *padded)
+    windows = [xp[(slice(None),) * 2 + window]
+               for _, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial)]
+    col = np.stack(windows, axis=2)                                       # (N, C, taps, *out)
+    n, c, taps = col.shape[:3]
+    if layout == "NHWC":
+        col = np.moveaxis(col.reshape(n, c, taps, -1), 3, 1)     # (N, out, C, taps)
+        return np.ascontiguousarray(np.swapaxes(col, 2, 3)).reshape(geom.col_shape)
+    return col.reshape(geom.col_shape)

@@ -1,0 +1,49 @@
+"""The option grid shared by the GPU tests: odd sizes, every padding form, stride > kernel,
+dilation with stride, groups (incl. depthwise and channel multipliers), batch 1, 1-/2-/3-d."""
+
+import zlib
+
+import numpy as np
+
+# n, c, k (output channels), spatial, kernel, options
+CASES = [
+    dict(n=2, c=3, k=4, sp=(17,), ker=(3,), opts=dict(padding=1)),
+    dict(n=1, c=4, k=6, sp=(31,), ker=(5,), opts=dict(stride=3, padding=[(2, 0)], dilation=2, groups=2)),
+    dict(n=3, c=5, k=5, sp=(9,), ker=(4,), opts=dict(stride=2, padding="same", groups=5)),
+    dict(n=2, c=3, k=8, sp=(13, 11), ker=(3, 3), opts=dict(padding=1)),
+    dict(n=1, c=6, k=4, sp=(12, 15), ker=(3, 5),
+         opts=dict(stride=(2, 1), padding=[(1, 0), (2, 3)], dilation=(1, 2), groups=2)),
+    dict(n=2, c=8, k=8, sp=(10, 9), ker=(3, 3), opts=dict(stride=2, padding="same", groups=8)),
+    dict(n=1, c=4, k=12, sp=(9, 9), ker=(2, 2), opts=dict(stride=2, padding="same_lower", groups=4)),
+    dict(n=2, c=3, k=5, sp=(7, 8), ker=(1, 1), opts=dict()),
+    dict(n=1, c=2, k=3, sp=(5, 6), ker=(5, 6), opts=dict(padding="valid")),
+    dict(n=2, c=16, k=7, sp=(8, 8), ker=(3, 3), opts=dict(stride=3, padding=2, dilation=3)),
+    dict(n=1, c=3, k=2, sp=(11, 13), ker=(2, 2), opts=dict(stride=4)),
+    dict(n=1, c=200, k=3, sp=(6, 5), ker=(3, 3), opts=dict(padding=(1, 0))),
+    dict(n=1, c=2, k=3, sp=(5, 6, 7), ker=(3, 3, 3), opts=dict(padding=1)),
+    dict(n=2, c=4, k=4, sp=(6, 7, 5), ker=(2, 3, 1),
+         opts=dict(stride=(1, 2, 2), padding="same", dilation=(2, 1, 1), groups=2)),
+    dict(n=1, c=3, k=6, sp=(4, 9, 8), ker=(3, 1, 3),
+         opts=dict(padding=[(0, 2), (1, 1), (2, 0)], groups=3)),
+]
+LAYOUTS = ("NCHW", "NHWC")
+DTYPES = ("float16", "float32", "float64")
+
+
+def case_id(case):
+    o = case["opts"]
+    return (f"{len(case['sp'])}d-c{case['c']}k{case['k']}-{'x'.join(map(str, case['ker']))}"
+            f"-s{o.get('stride', 1)}-p{o.get('padding', 0)}-d{o.get('dilation', 1)}-g{o.get('groups', 1)}"
+            ).replace(" ", "")
+
+
+def shapes(case, layout):
+    g = case["opts"].get("groups", 1)
+    if layout == "NHWC":
+        return (case["n"], *case["sp"], case["c"]), (case["k"], *case["ker"], case["c"] // g)
+    return (case["n"], case["c"], *case["sp"]), (case["k"], case["c"] // g, *case["ker"])
+
+
+def rng_for(*parts):
+    """A generator seeded from the test's identity: fresh data per test, reproducible per run."""
+    return np.random.default_rng(zlib.crc32(repr(parts).encode()))

@@ -1,0 +1,81 @@
+"""The JIT layer on the CPU: source assembly, cache keys, compile-once under concurrency."""
+
+import threading
+import time
+
+import pytest
+
+from cupyconv import jit
+from cupyconv._kernels import CTYPES, DIRECT_CONV, REGISTRY, KernelModule, load_source
+
+
+def test_sources_inline_local_includes_once():
+    code = load_source("direct_conv.cu")
+    assert "#include \"common.cuh\"" not in code
+    assert code.count("// ---- common.cuh") == 1   # the header, inlined exactly once
+    assert "direct_conv" in code
+
+
+def test_defines_and_name_expressions_are_part_of_the_module():
+    m = KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 64),))
+    assert m.code.startswith("#define TILE 64\n")
+    assert m.name_expressions == ("im2col<float>",)
+    assert m != KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 32),))
+    assert hash(m) == hash(KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 64),)))
+
+
+def test_registry_covers_every_dtype():
+    for m in REGISTRY:
+        assert set(m.dtypes) == set(CTYPES)
+        for ne in m.name_expressions:
+            assert ne.split("<")[0] in m.templates
+
+
+def test_missing_source_is_a_clear_error():
+    with pytest.raises(FileNotFoundError, match="nope.cu"):
+        load_source("nope.cu")
+
+
+class _FakeRawModule:
+    compiles = 0
+    lock = threading.Lock()
+
+    def __init__(self, code, options, name_expressions):
+        self.names = name_expressions
+
+    def compile(self):
+        time.sleep(0.05)  # widen the race window
+        with _FakeRawModule.lock:
+            _FakeRawModule.compiles += 1
+
+    def get_function(self, name):
+        assert name in self.names
+        return name
+
+
+def test_concurrent_first_calls_compile_once(monkeypatch):
+    import cupy
+
+    monkeypatch.setattr(cupy, "RawModule", _FakeRawModule)
+    monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_90", 0))
+    jit.clear_cache()
+    _FakeRawModule.compiles = 0
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(
+        jit.get_function(DIRECT_CONV, "direct_conv", "float32"))) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == ["direct_conv<float>"] * 16
+    assert _FakeRawModule.compiles == 1
+    info = jit.cache_info()
+    assert info["misses"] == 1 and info["hits"] == 15
+    assert info["modules"][0]["source"] == "direct_conv.cu"
+    assert info["modules"][0]["arch"] == "sm_90"
+    # another arch is another binary
+    monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_80", 0))
+    jit.get_function(DIRECT_CONV, "direct_conv", "float16")
+    assert _FakeRawModule.compiles == 2
+    jit.clear_cache()
+    assert jit.cache_info() == {"hits": 0, "misses": 0, "modules": []}

@@ -1,0 +1,73 @@
+"""Packaging: the kernel sources ship inside the wheel and are found after a non-editable install;
+README's set-up commands and CI agree."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    setuptools = pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools")
+    if tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (70, 1):
+        pytest.importorskip("wheel", reason="setuptools < 70.1 needs the wheel package to build wheels")
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (whl,) = out.glob("cupyconv-*.whl")
+    return whl
+
+
+def test_wheel_contains_every_kernel_source(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = sorted(p.name for p in (ROOT / "cupyconv" / "kernel_src").iterdir()
+                     if p.suffix in (".cu", ".cuh"))
+    assert sources
+    for s in sources:
+        assert f"cupyconv/kernel_src/{s}" in names
+
+
+def test_non_editable_install_finds_kernel_sources(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                           str(wheel)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    code = ("import cupyconv, pathlib; from cupyconv._kernels import REGISTRY; "
+            "[m.code for m in REGISTRY]; print(pathlib.Path(cupyconv.__file__).resolve())")
+    proc = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()).is_relative_to(venv.resolve())
+
+
+def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_test_one():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    block = readme[readme.index("```bash") + 1: readme.index("```bash") + 3]
+    assert block[0].endswith("python3 -m cupyconv demo")
+    assert block[1].endswith("python3 -m pytest -q")
+    assert readme.index("```bash") < 5
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert block[1] in ci
+    assert any("CUPYCONV_REQUIRE_COMPILERS=1" in line for line in ci)
+
+
+def test_cli_without_gpu_runs_the_compile_check():
+    from cupyconv._timing import gpu_available
+
+    if gpu_available():
+        pytest.skip("this machine has a GPU: the demo runs kernels instead (tested on the device)")
+    proc = subprocess.run([sys.executable, "-m", "cupyconv", "demo"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert "No GPU" in proc.stdout
+    assert "compile check:" in proc.stdout
+    assert proc.returncode in (0, 1)
+    if "0 failed, 0 skipped" in proc.stdout:
+        assert proc.returncode == 0
