@@ -1,0 +1,175 @@
+"""Forward-convolution benchmark: every cupyconv method against cuDNN and im2col + cupy.matmul.
+
+    python3 benchmarks/bench.py [--repeat 30] [--only res2] [--dtype float32]
+
+Runs the forward problems of the public suite (DESIGN.md section 4), checks each result against
+cuDNN (TF32 off), prints ms / TFLOP/s / ratios, and writes JSON (GPU, versions, commit) under
+benchmarks/results/.  Peers run in the same process on the same inputs; every time is the median
+of CUDA-event timings after warm-up.  Ratios > 1 mean cupyconv is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cupyconv  # noqa: E402
+from cupyconv._geometry import ConvGeometry  # noqa: E402
+from cupyconv._plan import FORWARD  # noqa: E402
+from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._verify import rel_error  # noqa: E402
+
+# name: (N, C, H, W, K, kernel, stride, pad, dilation, groups)
+SUITE = {
+    "resnet50 conv1 7x7 s2": (32, 3, 224, 224, 64, 7, 2, 3, 1, 1),
+    "res2 3x3 64": (32, 64, 56, 56, 64, 3, 1, 1, 1, 1),
+    "res2 1x1 64->256": (32, 64, 56, 56, 256, 1, 1, 0, 1, 1),
+    "res3 3x3 128": (32, 128, 28, 28, 128, 3, 1, 1, 1, 1),
+    "res4 3x3 256": (32, 256, 14, 14, 256, 3, 1, 1, 1, 1),
+    "res5 3x3 512": (32, 512, 7, 7, 512, 3, 1, 1, 1, 1),
+    "downsample 1x1 s2": (32, 256, 56, 56, 512, 1, 2, 0, 1, 1),
+    "dilated 3x3 d2": (32, 128, 56, 56, 128, 3, 1, 2, 2, 1),
+    "resnext 3x3 g32": (32, 256, 28, 28, 256, 3, 1, 1, 1, 32),
+    "mbv2 dw 3x3 144": (32, 144, 56, 56, 144, 3, 1, 1, 1, 144),
+    "mbv2 dw 3x3 960": (32, 960, 7, 7, 960, 3, 1, 1, 1, 960),
+    "pointwise 144->24": (32, 144, 56, 56, 24, 1, 1, 0, 1, 1),
+    "ck N128 3x3 s2": (128, 128, 71, 71, 256, 3, 2, 1, 1, 1),
+}
+
+
+def git_commit() -> str:
+    """HEAD of the checkout, or $CUPYCONV_COMMIT where the tree was copied without .git."""
+    import os
+
+    if os.environ.get("CUPYCONV_COMMIT"):
+        return os.environ["CUPYCONV_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def im2col_matmul(x, w, geom):
+    """Explicit im2col (ours) + cupy.matmul, the baseline every GEMM path must beat."""
+    import cupy
+
+    col = cupyconv.im2col(x, geom.kernel, stride=geom.stride,
+                          padding=tuple(zip(geom.pad_lo, geom.pad_hi)), dilation=geom.dilation)
+    y = cupy.matmul(w.reshape(geom.out_channels, -1), col)
+    return y.reshape(geom.output_shape)
+
+
+def cold_compile_times() -> dict:
+    """First-call latency of a conv in fresh processes: empty disk cache, then warm disk cache."""
+    import os
+    import tempfile
+
+    code = ("import time, cupy, cupyconv; x = cupy.ones((1, 3, 8, 8), cupy.float32); "
+            "w = cupy.ones((2, 3, 3, 3), cupy.float32); cupy.cuda.Device().synchronize(); "
+            "t = time.perf_counter(); cupyconv.conv(x, w); cupy.cuda.Device().synchronize(); "
+            "print(time.perf_counter() - t)")
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, CUPY_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+        for label in ("cold_compile_s", "warm_disk_cache_s"):
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True)
+            out[label] = float(proc.stdout.strip()) if proc.returncode == 0 else None
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--only", default="", help="run problems whose name contains this")
+    parser.add_argument("--methods", default=",".join(FORWARD), help="comma-separated methods")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args(argv)
+
+    import cupy
+
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        torch = None
+    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    gpu = dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"]
+    methods = [m for m in args.methods.split(",") if m]
+    print(f"GPU {gpu}; cupy {cupy.__version__}; torch {torch.__version__ if torch else 'absent'}; "
+          f"commit {git_commit()}", flush=True)
+    rows = []
+    problems = {k: v for k, v in SUITE.items() if args.only in k}
+    for i, (name, (n, c, h, wd, k, r, s, p, d, g)) in enumerate(problems.items(), 1):
+        geom = ConvGeometry.from_shapes((n, c, h, wd), (k, c // g, r, r), stride=s, padding=p,
+                                        dilation=d, groups=g, dtype="float32")
+        rng = cupy.random.default_rng(i)
+        x = rng.uniform(-1, 1, geom.input_shape, dtype=cupy.float32)
+        w = rng.uniform(-1, 1, geom.weight_shape, dtype=cupy.float32)
+        row = {"problem": name, "shape": [n, c, h, wd, k, r, s, p, d, g], "gflop": geom.flops / 1e9,
+               "ms": {}, "err": {}}
+        ref = None
+        if torch is not None:
+            xt, wt = torch.from_dlpack(x), torch.from_dlpack(w)
+            for label, tf32 in (("cudnn_fp32", False), ("cudnn_tf32", True)):
+                torch.backends.cudnn.allow_tf32 = tf32
+                fn = lambda: F.conv2d(xt, wt, stride=s, padding=p, dilation=d, groups=g)  # noqa: E731
+                if ref is None:
+                    ref = cupy.from_dlpack(fn())
+                row["ms"][label] = time_gpu(fn, repeat=args.repeat)
+            torch.backends.cudnn.allow_tf32 = False
+        if g == 1:
+            row["ms"]["im2col_matmul"] = time_gpu(lambda: im2col_matmul(x, w, geom), repeat=args.repeat)
+        for m in methods:
+            fn = lambda m=m: cupyconv.conv(x, w, stride=s, padding=p, dilation=d, groups=g, method=m)  # noqa: E731
+            y = fn()
+            if ref is not None:
+                row["err"][m] = rel_error(y, ref)
+            row["ms"][m] = time_gpu(fn, repeat=max(3, args.repeat // 3) if m == "direct" else args.repeat)
+        rows.append(row)
+        ours = min(row["ms"][m] for m in methods)
+        ratios = "  ".join(f"{peer}/ours {row['ms'][peer] / ours:5.2f}" for peer in
+                           ("cudnn_fp32", "cudnn_tf32", "im2col_matmul") if peer in row["ms"])
+        print(f"[{i}/{len(problems)}] {name:22s} " + "  ".join(
+            f"{kk} {v:8.3f} ms" for kk, v in row["ms"].items()) + f"  | {ratios}", flush=True)
+
+    compile_times = cold_compile_times()
+    print(f"\nfirst call in a fresh process: cold compile {compile_times['cold_compile_s']} s, "
+          f"warm disk cache {compile_times['warm_disk_cache_s']} s")
+    print(f"\n{'problem':22s} {'method':10s} {'ms':>9s} {'TFLOP/s':>8s} {'x cuDNN':>8s} "
+          f"{'x TF32':>7s} {'x im2col':>8s} {'err':>8s}")
+    for row in rows:
+        for m in methods:
+            ms = row["ms"][m]
+            rel = {p: (row["ms"][p] / ms if p in row["ms"] else math.nan)
+                   for p in ("cudnn_fp32", "cudnn_tf32", "im2col_matmul")}
+            print(f"{row['problem']:22s} {m:10s} {ms:9.3f} {row['gflop'] / ms:8.2f} "
+                  f"{rel['cudnn_fp32']:8.3f} {rel['cudnn_tf32']:7.3f} {rel['im2col_matmul']:8.3f} "
+                  f"{row['err'].get(m, math.nan):8.1e}")
+    result = {"gpu": gpu, "cupy": cupy.__version__, "torch": torch.__version__ if torch else None,
+              "cudnn": torch.backends.cudnn.version() if torch else None,
+              "python": platform.python_version(), "commit": git_commit(),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat,
+              "compile": compile_times, "forward": rows}
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"forward-{gpu.replace(' ', '_')}-{git_commit()}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
