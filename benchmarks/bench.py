@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import cupyconv  # noqa: E402
 from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._plan import FORWARD  # noqa: E402
+from cupyconv._plan import FORWARD, choose  # noqa: E402
 from cupyconv._timing import time_gpu  # noqa: E402
 from cupyconv._verify import rel_error  # noqa: E402
 
@@ -76,10 +76,10 @@ def cold_compile_times() -> dict:
     import os
     import tempfile
 
-    code = ("import time, cupy, cupyconv; x = cupy.ones((1, 3, 8, 8), cupy.float32); "
-            "w = cupy.ones((2, 3, 3, 3), cupy.float32); cupy.cuda.Device().synchronize(); "
-            "t = time.perf_counter(); cupyconv.conv(x, w); cupy.cuda.Device().synchronize(); "
-            "print(time.perf_counter() - t)")
+    code = ("import time, cupy, cupyconv; x = cupy.ones((2, 64, 28, 28), cupy.float32); "
+            "w = cupy.ones((64, 64, 3, 3), cupy.float32); cupy.cuda.Device().synchronize(); "
+            "t = time.perf_counter(); cupyconv.conv(x, w, padding=1, method='implicit_gemm'); "
+            "cupy.cuda.Device().synchronize(); print(time.perf_counter() - t)")
     out = {}
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, CUPY_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
@@ -90,12 +90,57 @@ def cold_compile_times() -> dict:
     return out
 
 
+def gemm_vs_cublas(sizes, repeat: int) -> list:
+    """Our GEMM against cuBLAS SGEMM (cupy.matmul; CuPy leaves TF32 off unless asked)."""
+    import cupy
+
+    rows = []
+    for size in sizes:
+        rng = cupy.random.default_rng(size)
+        a = rng.uniform(-1, 1, (size, size), dtype=cupy.float32)
+        b = rng.uniform(-1, 1, (size, size), dtype=cupy.float32)
+        err = rel_error(cupyconv.gemm(a, b), cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64)))
+        ours = time_gpu(lambda: cupyconv.gemm(a, b), repeat=repeat)
+        cublas = time_gpu(lambda: cupy.matmul(a, b), repeat=repeat)
+        flop = 2 * size ** 3
+        rows.append({"size": size, "ours_ms": ours, "cublas_ms": cublas, "ratio": cublas / ours,
+                     "ours_tflops": flop / ours / 1e9, "cublas_tflops": flop / cublas / 1e9, "err": err})
+        print(f"GEMM {size}^3 fp32: ours {ours:.3f} ms ({flop / ours / 1e9:.1f} TFLOP/s), cuBLAS "
+              f"{cublas:.3f} ms ({flop / cublas / 1e9:.1f} TFLOP/s), ratio {cublas / ours:.3f}, "
+              f"err {err:.1e}", flush=True)
+    return rows
+
+
+RESNET = ("conv1", "res2 3x3", "res2 1x1", "res3", "res4", "res5", "downsample")
+
+
+def summarize(rows) -> dict:
+    """Issue-3 targets: auto vs cuDNN fp32 over the ResNet-50 layers, and vs im2col + matmul."""
+    res = [r for r in rows if any(t in r["problem"] for t in RESNET) and "auto" in r["ms"]
+           and "cudnn_fp32" in r["ms"]]
+    if not res:
+        return {}
+    ratios = {r["problem"]: r["ms"]["cudnn_fp32"] / r["ms"]["auto"] for r in res}
+    geo = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
+    vs_im2col = {r["problem"]: r["ms"]["im2col_matmul"] / r["ms"]["auto"] for r in rows
+                 if "im2col_matmul" in r["ms"] and "auto" in r["ms"]}
+    out = {"auto_vs_cudnn_fp32_geomean_resnet": geo, "auto_vs_cudnn_fp32_min_resnet": min(ratios.values()),
+           "auto_vs_cudnn_fp32": ratios, "auto_vs_im2col_matmul": vs_im2col,
+           "auto_slower_than_im2col_matmul": [k for k, v in vs_im2col.items() if v < 1]}
+    print(f"\nauto vs cuDNN fp32 over ResNet-50 layers: geomean {geo:.3f}x, min "
+          f"{min(ratios.values()):.3f}x; slower than im2col+matmul on: "
+          f"{out['auto_slower_than_im2col_matmul'] or 'none'}")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--only", default="", help="run problems whose name contains this")
-    parser.add_argument("--methods", default=",".join(FORWARD), help="comma-separated methods")
+    parser.add_argument("--methods", default=",".join(("auto",) + tuple(FORWARD)),
+                        help="comma-separated methods")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--gemm", default="4096,8192", help="GEMM sizes vs cuBLAS ('' to skip)")
     args = parser.parse_args(argv)
 
     import cupy
@@ -110,6 +155,7 @@ def main(argv=None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     print(f"GPU {gpu}; cupy {cupy.__version__}; torch {torch.__version__ if torch else 'absent'}; "
           f"commit {git_commit()}", flush=True)
+    gemm_rows = gemm_vs_cublas([int(v) for v in args.gemm.split(",") if v], args.repeat)
     rows = []
     problems = {k: v for k, v in SUITE.items() if args.only in k}
     for i, (name, (n, c, h, wd, k, r, s, p, d, g)) in enumerate(problems.items(), 1):
@@ -138,6 +184,7 @@ def main(argv=None) -> int:
             if ref is not None:
                 row["err"][m] = rel_error(y, ref)
             row["ms"][m] = time_gpu(fn, repeat=max(3, args.repeat // 3) if m == "direct" else args.repeat)
+        row["auto_choice"] = choose(geom, "auto").name
         rows.append(row)
         ours = min(row["ms"][m] for m in methods)
         ratios = "  ".join(f"{peer}/ours {row['ms'][peer] / ours:5.2f}" for peer in
@@ -158,11 +205,12 @@ def main(argv=None) -> int:
             print(f"{row['problem']:22s} {m:10s} {ms:9.3f} {row['gflop'] / ms:8.2f} "
                   f"{rel['cudnn_fp32']:8.3f} {rel['cudnn_tf32']:7.3f} {rel['im2col_matmul']:8.3f} "
                   f"{row['err'].get(m, math.nan):8.1e}")
-    result = {"gpu": gpu, "cupy": cupy.__version__, "torch": torch.__version__ if torch else None,
+    summary = summarize(rows)
+    result = {"summary": summary, "gpu": gpu, "cupy": cupy.__version__, "torch": torch.__version__ if torch else None,
               "cudnn": torch.backends.cudnn.version() if torch else None,
               "python": platform.python_version(), "commit": git_commit(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat,
-              "compile": compile_times, "forward": rows}
+              "compile": compile_times, "gemm": gemm_rows, "forward": rows}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"forward-{gpu.replace(' ', '_')}-{git_commit()}.json"

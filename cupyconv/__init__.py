@@ -7,9 +7,10 @@ and cached; importing the package compiles nothing and does not touch the GPU.
 from . import jit, reference
 from ._geometry import ConvGeometry, output_shape
 from .conv import conv, conv1d, conv2d, conv3d
+from .gemm import gemm
 from .im2col import im2col
 
 __version__ = "0.1.0"
 
-__all__ = ["conv", "conv1d", "conv2d", "conv3d", "im2col", "output_shape", "ConvGeometry",
+__all__ = ["conv", "conv1d", "conv2d", "conv3d", "gemm", "im2col", "output_shape", "ConvGeometry",
            "reference", "jit", "__version__"]

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ._kernels import REGISTRY, KernelModule
@@ -156,18 +157,21 @@ def check_module(module: KernelModule, vendor: str, arch: str) -> CheckResult:
     return CheckResult(module.source, vendor, arch, status, time.perf_counter() - start, log)
 
 
-def run_check(modules=None, vendors=("nvidia", "amd"), progress=None) -> list[CheckResult]:
-    """Compile every module for every target of ``vendors``; ``progress(result)`` after each."""
+def run_check(modules=None, vendors=("nvidia", "amd"), progress=None, workers=None) -> list[CheckResult]:
+    """Compile every module for every target of ``vendors``; ``progress(result)`` after each.
+
+    Compiles run on ``workers`` threads (default: one per CPU): HIPRTC runs in subprocesses and
+    NVRTC releases the GIL, so they overlap.  Results come back in job order.
+    """
     modules = REGISTRY if modules is None else tuple(modules)
     archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS}
+    jobs = [(m, vendor, arch) for vendor in vendors for arch in archs[vendor] for m in modules]
     results = []
-    for vendor in vendors:
-        for arch in archs[vendor]:
-            for m in modules:
-                res = check_module(m, vendor, arch)
-                results.append(res)
-                if progress is not None:
-                    progress(res)
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        for res in pool.map(lambda job: check_module(*job), jobs):
+            results.append(res)
+            if progress is not None:
+                progress(res)
     return results
 
 

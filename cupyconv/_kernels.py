@@ -21,27 +21,34 @@ CTYPES = {"float16": "__half", "float32": "float", "float64": "double"}
 DTYPES = tuple(CTYPES)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class KernelModule:
     """One source file compiled with fixed defines, instantiating ``templates`` for ``dtypes``.
 
-    Every field changes the binary, so the frozen instance itself is the (backend-independent)
-    part of the compile-cache key.
+    A kernel template's arguments are ``<ctype, *tile, *variant>``: ``tile`` is fixed per module
+    (a tile shape, so each tile configuration is its own binary) and every entry of ``variants``
+    (e.g. the layout) is instantiated in the same binary.  Every field changes the binary, so the
+    frozen instance itself is the (backend-independent) part of the compile-cache key.
     """
 
     source: str
     templates: tuple[str, ...]
     dtypes: tuple[str, ...] = DTYPES
     defines: tuple[tuple[str, int], ...] = ()
+    tile: tuple[int, ...] = ()
+    variants: tuple[tuple[int, ...], ...] = ((),)
 
-    def name_expression(self, template: str, dtype: str) -> str:
-        return f"{template}<{CTYPES[dtype]}>"
+    def name_expression(self, template: str, dtype: str, variant: tuple[int, ...] = ()) -> str:
+        args = (CTYPES[dtype],) + tuple(map(str, self.tile + tuple(variant)))
+        return f"{template}<{', '.join(args)}>"
 
     @property
     def name_expressions(self) -> tuple[str, ...]:
-        return tuple(self.name_expression(t, d) for t in self.templates for d in self.dtypes)
+        return tuple(self.name_expression(t, d, v) for t in self.templates for d in self.dtypes
+                     for v in self.variants)
 
     @property
     def code(self) -> str:
@@ -70,7 +77,8 @@ def load_source(name: str) -> str:
             inc = m.group(1)
             return "" if inc in seen else expand(inc)
 
-        return f"// ---- {file}\n" + _INCLUDE.sub(sub, path.read_text())
+        text = _PRAGMA_ONCE.sub("", path.read_text())  # once-only inclusion is done here
+        return f"// ---- {file}\n" + _INCLUDE.sub(sub, text)
 
     return expand(name)
 
@@ -78,4 +86,32 @@ def load_source(name: str) -> str:
 DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL)
+# GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
+# tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
+GEMM_TILES = {
+    "float32": ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
+    "float64": ((64, 64, 16, 4, 4),),  # double tiles: registers and the 48 KB static limit
+}
+GEMM_TILES["float16"] = GEMM_TILES["float32"]
+# (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
+# and the two operand orders of convolution through GEMM.
+GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1))
+
+
+CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
+
+
+# One binary per (dtype, tile, variant): a GEMM instantiation takes about a second to compile, and
+# a first call should pay for only the one it runs.
+def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
+    return KernelModule("gemm.cu", ("gemm",), (dtype,), tile=tile, variants=(variant,))
+
+
+def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
+    return KernelModule("conv_fprop.cu", ("conv_fprop",), (dtype,), tile=tile, variants=(variant,))
+
+
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL) + tuple(
+    make(dtype, tile, variant)
+    for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
+    for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants)

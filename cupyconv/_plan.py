@@ -8,12 +8,17 @@ manner of MIOpen's solver list.  Choices are cached per geometry (which includes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
 from ._direct import run_direct
+from ._forward_gemm import is_pointwise, pointwise_as_gemm, run_im2col_gemm, run_implicit_gemm
+from ._gemm_launch import tile_efficiency
 from ._geometry import ConvGeometry
+
+INT32_MAX = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,44 @@ class Algorithm:
     description: str = ""
 
 
+# Cost hints are seconds at rates measured on an H200 (benchmarks/NOTES.md); only their ratios
+# matter, and the GEMM rates are scaled by the chosen tile's estimated efficiency.
+_DIRECT_RATE = 1.5e12
+_GEMM_RATE = 25e12
+_IMPLICIT_RATE = 20e12  # the implicit loader decodes taps: a bit below the dense GEMM
+_BANDWIDTH = 3e12
+
+
 def _direct_cost(g: ConvGeometry) -> float:
-    # One FMA per thread-iteration from global memory (cached): a few hundred GFLOP/s at best.
-    return g.flops / 3e11
+    return g.flops / _DIRECT_RATE
+
+
+def _gemm_fits(g: ConvGeometry) -> bool:
+    m, n, k, _ = g.gemm_forward
+    return max(g.batch * math.prod(g.out_spatial), n, k) <= INT32_MAX
+
+
+def _implicit_cost(g: ConvGeometry) -> float:
+    m, n, k, b = g.gemm_forward
+    rate = _GEMM_RATE if is_pointwise(g) and pointwise_as_gemm(g) else _IMPLICIT_RATE
+    return g.flops / (rate * tile_efficiency(g.dtype, m, n, b))
+
+
+def _im2col_applicable(g: ConvGeometry) -> bool:
+    return _gemm_fits(g) and math.prod(g.col_shape) <= INT32_MAX
+
+
+def _im2col_cost(g: ConvGeometry) -> float:
+    m, n, k, b = g.gemm_forward
+    col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
+    return 2 * col_bytes / _BANDWIDTH + g.flops / (_GEMM_RATE * tile_efficiency(g.dtype, m, n, b))
 
 
 FORWARD: dict[str, Algorithm] = {
+    "implicit_gemm": Algorithm("implicit_gemm", _gemm_fits, _implicit_cost, run_implicit_gemm,
+                               "tiled GEMM reading x through an implicit im2col view (no buffer)"),
+    "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
+                             "explicit im2col buffer + one batched tiled GEMM"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }
@@ -46,8 +83,15 @@ def check_method(method) -> str:
     return method
 
 
-@lru_cache(maxsize=4096)
 def choose(geom: ConvGeometry, method: str) -> Algorithm:
+    """The algorithm that runs ``geom`` on the current device (see :func:`_choose`)."""
+    import cupy
+
+    return _choose(geom, method, cupy.cuda.Device().id)
+
+
+@lru_cache(maxsize=4096)
+def _choose(geom: ConvGeometry, method: str, device_id: int) -> Algorithm:
     """The algorithm that runs ``geom``: the named one, or the cheapest applicable for "auto"."""
     if method != "auto":
         algo = FORWARD[method]

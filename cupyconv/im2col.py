@@ -45,10 +45,20 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
                                     dilation=dilation, layout=layout, dtype=dtype)
     with x.device:
         col = prepare_out(out, geom.col_shape, dtype)
-        fn = jit.get_function(IM2COL, "im2col", dtype)
-        cl = geom.channels_last
-        args = [x, col, *ints((geom.batch, geom.in_channels)), *spatial_args(geom),
-                *int64s(element_strides(x, cl)), *ints((cl,))]
-        grid, block = launch_grid(col.size)
-        fn(grid, block, tuple(args))
+        run_im2col(geom, x, col)
     return col
+
+
+def run_im2col(geom: ConvGeometry, x, col, groups: int = 1) -> None:
+    """Write the im2col matrix of ``x`` into ``col`` (shape ``geom.col_shape``).
+
+    With ``groups > 1`` (channels-last only) the columns are ordered ``(g, *kernel, c)``, so each
+    group's block of columns is one contiguous GEMM operand.
+    """
+    fn = jit.get_function(IM2COL, "im2col", geom.dtype)
+    cl = geom.channels_last
+    args = [x, col, *ints((geom.batch, geom.in_channels, groups)), *spatial_args(geom),
+            *int64s(element_strides(x, cl)), *ints((cl,))]
+    grid, block = launch_grid(col.size)
+    with x.device:
+        fn(grid, block, tuple(args))

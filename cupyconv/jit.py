@@ -76,9 +76,9 @@ def _module(module: KernelModule):
         return raw
 
 
-def get_function(module: KernelModule, template: str, dtype: str):
-    """The kernel ``template<dtype>`` of ``module``, compiling the module on first use."""
-    return _module(module).get_function(module.name_expression(template, dtype))
+def get_function(module: KernelModule, template: str, dtype: str, variant: tuple[int, ...] = ()):
+    """The kernel ``template<dtype, *tile, *variant>`` of ``module``, compiled on first use."""
+    return _module(module).get_function(module.name_expression(template, dtype, variant))
 
 
 def precompile(modules=None) -> int:
@@ -100,7 +100,7 @@ def cache_info() -> dict:
     """
     with _lock:
         loaded = [{"source": k[0].source, "templates": k[0].templates, "dtypes": k[0].dtypes,
-                   "defines": k[0].defines, "backend": k[2], "arch": k[3], "device": k[4],
+                   "defines": k[0].defines, "tile": k[0].tile, "variants": k[0].variants, "backend": k[2], "arch": k[3], "device": k[4],
                    "seconds": e.seconds} for k, e in _entries.items() if e.module is not None]
         return {"hits": _stats["hits"], "misses": _stats["misses"], "modules": loaded}
 

@@ -24,11 +24,21 @@ def test_defines_and_name_expressions_are_part_of_the_module():
     assert hash(m) == hash(KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 64),)))
 
 
-def test_registry_covers_every_dtype():
+def test_registry_covers_every_dtype_and_is_unique():
+    by_source = {}
     for m in REGISTRY:
-        assert set(m.dtypes) == set(CTYPES)
+        by_source.setdefault(m.source, set()).update(m.dtypes)
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
+    assert all(d == set(CTYPES) for d in by_source.values()), by_source
+    assert len(set(REGISTRY)) == len(REGISTRY)
+
+
+def test_tile_and_variant_are_template_arguments():
+    from cupyconv._kernels import conv_fprop_module
+
+    m = conv_fprop_module("float16", (64, 64, 16, 4, 4), (1,))
+    assert m.name_expressions == ("conv_fprop<__half, 64, 64, 16, 4, 4, 1>",)
 
 
 def test_missing_source_is_a_clear_error():

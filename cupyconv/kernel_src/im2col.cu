@@ -1,14 +1,15 @@
 // Explicit im2col: the convolution's input view written out as a matrix, zeros where padding.
 //
 // Channels-first: col[n, (c, kd, kh, kw), (od, oh, ow)], so y[n] = w.reshape(K, -1) @ col[n].
-// Channels-last:  col[n, (od, oh, ow), (kd, kh, kw, c)], so y[n] = col[n] @ w.reshape(K, -1).T.
+// Channels-last:  col[n, (od, oh, ow), (g, kd, kh, kw, cg)], so y[n] = col[n] @ w.reshape(K, -1).T
+// for groups == 1; with groups each group's columns are contiguous, one GEMM operand per group.
 // One thread per col element, numbered in col's memory order (coalesced writes); x is read
 // through run-time element strides (any layout, non-contiguous views), spatial dims padded to 3.
 #include "common.cuh"
 
 template <typename T>
 __global__ void im2col(const T* __restrict__ x, T* __restrict__ col,
-                       int N, int C, int D, int H, int W, int OD, int OH, int OW,
+                       int N, int C, int groups, int D, int H, int W, int OD, int OH, int OW,
                        int KD, int KH, int KW, int SD, int SH, int SW,
                        int DD, int DH, int DW, int PD, int PH, int PW,
                        cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
@@ -19,10 +20,12 @@ __global__ void im2col(const T* __restrict__ x, T* __restrict__ col,
     cc::index_t r = idx;
     int n, c, kd, kh, kw, od, oh, ow;
     if (channels_last) {
-      c = (int)(r % C); r /= C;
+      const int cpg = C / groups;
+      c = (int)(r % cpg); r /= cpg;
       kw = (int)(r % KW); r /= KW;
       kh = (int)(r % KH); r /= KH;
       kd = (int)(r % KD); r /= KD;
+      c += (int)(r % groups) * cpg; r /= groups;
       ow = (int)(r % OW); r /= OW;
       oh = (int)(r % OH); r /= OH;
       od = (int)(r % OD); n = (int)(r / OD);

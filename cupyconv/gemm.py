@@ -1,0 +1,74 @@
+"""``cupyconv.gemm``: the package's tiled GEMM as a public matrix product."""
+
+from __future__ import annotations
+
+from ._arrays import prepare_out, require_array, require_float_dtype, same_device
+from ._gemm_launch import MatrixView, OutMap, run_gemm
+
+__all__ = ["gemm"]
+
+
+def _elem_strides(a):
+    return [s // a.itemsize for s in a.strides]
+
+
+def gemm(a, b, out=None):
+    """Matrix product ``a @ b`` of CuPy arrays with cupyconv's tiled GEMM kernel.
+
+    Parameters
+    ----------
+    a : cupy.ndarray
+        ``(M, K)`` or a batch ``(B, M, K)``; float16 (float32 accumulation), float32 or float64.
+    b : cupy.ndarray
+        ``(K, N)`` or ``(B, K, N)``, same dtype.  A 2-D operand is shared by every batch entry.
+    out : cupy.ndarray, optional
+        C-contiguous ``(M, N)`` / ``(B, M, N)`` array of the same dtype to write into.
+
+    Operands are read through their strides (transposed views need no copy); an operand with no
+    unit stride in its last two dims is copied once.
+    """
+    import cupy
+
+    a = require_array(a, "a")
+    b = require_array(b, "b")
+    dtype = require_float_dtype(a, "a")
+    require_float_dtype(b, "b", dtype)
+    for name, arr in (("a", a), ("b", b)):
+        if arr.ndim not in (2, 3):
+            raise ValueError(f"{name} must be 2-d (M, K) or 3-d (batch, M, K), got shape {arr.shape}")
+    m, k = a.shape[-2:]
+    k2, n = b.shape[-2:]
+    if k != k2:
+        raise ValueError(f"inner dims differ: a is {a.shape} and b is {b.shape} (a.shape[-1] must "
+                         f"equal b.shape[-2])")
+    batches = {arr.shape[0] for arr in (a, b) if arr.ndim == 3}
+    if len(batches) > 1:
+        raise ValueError(f"batch sizes differ: a is {a.shape}, b is {b.shape}")
+    batch = batches.pop() if batches else None
+    shape = (m, n) if batch is None else (batch, m, n)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"a": a, "b": b, "out": out})
+    with a.device:
+        c = prepare_out(out, shape, dtype)
+        if c.size == 0:
+            return c
+        if k == 0:
+            c.fill(0)
+            return c
+        sa, sb = _elem_strides(a), _elem_strides(b)
+        if sa[-1] != 1 and sa[-2] != 1:
+            a = cupy.ascontiguousarray(a)
+            sa = _elem_strides(a)
+        if sb[-1] != 1 and sb[-2] != 1:
+            b = cupy.ascontiguousarray(b)
+            sb = _elem_strides(b)
+        av = MatrixView(a, rs=sa[-2], ks=sa[-1], so=sa[0] if a.ndim == 3 else 0)
+        bv = MatrixView(b, rs=sb[-1], ks=sb[-2], so=sb[0] if b.ndim == 3 else 0)  # rows = n
+        if not av.kcontig and not bv.kcontig:
+            # the (k-strided A, k-strided B) kernel is not built: make A row-major instead
+            a = cupy.ascontiguousarray(a)
+            sa = _elem_strides(a)
+            av = MatrixView(a, rs=sa[-2], ks=1, so=sa[0] if a.ndim == 3 else 0)
+        run_gemm(dtype, av, bv, c, m, n, k, batch=batch or 1, c_so=m * n, out=OutMap(m, 0, n, 1))
+    return c
