@@ -49,9 +49,8 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int) -> None:
 def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
     """No buffer: 1x1/stride-1/unpadded convs are a plain GEMM on x; the rest read x through the
     implicit-im2col loader."""
-    w = _contiguous(w)
     if is_pointwise(geom) and pointwise_as_gemm(geom):
-        _run_matrix_conv(geom, _contiguous(x), w, bias, y, taps=1)
+        _run_matrix_conv(geom, _contiguous(x), _contiguous(w), bias, y, taps=1)
     else:
         run_conv_fprop(geom, x, w, bias, y)
 

@@ -55,6 +55,19 @@ class OutMap:
     col: int
 
 
+def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
+    """Can the epilogue store 4-vectors: 4 adjacent columns (col == 1) or rows (inner == 1,
+    L % 4 == 0) with every other stride, the batch strides and the base 4-element aligned."""
+    if out.col == 1:
+        others = (out.outer, out.inner)
+    elif out.inner == 1:
+        others = (out.L, out.outer, out.col)
+    else:
+        return False
+    aligned = c.data.ptr % (4 * c.itemsize) == 0
+    return aligned and all(s % 4 == 0 for s in others + tuple(batch_strides))
+
+
 @lru_cache(maxsize=None)
 def _sm_count(device_id: int) -> int:
     import cupy
@@ -103,7 +116,8 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     tile = tile or choose_tile(dtype, m, n, batch, dev)
     fn = jit.get_function(gemm_module(dtype, tile, variant), "gemm", dtype, variant)
     grid, block = _grid(tile, m, n, batch)
-    args = (a.array, b.array, c, bias if bias is not None else c, *ints((bias is not None, m, n, k)),
+    args = (a.array, b.array, c, bias if bias is not None else c,
+            *ints((bias is not None, m, n, k, out_vectorizable(c, out, (c_so, c_si)))),
             *int64s((a.rs, a.ks, b.rs, b.ks)),
             *ints((a.vectorizable(m, k), b.vectorizable(n, k), g2)),
             *int64s((a.so, a.si, b.so, b.si, c_so, c_si, bias_si, out.L, out.outer, out.inner,
@@ -112,20 +126,44 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
         fn(grid, block, args)
 
 
+def fprop_weight(geom: ConvGeometry, w):
+    """Weights as the implicit kernel reads them: (K, taps, Cg), channels fastest, C-contiguous."""
+    import cupy
+
+    if geom.channels_last:
+        return cupy.ascontiguousarray(w)
+    k, cg = w.shape[:2]
+    return cupy.ascontiguousarray(w.reshape(k, cg, -1).transpose(0, 2, 1))
+
+
+def _x_vectorizable(geom: ConvGeometry, x, strides) -> bool:
+    """4 consecutive channels of x are one aligned vector (channels-last, unit channel stride)."""
+    cg = geom.in_channels // geom.groups
+    return (geom.channels_last and strides[1] == 1 and cg % 4 == 0
+            and x.data.ptr % (4 * x.itemsize) == 0
+            and all(s % 4 == 0 for i, s in enumerate(strides) if i != 1))
+
+
 def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, tile=None) -> None:
-    """Implicit-GEMM forward convolution (no im2col buffer); ``w`` must be C-contiguous."""
+    """Implicit-GEMM forward convolution (no im2col buffer)."""
     g = geom.gemm_forward
     dev = y.data.device_id
     tile = tile or choose_tile(geom.dtype, g.m, g.n, g.batch, dev)
     variant = (int(geom.channels_last),)
     fn = jit.get_function(conv_fprop_module(geom.dtype, tile, variant), "conv_fprop", geom.dtype,
                           variant)
-    w_view = MatrixView(w, rs=g.k, ks=1)
+    wt = fprop_weight(geom, w)
+    xs = element_strides(x, geom.channels_last)
     grid, block = _grid(tile, g.m, g.n, g.batch)
-    sp = spatial_args(geom)  # D, H, W, OD, OH, OW, KD, KH, KW, SD.., DD.., PD..
-    args = (x, w, y, bias if bias is not None else y,
-            *ints((bias is not None, geom.batch, geom.out_channels, w_view.vectorizable(g.n, g.k),
+    # the kernel's output map and per-group offset, for the vector-store check
+    pixels, k = math.prod(geom.out_spatial), geom.out_channels
+    out, group_stride = ((OutMap(g.m, 0, k, 1), g.n) if geom.channels_last
+                         else (OutMap(pixels, k * pixels, 1, pixels), g.n * pixels))
+    args = (x, wt, y, bias if bias is not None else y,
+            *ints((bias is not None, geom.batch, geom.out_channels,
+                   MatrixView(wt, rs=g.k, ks=1).vectorizable(g.n, g.k),
+                   _x_vectorizable(geom, x, xs), out_vectorizable(y, out, (group_stride,)),
                    geom.in_channels // geom.groups)),
-            *sp, *int64s(element_strides(x, geom.channels_last)))
+            *spatial_args(geom), *int64s(xs))
     with y.device:
         fn(grid, block, args)

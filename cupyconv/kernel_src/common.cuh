@@ -41,6 +41,21 @@ template <> __device__ __forceinline__ float load_as<float, __half>(const __half
 template <typename T, typename A> __device__ __forceinline__ T store_as(const A v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __half store_as<__half, float>(const float v) { return __float2half_rn(v); }
 
+// r % d, leaving r / d in r.  `narrow` (uniform per launch: every index fits 32 bits) selects a
+// 32-bit division, several times cheaper than the 64-bit one.
+__device__ __forceinline__ int divmod(index_t& r, int d, bool narrow) {
+  if (narrow) {
+    const unsigned q = (unsigned)r / (unsigned)d;
+    const int m = (int)((unsigned)r - q * (unsigned)d);
+    r = q;
+    return m;
+  }
+  const index_t q = r / d;
+  const int m = (int)(r - q * d);
+  r = q;
+  return m;
+}
+
 // Spatial problems are padded in front to three dims (D, H, W) so one kernel serves 1-, 2- and 3-d.
 struct Dims3 {
   int d, h, w;

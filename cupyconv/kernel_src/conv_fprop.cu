@@ -1,13 +1,14 @@
 // Implicit-GEMM forward convolution: the main loop with the implicit-im2col loader for A (no
 // buffer) and a dense loader for the weights.  Per group g = blockIdx.z:
-//   y[(n, out pixel), g*Kg + j] = sum_k A[(n, pixel), k] * w[g*Kg + j, k],  k = (c, taps) or (taps, c).
+//   y[(n, out pixel), g*Kg + j] = sum_k A[(n, pixel), k] * w[g*Kg + j, k],  k = (tap, c),
+// so w is (K, taps, Cg): channels-last weights as they are, channels-first ones transposed.
 #include "loaders.cuh"
 #include "epilogue.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int CL>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
 conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-           const T* __restrict__ bias, int has_bias, int N, int K, int w_vec,
+           const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int x_vec, int c_vec,
            int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw) {
@@ -22,7 +23,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
 
   cc::Im2colLoader<T, Acc, BM, BK, Cfg::THREADS, (bool)CL, Cfg::LDA> la;
-  la.init(x + (cc::index_t)g * Cg * xsc, &shape, m0, M);
+  la.init(x + (cc::index_t)g * Cg * xsc, &shape, m0, M, x_vec);
   cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, true, Cfg::LDB> lb;
   lb.base = w + ((cc::index_t)g * Kg + n0) * Kgemm;
   lb.rs = Kgemm; lb.ks = 1; lb.rows = Kg - n0; lb.K = Kgemm; lb.vec = w_vec;
@@ -32,5 +33,5 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1}
                             : cc::OutMap{pixels, (cc::index_t)K * pixels, 1, pixels};
   T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * pixels);
-  cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map);
+  cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map, c_vec);
 }

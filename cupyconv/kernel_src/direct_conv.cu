@@ -20,20 +20,21 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
   typedef typename cc::acc_type<T>::type A;
   const cc::index_t total = (cc::index_t)N * K * OD * OH * OW;
   const int cpg = C / groups, kpg = K / groups;
+  const bool narrow = total <= 0xffffffffLL;
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
-    cc::index_t r = idx;
+    cc::index_t r = idx;  // decomposed in place by divmod
     int n, k, od, oh, ow;
     if (channels_last) {
-      k = (int)(r % K); r /= K;
-      ow = (int)(r % OW); r /= OW;
-      oh = (int)(r % OH); r /= OH;
-      od = (int)(r % OD); n = (int)(r / OD);
+      k = cc::divmod(r, K, narrow);
+      ow = cc::divmod(r, OW, narrow);
+      oh = cc::divmod(r, OH, narrow);
+      od = cc::divmod(r, OD, narrow); n = (int)r;
     } else {
-      ow = (int)(r % OW); r /= OW;
-      oh = (int)(r % OH); r /= OH;
-      od = (int)(r % OD); r /= OD;
-      k = (int)(r % K); n = (int)(r / K);
+      ow = cc::divmod(r, OW, narrow);
+      oh = cc::divmod(r, OH, narrow);
+      od = cc::divmod(r, OD, narrow);
+      k = cc::divmod(r, K, narrow); n = (int)r;
     }
     const T* xg = x + n * xsn + (cc::index_t)(k / kpg) * cpg * xsc;
     const T* wk = w + k * wsk;

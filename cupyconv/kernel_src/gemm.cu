@@ -8,9 +8,9 @@
 #include "epilogue.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
 gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-     const T* __restrict__ bias, int has_bias, int M, int N, int K,
+     const T* __restrict__ bias, int has_bias, int M, int N, int K, int c_vec,
      cc::index_t a_rs, cc::index_t a_ks, cc::index_t b_rs, cc::index_t b_ks, int a_vec, int b_vec,
      int G2, cc::index_t a_so, cc::index_t a_si, cc::index_t b_so, cc::index_t b_si,
      cc::index_t c_so, cc::index_t c_si, cc::index_t bias_si,
@@ -32,5 +32,5 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
   Acc acc[TM][TN];
   cc::gemm_mainloop<Cfg>(la, lb, K, acc, smem);
   const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
-  cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N, map);
+  cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N, map, c_vec);
 }

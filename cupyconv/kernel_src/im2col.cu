@@ -15,28 +15,29 @@ __global__ void im2col(const T* __restrict__ x, T* __restrict__ col,
                        cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
                        int channels_last) {
   const cc::index_t total = (cc::index_t)N * C * KD * KH * KW * OD * OH * OW;
+  const bool narrow = total <= 0xffffffffLL;
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
-    cc::index_t r = idx;
+    cc::index_t r = idx;  // decomposed in place by divmod
     int n, c, kd, kh, kw, od, oh, ow;
     if (channels_last) {
       const int cpg = C / groups;
-      c = (int)(r % cpg); r /= cpg;
-      kw = (int)(r % KW); r /= KW;
-      kh = (int)(r % KH); r /= KH;
-      kd = (int)(r % KD); r /= KD;
-      c += (int)(r % groups) * cpg; r /= groups;
-      ow = (int)(r % OW); r /= OW;
-      oh = (int)(r % OH); r /= OH;
-      od = (int)(r % OD); n = (int)(r / OD);
+      c = cc::divmod(r, cpg, narrow);
+      kw = cc::divmod(r, KW, narrow);
+      kh = cc::divmod(r, KH, narrow);
+      kd = cc::divmod(r, KD, narrow);
+      c += cc::divmod(r, groups, narrow) * cpg;
+      ow = cc::divmod(r, OW, narrow);
+      oh = cc::divmod(r, OH, narrow);
+      od = cc::divmod(r, OD, narrow); n = (int)r;
     } else {
-      ow = (int)(r % OW); r /= OW;
-      oh = (int)(r % OH); r /= OH;
-      od = (int)(r % OD); r /= OD;
-      kw = (int)(r % KW); r /= KW;
-      kh = (int)(r % KH); r /= KH;
-      kd = (int)(r % KD); r /= KD;
-      c = (int)(r % C); n = (int)(r / C);
+      ow = cc::divmod(r, OW, narrow);
+      oh = cc::divmod(r, OH, narrow);
+      od = cc::divmod(r, OD, narrow);
+      kw = cc::divmod(r, KW, narrow);
+      kh = cc::divmod(r, KH, narrow);
+      kd = cc::divmod(r, KD, narrow);
+      c = cc::divmod(r, C, narrow); n = (int)r;
     }
     const int id = od * SD - PD + kd * DD;
     const int ih = oh * SH - PH + kh * DH;

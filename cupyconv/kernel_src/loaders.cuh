@@ -87,72 +87,108 @@ struct ConvShape {
 };
 
 // A operand of forward convolution read straight from x: row m = output pixel (n, od, oh, ow),
-// column k = tap and input channel, ordered (c, kd, kh, kw) channels-first or (kd, kh, kw, c)
-// channels-last to match the weight's memory order.  Padding and dilation are predicates; no
-// buffer is written.  Channels-first walks threads along m (neighbouring output pixels are
-// neighbouring input pixels); channels-last walks along k (neighbouring channels).
+// column k = (tap, c) with the channel fastest (the weights are given in that order).  Padding and
+// dilation are predicates; no buffer is written.
+//
+// Each thread moves groups of 4 consecutive k (4 channels of one tap) of one row.  Channels-first
+// walks threads along m (neighbouring output pixels read neighbouring input pixels); channels-last
+// walks them along k (neighbouring channels are contiguous: one vector load per group when
+// `vec`).  When Cg is a multiple of BK (`tap_uniform`), a whole k-slice shares one tap, so the tap
+// is decoded and bounds-checked once per row per slice; otherwise each element decodes its own.
 template <typename T, typename A, int ROWS, int BK, int THREADS, bool CL, int LD>
 struct Im2colLoader {
-  static constexpr int ELEMS = ROWS * BK / THREADS;
-  static constexpr int NROWS = CL ? ELEMS : 1;  // distinct rows a thread touches
-  static_assert(CL ? THREADS % BK == 0 : THREADS % ROWS == 0, "loader thread mapping");
-  const T* x;       // x + group's first channel
+  static constexpr int GROUPS = ROWS * BK / (4 * THREADS);  // 4-element groups per thread
+  static constexpr int KQ = BK / 4;                          // groups along k per slice
+  static constexpr int NROWS = CL ? GROUPS : 1;              // distinct rows a thread touches
+  static_assert(GROUPS >= 1 && ROWS * BK == GROUPS * 4 * THREADS, "tile must split into groups");
+  static_assert(CL ? THREADS % KQ == 0 : THREADS % ROWS == 0, "loader thread mapping");
   const ConvShape* sh;
-  int K;            // Cg * KD * KH * KW
+  int K, taps;
+  bool tap_uniform, vec;
   const T* rowbase[NROWS];
   int id0[NROWS], ih0[NROWS], iw0[NROWS];
-  A regs[ELEMS];
+  A regs[GROUPS][4];
 
-  __device__ __forceinline__ int row_of(int e) const {
-    return CL ? (int)(threadIdx.x / BK) + e * (THREADS / BK) : (int)(threadIdx.x % ROWS);
+  __device__ __forceinline__ int row_of(int j) const {
+    return CL ? (int)(threadIdx.x / KQ) + j * (THREADS / KQ) : (int)(threadIdx.x % ROWS);
   }
-  __device__ __forceinline__ int k_of(int e) const {
-    return CL ? (int)(threadIdx.x % BK) : (int)(threadIdx.x / ROWS) + e * (THREADS / ROWS);
+  __device__ __forceinline__ int kq_of(int j) const {
+    return 4 * (CL ? (int)(threadIdx.x % KQ) : (int)(threadIdx.x / ROWS) + j * (THREADS / ROWS));
   }
 
   // Decompose this thread's rows once; the k loop then only decodes taps.
-  __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int m0, int M) {
-    x = x_;
+  __device__ __forceinline__ void init(const T* x, const ConvShape* s, int m0, int M, bool vec_) {
     sh = s;
-    K = s->Cg * s->KD * s->KH * s->KW;
+    taps = s->KD * s->KH * s->KW;
+    K = s->Cg * taps;
+    tap_uniform = s->Cg % BK == 0;
+    vec = vec_;
 #pragma unroll
-    for (int e = 0; e < NROWS; ++e) {
-      int m = m0 + row_of(e);
+    for (int r = 0; r < NROWS; ++r) {
+      int m = m0 + row_of(r);
       if (m < M) {
         const int ow = m % s->OW; m /= s->OW;
         const int oh = m % s->OH; m /= s->OH;
         const int od = m % s->OD; const int n = m / s->OD;
-        rowbase[e] = x + n * s->xsn;
-        id0[e] = od * s->SD - s->PD; ih0[e] = oh * s->SH - s->PH; iw0[e] = ow * s->SW - s->PW;
+        rowbase[r] = x + n * s->xsn;
+        id0[r] = od * s->SD - s->PD; ih0[r] = oh * s->SH - s->PH; iw0[r] = ow * s->SW - s->PW;
       } else {
-        rowbase[e] = x;
-        id0[e] = -(1 << 29);  // every tap falls outside: the row reads zeros
-        ih0[e] = iw0[e] = 0;
+        rowbase[r] = x;
+        id0[r] = -(1 << 29);  // every tap falls outside: the row reads zeros
+        ih0[r] = iw0[r] = 0;
       }
     }
   }
 
+  // Offset of input element (row r, channel c, tap t), or -1 where it is padding.
+  __device__ __forceinline__ index_t offset(int r, int c, int t) const {
+    const ConvShape& s = *sh;
+    const int kw = t % s.KW; t /= s.KW;
+    const int kh = t % s.KH; const int kd = t / s.KH;
+    const int id = id0[r] + kd * s.DD, ih = ih0[r] + kh * s.DH, iw = iw0[r] + kw * s.DW;
+    const bool in = (unsigned)id < (unsigned)s.D && (unsigned)ih < (unsigned)s.H &&
+                    (unsigned)iw < (unsigned)s.W;
+    return in ? c * s.xsc + id * s.xsd + ih * s.xsh + iw * s.xsw : (index_t)-1;
+  }
+
   __device__ __forceinline__ void load(int k0) {
     const ConvShape& s = *sh;
+    if (tap_uniform) {
+      const int t = k0 / s.Cg, c0 = k0 - t * s.Cg;
+      const bool kin = k0 < K;
 #pragma unroll
-    for (int e = 0; e < ELEMS; ++e) {
-      const int k = k0 + k_of(e);
-      const int re = CL ? e : 0;
-      int c, t;
-      if (CL) { c = k % s.Cg; t = k / s.Cg; }
-      else { const int taps = s.KD * s.KH * s.KW; c = k / taps; t = k - c * taps; }
-      const int kw = t % s.KW; t /= s.KW;
-      const int kh = t % s.KH; const int kd = t / s.KH;
-      const int id = id0[re] + kd * s.DD, ih = ih0[re] + kh * s.DH, iw = iw0[re] + kw * s.DW;
-      const bool in = k < K && (unsigned)id < (unsigned)s.D && (unsigned)ih < (unsigned)s.H &&
-                      (unsigned)iw < (unsigned)s.W;
-      regs[e] = in ? load_as<A>(rowbase[re][c * s.xsc + id * s.xsd + ih * s.xsh + iw * s.xsw]) : A(0);
+      for (int j = 0; j < GROUPS; ++j) {
+        const int r = CL ? j : 0;
+        const index_t off = kin ? offset(r, c0 + kq_of(j), t) : (index_t)-1;
+        if (off < 0) {
+          regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = A(0);
+        } else if (vec) {
+          ldg4(rowbase[r] + off, regs[j]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) regs[j][e] = load_as<A>(rowbase[r][off + e * s.xsc]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < GROUPS; ++j) {
+        const int r = CL ? j : 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = k0 + kq_of(j) + e;
+          const int t = k / s.Cg;
+          const index_t off = k < K ? offset(r, k - t * s.Cg, t) : (index_t)-1;
+          regs[j][e] = off < 0 ? A(0) : load_as<A>(rowbase[r][off]);
+        }
+      }
     }
   }
 
   __device__ __forceinline__ void store(A* smem) const {
 #pragma unroll
-    for (int e = 0; e < ELEMS; ++e) smem[k_of(e) * LD + row_of(e)] = regs[e];
+    for (int j = 0; j < GROUPS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) smem[(kq_of(j) + e) * LD + row_of(j)] = regs[j][e];
   }
 };
 
