@@ -13,8 +13,8 @@ from functools import lru_cache
 
 from . import jit
 from ._geometry import ConvGeometry
-from ._kernels import GEMM_TILES, conv_fprop_module, gemm_module
-from ._launch import element_strides, int64s, ints, spatial_args
+from ._kernels import GEMM_TILES, SPLITK_REDUCE, conv_fprop_module, gemm_module
+from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -75,55 +75,104 @@ def _sm_count(device_id: int) -> int:
     return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 
-def _tile_score(tile, m: int, n: int, batch: int, slots: int) -> float:
-    """Estimated fraction of peak for one tile: waste x wave fill x tile speed.
+# Rates measured on an H200 (benchmarks/NOTES.md): the 128x128 tile's SGEMM rate, and the
+# bandwidth that the split-K workspace round trip costs.
+GEMM_RATE = 40e12
+BANDWIDTH = 3e12
+LAUNCH_S = 4e-6
+MAX_SPLITS = 16
 
-    Waste: the share of each tile that falls inside the matrix.  Wave fill: how full the waves of
-    blocks are, with ``slots`` blocks resident at once (two 256-thread blocks per multiprocessor).
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """Tile shape and split-K factor of one GEMM launch, with its estimated time in seconds."""
+
+    tile: tuple[int, ...]
+    splits: int
+    seconds: float
+
+
+def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes) -> float:
+    """Estimated seconds: the blocks' waves at the tile's rate, plus the split-K round trip.
+
+    Each wave of ``slots`` resident blocks (two 256-thread blocks per multiprocessor) takes as long
+    as a full one; a tile's work counts in full even where it hangs over the matrix edge.
     """
     bm, bn = tile[:2]
     tm, tn = math.ceil(m / bm), math.ceil(n / bn)
-    blocks = tm * tn * batch
-    waste = (m * n) / (tm * bm * tn * bn)
-    fill = blocks / (math.ceil(blocks / slots) * slots)
-    return waste * fill * _TILE_SPEED.get((bm, bn), 0.5)
+    blocks = tm * tn * batch * splits
+    waves = math.ceil(blocks / slots)
+    per_block = 2 * bm * bn * math.ceil(k / splits)
+    seconds = waves * slots * per_block / (GEMM_RATE * _TILE_SPEED.get((bm, bn), 0.5))
+    if splits > 1:
+        seconds += (splits + 1) * m * n * batch * acc_bytes / BANDWIDTH + LAUNCH_S
+    return seconds
 
 
-def choose_tile(dtype: str, m: int, n: int, batch: int, device_id: int = 0) -> tuple[int, ...]:
-    """The tile of ``dtype`` with the best :func:`_tile_score` for an m x n x batch GEMM."""
+@lru_cache(maxsize=4096)
+def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0) -> GemmPlan:
+    """The (tile, splits) with the least estimated time for an m x n x k GEMM batch.
+
+    Splits are tried only where the tiles alone make fewer than two waves (beyond that the wave
+    tail is small and the workspace round trip is not worth it), and while each part keeps at
+    least 4 k-slices.
+    """
     slots = 2 * _sm_count(device_id)
-    return max(GEMM_TILES[dtype], key=lambda t: _tile_score(t, m, n, batch, slots))
-
-
-def tile_efficiency(dtype: str, m: int, n: int, batch: int, device_id: int = 0) -> float:
-    """Score in (0, 1] of the tile :func:`choose_tile` picks: GEMM cost hints divide by it."""
-    slots = 2 * _sm_count(device_id)
-    return _tile_score(choose_tile(dtype, m, n, batch, device_id), m, n, batch, slots)
+    acc_bytes = 8 if dtype == "float64" else 4
+    best = None
+    for tile in GEMM_TILES[dtype]:
+        slices = math.ceil(k / tile[2])
+        tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
+        max_splits = min(MAX_SPLITS, max(1, slices // 4)) if tiles < 2 * slots else 1
+        for splits in range(1, max_splits + 1):
+            t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes)
+            if best is None or t < best.seconds:
+                best = GemmPlan(tile, splits, t)
+    return best
 
 
 def _grid(tile, m, n, batch):
     return (math.ceil(m / tile[0]), math.ceil(n / tile[1]), batch), (tile[0] // tile[3] * (tile[1] // tile[4]),)
 
 
+def _workspace(dtype: str, splits: int, count: int):
+    """Split-K partial sums (accumulator type); a placeholder array when there is no split."""
+    import cupy
+
+    acc = "float64" if dtype == "float64" else "float32"
+    return cupy.empty(count * splits if splits > 1 else 1, dtype=acc)
+
+
+def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap) -> None:
+    """Second split-K stage: c = sum of the parts + bias (deterministic order)."""
+    fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", dtype)
+    grid, block = launch_grid(batch * m * n)
+    fn(grid, block, (ws, c, bias if bias is not None else c,
+                     *ints((bias is not None, splits, batch, m, n, out.col == 1, g2)),
+                     *int64s((c_so, c_si, bias_si, out.L, out.outer, out.inner, out.col))))
+
+
 def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int, *, batch: int = 1,
              g2: int = 1, c_so: int = 0, c_si: int = 0, out: OutMap, bias=None, bias_si: int = 0,
-             tile=None) -> None:
+             plan: GemmPlan | None = None) -> None:
     """C[z] (m x n, placed by ``out``) = A[z] (m x k) @ B[z] (k x n) (+ bias[n]) for z < batch."""
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
     variant = (int(a.kcontig), int(b.kcontig))
-    dev = c.data.device_id
-    tile = tile or choose_tile(dtype, m, n, batch, dev)
-    fn = jit.get_function(gemm_module(dtype, tile, variant), "gemm", dtype, variant)
-    grid, block = _grid(tile, m, n, batch)
+    plan = plan or plan_gemm(dtype, m, n, k, batch, c.data.device_id)
+    fn = jit.get_function(gemm_module(dtype, plan.tile, variant), "gemm", dtype, variant)
+    grid, block = _grid(plan.tile, m, n, batch * plan.splits)
+    ws = _workspace(dtype, plan.splits, batch * m * n)
     args = (a.array, b.array, c, bias if bias is not None else c,
             *ints((bias is not None, m, n, k, out_vectorizable(c, out, (c_so, c_si)))),
             *int64s((a.rs, a.ks, b.rs, b.ks)),
             *ints((a.vectorizable(m, k), b.vectorizable(n, k), g2)),
             *int64s((a.so, a.si, b.so, b.si, c_so, c_si, bias_si, out.L, out.outer, out.inner,
-                     out.col)))
+                     out.col)), *ints((plan.splits,)), ws)
     with c.device:
         fn(grid, block, args)
+        if plan.splits > 1:
+            _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out)
 
 
 def fprop_weight(geom: ConvGeometry, w):
@@ -144,17 +193,17 @@ def _x_vectorizable(geom: ConvGeometry, x, strides) -> bool:
             and all(s % 4 == 0 for i, s in enumerate(strides) if i != 1))
 
 
-def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, tile=None) -> None:
+def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None) -> None:
     """Implicit-GEMM forward convolution (no im2col buffer)."""
     g = geom.gemm_forward
-    dev = y.data.device_id
-    tile = tile or choose_tile(geom.dtype, g.m, g.n, g.batch, dev)
+    plan = plan or plan_gemm(geom.dtype, g.m, g.n, g.k, g.batch, y.data.device_id)
     variant = (int(geom.channels_last),)
-    fn = jit.get_function(conv_fprop_module(geom.dtype, tile, variant), "conv_fprop", geom.dtype,
-                          variant)
+    fn = jit.get_function(conv_fprop_module(geom.dtype, plan.tile, variant), "conv_fprop",
+                          geom.dtype, variant)
     wt = fprop_weight(geom, w)
     xs = element_strides(x, geom.channels_last)
-    grid, block = _grid(tile, g.m, g.n, g.batch)
+    grid, block = _grid(plan.tile, g.m, g.n, g.batch * plan.splits)
+    ws = _workspace(geom.dtype, plan.splits, g.batch * g.m * g.n)
     # the kernel's output map and per-group offset, for the vector-store check
     pixels, k = math.prod(geom.out_spatial), geom.out_channels
     out, group_stride = ((OutMap(g.m, 0, k, 1), g.n) if geom.channels_last
@@ -164,6 +213,9 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, tile=None) -> None:
                    MatrixView(wt, rs=g.k, ks=1).vectorizable(g.n, g.k),
                    _x_vectorizable(geom, x, xs), out_vectorizable(y, out, (group_stride,)),
                    geom.in_channels // geom.groups)),
-            *spatial_args(geom), *int64s(xs))
+            *spatial_args(geom), *int64s(xs), *ints((geom.groups, plan.splits)), ws)
     with y.device:
         fn(grid, block, args)
+        if plan.splits > 1:
+            _reduce(geom.dtype, ws, y, bias, plan.splits, g.batch, g.m, g.n, g.batch, 0,
+                    group_stride, g.n, out)

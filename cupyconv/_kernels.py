@@ -85,6 +85,7 @@ def load_source(name: str) -> str:
 
 DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
+SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -111,7 +112,7 @@ def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...
     return KernelModule("conv_fprop.cu", ("conv_fprop",), (dtype,), tile=tile, variants=(variant,))
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL) + tuple(
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants)

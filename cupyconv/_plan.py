@@ -15,7 +15,7 @@ from typing import Callable
 
 from ._direct import run_direct
 from ._forward_gemm import is_pointwise, pointwise_as_gemm, run_im2col_gemm, run_implicit_gemm
-from ._gemm_launch import tile_efficiency
+from ._gemm_launch import BANDWIDTH, plan_gemm
 from ._geometry import ConvGeometry
 
 INT32_MAX = 2 ** 31 - 1
@@ -25,42 +25,53 @@ INT32_MAX = 2 ** 31 - 1
 class Algorithm:
     name: str
     applicable: Callable[[ConvGeometry], bool]
-    cost: Callable[[ConvGeometry], float]
+    cost: Callable[[ConvGeometry, int], float]  # (geometry, device id) -> estimated seconds
     run: Callable  # run(geometry, x, w, bias, y) -> None; writes y
     description: str = ""
 
 
-# Cost hints are seconds at rates measured on an H200 (benchmarks/NOTES.md); only their ratios
-# matter, and the GEMM rates are scaled by the chosen tile's estimated efficiency.
+# Cost hints are estimated seconds; only their ratios matter.  The GEMM paths take the planned
+# GEMM time (tile, split-K and wave quantization included, see _gemm_launch.plan_gemm) and add what
+# their operand view costs: the implicit loader's tap decoding (a factor measured on an H200,
+# benchmarks/NOTES.md), or the im2col buffer's round trip through memory.
 _DIRECT_RATE = 1.5e12
-_GEMM_RATE = 25e12
-_IMPLICIT_RATE = 20e12  # the implicit loader decodes taps: a bit below the dense GEMM
-_BANDWIDTH = 3e12
+_IMPLICIT_FACTOR = 1.4        # channels a multiple of the k-slice: one tap decode per slice
+_IMPLICIT_GENERIC_FACTOR = 3  # otherwise every element decodes its tap with divisions
 
 
-def _direct_cost(g: ConvGeometry) -> float:
+def _direct_cost(g: ConvGeometry, device_id: int) -> float:
     return g.flops / _DIRECT_RATE
 
 
 def _gemm_fits(g: ConvGeometry) -> bool:
-    m, n, k, _ = g.gemm_forward
+    _, n, k, _ = g.gemm_forward
     return max(g.batch * math.prod(g.out_spatial), n, k) <= INT32_MAX
 
 
-def _implicit_cost(g: ConvGeometry) -> float:
+def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
     m, n, k, b = g.gemm_forward
-    rate = _GEMM_RATE if is_pointwise(g) and pointwise_as_gemm(g) else _IMPLICIT_RATE
-    return g.flops / (rate * tile_efficiency(g.dtype, m, n, b))
+    if is_pointwise(g) and pointwise_as_gemm(g):
+        if g.channels_last:
+            return plan_gemm(g.dtype, m, n, k, b, device_id).seconds
+        pixels = math.prod(g.spatial)
+        return plan_gemm(g.dtype, pixels, n, k, b * g.batch, device_id).seconds
+    cg = g.in_channels // g.groups
+    factor = _IMPLICIT_FACTOR if cg % 16 == 0 else _IMPLICIT_GENERIC_FACTOR
+    return factor * plan_gemm(g.dtype, m, n, k, b, device_id).seconds
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:
     return _gemm_fits(g) and math.prod(g.col_shape) <= INT32_MAX
 
 
-def _im2col_cost(g: ConvGeometry) -> float:
+def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
     m, n, k, b = g.gemm_forward
     col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
-    return 2 * col_bytes / _BANDWIDTH + g.flops / (_GEMM_RATE * tile_efficiency(g.dtype, m, n, b))
+    if g.channels_last:
+        gemm = plan_gemm(g.dtype, m, n, k, b, device_id)
+    else:
+        gemm = plan_gemm(g.dtype, math.prod(g.out_spatial), n, k, b * g.batch, device_id)
+    return 2 * col_bytes / BANDWIDTH + gemm.seconds
 
 
 FORWARD: dict[str, Algorithm] = {
@@ -99,4 +110,4 @@ def _choose(geom: ConvGeometry, method: str, device_id: int) -> Algorithm:
             raise ValueError(f"method {method!r} cannot run this problem ({geom}); use method='auto'")
         return algo
     candidates = [a for a in FORWARD.values() if a.applicable(geom)]
-    return min(candidates, key=lambda a: a.cost(geom))
+    return min(candidates, key=lambda a: a.cost(geom, device_id))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import cupyconv
-from cupyconv._gemm_launch import MatrixView, OutMap, run_conv_fprop, run_gemm
+from cupyconv._gemm_launch import GemmPlan, MatrixView, OutMap, plan_gemm, run_conv_fprop, run_gemm
 from cupyconv._geometry import ConvGeometry
 from cupyconv._kernels import GEMM_TILES, GEMM_VARIANTS
 from cupyconv._verify import poison, random_array, rel_error, tolerance
@@ -42,10 +42,11 @@ def test_gemm_2d(mnk, dtype):
 @pytest.mark.parametrize("dtype,tile", [(d, t) for d in ("float32", "float64")
                                         for t in GEMM_TILES[d]])
 @pytest.mark.parametrize("variant", GEMM_VARIANTS)
-def test_every_tile_and_loader_mapping(tile, variant, dtype):
+@pytest.mark.parametrize("splits", [1, 3])
+def test_every_tile_loader_mapping_and_split(tile, variant, dtype, splits):
     import cupy
 
-    rng = rng_for("tile", tile, variant, dtype)
+    rng = rng_for("tile", tile, variant, dtype, splits)
     for m, n, k in [(130, 70, 36), (131, 69, 37)]:        # vector path, then scalar path
         a = cupy.asarray(random_array(rng, (m, k), dtype))
         b = cupy.asarray(random_array(rng, (k, n), dtype))
@@ -57,7 +58,8 @@ def test_every_tile_and_loader_mapping(tile, variant, dtype):
         av, bv = MatrixView(a_op, sa[0], sa[1]), MatrixView(b_op, sb[1], sb[0])
         assert (av.kcontig, bv.kcontig) == tuple(map(bool, variant))
         c = poison(cupy.empty((m, n), dtype))
-        run_gemm(dtype, av, bv, c, m, n, k, out=OutMap(m, 0, n, 1), bias=bias, tile=tile)
+        run_gemm(dtype, av, bv, c, m, n, k, out=OutMap(m, 0, n, 1), bias=bias,
+                 plan=GemmPlan(tile, splits, 0.0))
         ref = _ref(a, b) + bias.astype(cupy.float64)
         assert rel_error(c, ref) <= tolerance(dtype, ref.get()), (m, n, k)
 
@@ -98,17 +100,34 @@ def test_gemm_errors():
         cupyconv.gemm(np.ones((3, 4), np.float32), a.T)
 
 
+@pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("tile", GEMM_TILES["float32"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("case", CASES[3:7] + CASES[12:14], ids=case_id)
-def test_implicit_conv_every_tile(case, layout, tile):
+@pytest.mark.parametrize("case", CASES[3:7] + CASES[11:14], ids=case_id)
+def test_implicit_conv_every_tile_and_split(case, layout, tile, splits):
     import cupy
 
-    rng = rng_for("fprop-tile", case_id(case), layout, tile)
+    rng = rng_for("fprop-tile", case_id(case), layout, tile, splits)
     xs, ws = shapes(case, layout)
     opts = dict(case["opts"], layout=layout)
     xh, wh = random_array(rng, xs), random_array(rng, ws)
     geom = ConvGeometry.from_shapes(xs, ws, dtype="float32", **opts)
     y = poison(cupy.empty(geom.output_shape, cupy.float32))
-    run_conv_fprop(geom, cupy.asarray(xh), cupy.asarray(wh), None, y, tile=tile)
-    assert rel_error(y, reference.conv(xh, wh, **opts)) <= 1e-5
+    bh = random_array(rng, (case["k"],))
+    run_conv_fprop(geom, cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh), y,
+                   plan=GemmPlan(tile, splits, 0.0))
+    assert rel_error(y, reference.conv(xh, wh, bh, **opts)) <= 1e-5
+
+
+def test_split_k_is_chosen_for_few_tiles_and_is_deterministic():
+    import cupy
+
+    plan = plan_gemm("float32", 256, 256, 8192, 1)
+    assert plan.splits > 1                      # 4 tiles of 128x128 cannot fill the GPU
+    assert plan_gemm("float32", 8192, 8192, 512, 1).splits == 1
+    rng = rng_for("splitk")
+    a = cupy.asarray(random_array(rng, (256, 8192)))
+    b = cupy.asarray(random_array(rng, (8192, 256)))
+    c1, c2 = cupyconv.gemm(a, b), cupyconv.gemm(a, b)
+    assert cupy.array_equal(c1, c2)
+    assert rel_error(c1, _ref(a, b)) <= 1e-5

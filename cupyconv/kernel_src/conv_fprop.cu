@@ -4,6 +4,7 @@
 // so w is (K, taps, Cg): channels-last weights as they are, channels-first ones transposed.
 #include "loaders.cuh"
 #include "epilogue.cuh"
+#include "splitk.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int CL>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
@@ -11,27 +12,35 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int x_vec, int c_vec,
            int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
-           cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw) {
+           cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
+           int groups, int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
   const cc::ConvShape shape = {Cg, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, DD, DH, DW,
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
-  const int g = blockIdx.z, Kg = K / gridDim.z;
+  const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
   const int pixels = OD * OH * OW;
   const int M = N * pixels, Kgemm = Cg * KD * KH * KW;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  int kb, ke;
+  cc::split_range<BK>(Kgemm, splits, part, kb, ke);
 
   cc::Im2colLoader<T, Acc, BM, BK, Cfg::THREADS, (bool)CL, Cfg::LDA> la;
   la.init(x + (cc::index_t)g * Cg * xsc, &shape, m0, M, x_vec);
+  la.K = ke;
   cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, true, Cfg::LDB> lb;
   lb.base = w + ((cc::index_t)g * Kg + n0) * Kgemm;
-  lb.rs = Kgemm; lb.ks = 1; lb.rows = Kg - n0; lb.K = Kgemm; lb.vec = w_vec;
+  lb.rs = Kgemm; lb.ks = 1; lb.rows = Kg - n0; lb.K = ke; lb.vec = w_vec;
 
   Acc acc[TM][TN];
-  cc::gemm_mainloop<Cfg>(la, lb, Kgemm, acc, smem);
-  const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1}
-                            : cc::OutMap{pixels, (cc::index_t)K * pixels, 1, pixels};
-  T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * pixels);
-  cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map, c_vec);
+  cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
+  if (splits == 1) {
+    const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1}
+                              : cc::OutMap{pixels, (cc::index_t)K * pixels, 1, pixels};
+    T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * pixels);
+    cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map, c_vec);
+  } else {
+    cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, CL);
+  }
 }

@@ -1,11 +1,13 @@
 // Dense (batched, strided) GEMM: C[z] = A[z] @ B[z] (+ bias), the main loop with dense loaders.
 //
-// A is M x K, B is K x N, both read through element strides; AK / BK_CONTIG say whether k is the
-// contiguous dim of each (the loaders walk threads along it).  Batch z = blockIdx.z splits as
-// (z / G2, z % G2) with an outer and an inner stride per operand: plain batches (G2 = 1) and
-// (image, group) batches of grouped convolutions share one kernel.
+// A is M x K, B is K x N, both read through element strides; A_KCONTIG / B_KCONTIG say whether k
+// is the contiguous dim of each (the loaders walk threads along it).  blockIdx.z = z * splits + s:
+// batch z splits as (z / G2, z % G2) with an outer and an inner stride per operand, so plain
+// batches (G2 = 1) and (image, group) batches of grouped convolutions share one kernel; s is the
+// split-K part (see splitk.cuh).
 #include "loaders.cuh"
 #include "epilogue.cuh"
+#include "splitk.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
@@ -14,23 +16,32 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
      cc::index_t a_rs, cc::index_t a_ks, cc::index_t b_rs, cc::index_t b_ks, int a_vec, int b_vec,
      int G2, cc::index_t a_so, cc::index_t a_si, cc::index_t b_so, cc::index_t b_si,
      cc::index_t c_so, cc::index_t c_si, cc::index_t bias_si,
-     cc::index_t c_L, cc::index_t c_outer, cc::index_t c_inner, cc::index_t c_n) {
+     cc::index_t c_L, cc::index_t c_outer, cc::index_t c_inner, cc::index_t c_n,
+     int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
-  const int zo = blockIdx.z / G2, zi = blockIdx.z % G2;
+  const int z = blockIdx.z / splits, part = blockIdx.z % splits;
+  const int zo = z / G2, zi = z % G2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  int kb, ke;
+  cc::split_range<BK>(K, splits, part, kb, ke);
 
   cc::DenseLoader<T, Acc, BM, BK, Cfg::THREADS, (bool)A_KCONTIG, Cfg::LDA> la;
   la.base = A + zo * a_so + zi * a_si + m0 * a_rs;
-  la.rs = a_rs; la.ks = a_ks; la.rows = M - m0; la.K = K; la.vec = a_vec;
+  la.rs = a_rs; la.ks = a_ks; la.rows = M - m0; la.K = ke; la.vec = a_vec;
   // B is read as its transpose: rows are the N columns.
   cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, (bool)B_KCONTIG, Cfg::LDB> lb;
   lb.base = B + zo * b_so + zi * b_si + n0 * b_rs;
-  lb.rs = b_rs; lb.ks = b_ks; lb.rows = N - n0; lb.K = K; lb.vec = b_vec;
+  lb.rs = b_rs; lb.ks = b_ks; lb.rows = N - n0; lb.K = ke; lb.vec = b_vec;
 
   Acc acc[TM][TN];
-  cc::gemm_mainloop<Cfg>(la, lb, K, acc, smem);
+  cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
   const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
-  cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N, map, c_vec);
+  if (splits == 1) {
+    cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N,
+                        map, c_vec);
+  } else {
+    cc::store_partial<Cfg>(acc, ws, part, z, gridDim.z / splits, m0, n0, M, N, c_n == 1);
+  }
 }

@@ -40,8 +40,9 @@ __device__ __forceinline__ int tile_offset(int lane, int i) {
   return (i / 4) * (BLOCK / (TILE / 4)) + lane * 4 + (i % 4);
 }
 
+// Multiplies the k range [kb, ke) (kb a multiple of BK; the loaders' K is ke).
 template <typename Cfg, typename A, typename ALoader, typename BLoader>
-__device__ __forceinline__ void gemm_mainloop(ALoader& la, BLoader& lb, int K,
+__device__ __forceinline__ void gemm_mainloop(ALoader& la, BLoader& lb, int kb, int ke,
                                               A (&acc)[Cfg::TM][Cfg::TN], A* smem) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
   A* As = smem;
@@ -52,9 +53,11 @@ __device__ __forceinline__ void gemm_mainloop(ALoader& la, BLoader& lb, int K,
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i][j] = A(0);
 
-  const int ktiles = (K + BK - 1) / BK;
-  la.load(0);
-  lb.load(0);
+  const int ktiles = (ke - kb + BK - 1) / BK;
+  la.begin(kb);
+  lb.begin(kb);
+  la.load();
+  lb.load();
   la.store(As);
   lb.store(Bs);
   __syncthreads();
@@ -63,8 +66,8 @@ __device__ __forceinline__ void gemm_mainloop(ALoader& la, BLoader& lb, int K,
     // Global loads of the next slice are issued before the math on this one, so their latency
     // hides behind it; they land in registers and go to the other buffer afterwards.
     if (kt + 1 < ktiles) {
-      la.load((kt + 1) * BK);
-      lb.load((kt + 1) * BK);
+      la.load();
+      lb.load();
     }
     const A* as = As + cur * BK * Cfg::LDA + ty * 4;
     const A* bs = Bs + cur * BK * Cfg::LDB + tx * 4;

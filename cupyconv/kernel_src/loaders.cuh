@@ -1,9 +1,11 @@
 // Operand loaders: how the GEMM main loop sees a tensor as a matrix.
 //
-// A loader owns the global -> register -> shared-memory path of one operand.  `load(k0)` fetches
-// the k-slice [k0, k0 + BK) of the block's ROWS rows into registers (zeros outside the matrix or
-// in padding); `store(s)` writes it to shared memory k-major, s[k * LD + row], the layout the main
-// loop reads.  Rows are M rows for the A operand and N columns for the B operand.
+// A loader owns the global -> register -> shared-memory path of one operand.  `begin(k0)` sets its
+// cursor to the k-slice starting at k0; each `load()` fetches the slice [k, k + BK) of the block's
+// ROWS rows into registers (zeros outside the matrix or in padding) and advances the cursor by BK;
+// `store(s)` writes it to shared memory k-major, s[k * LD + row], the layout the main loop reads.
+// Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a split-K
+// block ends before the matrix does).
 #pragma once
 #include "common.cuh"
 
@@ -39,7 +41,10 @@ struct DenseLoader {
   index_t rs, ks;
   int rows, K;
   bool vec;
+  int kc;  // cursor: first k of the next slice
   A regs[VECS][4];
+
+  __device__ __forceinline__ void begin(int k0) { kc = k0; }
 
   __device__ __forceinline__ void coords(int v, int& r, int& kk) const {
     const int idx = threadIdx.x + v * THREADS;
@@ -47,7 +52,9 @@ struct DenseLoader {
     else { r = (idx % (ROWS / 4)) * 4; kk = idx / (ROWS / 4); }
   }
 
-  __device__ __forceinline__ void load(int k0) {
+  __device__ __forceinline__ void load() {
+    const int k0 = kc;
+    kc += BK;
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {
       int r, kk;
@@ -93,8 +100,9 @@ struct ConvShape {
 // Each thread moves groups of 4 consecutive k (4 channels of one tap) of one row.  Channels-first
 // walks threads along m (neighbouring output pixels read neighbouring input pixels); channels-last
 // walks them along k (neighbouring channels are contiguous: one vector load per group when
-// `vec`).  When Cg is a multiple of BK (`tap_uniform`), a whole k-slice shares one tap, so the tap
-// is decoded and bounds-checked once per row per slice; otherwise each element decodes its own.
+// `vec`).  When Cg is a multiple of BK (`tap_uniform`), a whole k-slice shares one tap: the cursor
+// keeps (channel, kd, kh, kw) and steps it without a division, and each row is bounds-checked once
+// per slice; otherwise each element decodes its own (k -> tap, channel) with divisions.
 template <typename T, typename A, int ROWS, int BK, int THREADS, bool CL, int LD>
 struct Im2colLoader {
   static constexpr int GROUPS = ROWS * BK / (4 * THREADS);  // 4-element groups per thread
@@ -105,6 +113,7 @@ struct Im2colLoader {
   const ConvShape* sh;
   int K, taps;
   bool tap_uniform, vec;
+  int kc, c0, kd, kh, kw;  // cursor: first k of the next slice, and its channel and tap
   const T* rowbase[NROWS];
   int id0[NROWS], ih0[NROWS], iw0[NROWS];
   A regs[GROUPS][4];
@@ -140,26 +149,37 @@ struct Im2colLoader {
     }
   }
 
-  // Offset of input element (row r, channel c, tap t), or -1 where it is padding.
-  __device__ __forceinline__ index_t offset(int r, int c, int t) const {
+  // Offset of input element (row r, channel c, tap (a, b, d)), or -1 where it is padding.
+  __device__ __forceinline__ index_t offset(int r, int c, int a, int b, int d) const {
     const ConvShape& s = *sh;
-    const int kw = t % s.KW; t /= s.KW;
-    const int kh = t % s.KH; const int kd = t / s.KH;
-    const int id = id0[r] + kd * s.DD, ih = ih0[r] + kh * s.DH, iw = iw0[r] + kw * s.DW;
+    const int id = id0[r] + a * s.DD, ih = ih0[r] + b * s.DH, iw = iw0[r] + d * s.DW;
     const bool in = (unsigned)id < (unsigned)s.D && (unsigned)ih < (unsigned)s.H &&
                     (unsigned)iw < (unsigned)s.W;
     return in ? c * s.xsc + id * s.xsd + ih * s.xsh + iw * s.xsw : (index_t)-1;
   }
 
-  __device__ __forceinline__ void load(int k0) {
+  __device__ __forceinline__ void split_tap(int t, int& a, int& b, int& d) const {
+    d = t % sh->KW; t /= sh->KW;
+    b = t % sh->KH; a = t / sh->KH;
+  }
+
+  __device__ __forceinline__ void begin(int k0) {
+    kc = k0;
+    const int t = k0 / sh->Cg;
+    c0 = k0 - t * sh->Cg;
+    split_tap(t, kd, kh, kw);
+  }
+
+  __device__ __forceinline__ void load() {
     const ConvShape& s = *sh;
+    const int k0 = kc;
+    kc += BK;
     if (tap_uniform) {
-      const int t = k0 / s.Cg, c0 = k0 - t * s.Cg;
       const bool kin = k0 < K;
 #pragma unroll
       for (int j = 0; j < GROUPS; ++j) {
         const int r = CL ? j : 0;
-        const index_t off = kin ? offset(r, c0 + kq_of(j), t) : (index_t)-1;
+        const index_t off = kin ? offset(r, c0 + kq_of(j), kd, kh, kw) : (index_t)-1;
         if (off < 0) {
           regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = A(0);
         } else if (vec) {
@@ -167,6 +187,15 @@ struct Im2colLoader {
         } else {
 #pragma unroll
           for (int e = 0; e < 4; ++e) regs[j][e] = load_as<A>(rowbase[r][off + e * s.xsc]);
+        }
+      }
+      // step to the next slice: channels first, then kw, kh, kd (no division)
+      c0 += BK;
+      if (c0 >= s.Cg) {
+        c0 = 0;
+        if (++kw == s.KW) {
+          kw = 0;
+          if (++kh == s.KH) { kh = 0; ++kd; }
         }
       }
     } else {
@@ -177,7 +206,9 @@ struct Im2colLoader {
         for (int e = 0; e < 4; ++e) {
           const int k = k0 + kq_of(j) + e;
           const int t = k / s.Cg;
-          const index_t off = k < K ? offset(r, k - t * s.Cg, t) : (index_t)-1;
+          int a, b, d;
+          split_tap(t, a, b, d);
+          const index_t off = k < K ? offset(r, k - t * s.Cg, a, b, d) : (index_t)-1;
           regs[j][e] = off < 0 ? A(0) : load_as<A>(rowbase[r][off]);
         }
       }
