@@ -35,8 +35,10 @@ class Algorithm:
 # their operand view costs: the implicit loader's tap decoding (a factor measured on an H200,
 # benchmarks/NOTES.md), or the im2col buffer's round trip through memory.
 _DIRECT_RATE = 1.5e12
-_IMPLICIT_FACTOR = 1.4        # channels a multiple of the k-slice: one tap decode per slice
+_IMPLICIT_FACTOR = 1.15       # channels a multiple of the k-slice: one tap decode per slice
 _IMPLICIT_GENERIC_FACTOR = 3  # otherwise every element decodes its tap with divisions
+_IM2COL_PASSES = 6            # the im2col kernel's cost, in col-sized trips through memory
+_IM2COL_GEMM_FACTOR = 1.1
 
 
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
@@ -55,9 +57,9 @@ def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
             return plan_gemm(g.dtype, m, n, k, b, device_id).seconds
         pixels = math.prod(g.spatial)
         return plan_gemm(g.dtype, pixels, n, k, b * g.batch, device_id).seconds
-    cg = g.in_channels // g.groups
-    factor = _IMPLICIT_FACTOR if cg % 16 == 0 else _IMPLICIT_GENERIC_FACTOR
-    return factor * plan_gemm(g.dtype, m, n, k, b, device_id).seconds
+    plan = plan_gemm(g.dtype, m, n, k, b, device_id)
+    uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
+    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:
@@ -71,7 +73,7 @@ def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
         gemm = plan_gemm(g.dtype, m, n, k, b, device_id)
     else:
         gemm = plan_gemm(g.dtype, math.prod(g.out_spatial), n, k, b * g.batch, device_id)
-    return 2 * col_bytes / BANDWIDTH + gemm.seconds
+    return _IM2COL_PASSES * col_bytes / BANDWIDTH + _IM2COL_GEMM_FACTOR * gemm.seconds
 
 
 FORWARD: dict[str, Algorithm] = {
