@@ -41,6 +41,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
     T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * pixels);
     cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map, c_vec);
   } else {
-    cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, CL);
+    cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, CL,
+                          CL ? Kg % 4 == 0 : M % 4 == 0);
   }
 }

@@ -42,6 +42,7 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N,
                         map, c_vec);
   } else {
-    cc::store_partial<Cfg>(acc, ws, part, z, gridDim.z / splits, m0, n0, M, N, c_n == 1);
+    cc::store_partial<Cfg>(acc, ws, part, z, gridDim.z / splits, m0, n0, M, N, c_n == 1,
+                          c_n == 1 ? N % 4 == 0 : M % 4 == 0);
   }
 }

@@ -20,13 +20,15 @@ __device__ __forceinline__ void split_range(int K, int splits, int part, int& kb
   ke = min(K, (part + 1) * per * BK);
 }
 
+// `vec`: the host checked that the contiguous extent (N when n_fast, else M) is a multiple of 4,
+// so the partial tiles go out as vector stores.
 template <typename Cfg, typename A>
 __device__ __forceinline__ void store_partial(const A (&acc)[Cfg::TM][Cfg::TN], A* ws, int part,
                                               int z, int batch, int m0, int n0, int M, int N,
-                                              bool n_fast) {
+                                              bool n_fast, bool vec) {
   const OutMap map = n_fast ? OutMap{M, 0, N, 1} : OutMap{M, 0, 1, M};
   A* base = ws + ((index_t)part * batch + z) * M * N;
-  store_tile<Cfg>(acc, base, base, 0, m0, n0, M, N, map, false);
+  store_tile<Cfg>(acc, base, base, 0, m0, n0, M, N, map, vec);
 }
 
 }  // namespace cc
