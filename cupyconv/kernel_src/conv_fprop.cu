@@ -7,7 +7,7 @@
 #include "splitk.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int CL>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int x_vec, int c_vec,
            int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,

@@ -10,7 +10,7 @@
 #include "splitk.cuh"
 
 template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), 2)
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
      const T* __restrict__ bias, int has_bias, int M, int N, int K, int c_vec,
      cc::index_t a_rs, cc::index_t a_ks, cc::index_t b_rs, cc::index_t b_ks, int a_vec, int b_vec,

@@ -9,6 +9,11 @@
 #pragma once
 #include "common.cuh"
 
+// Blocks per multiprocessor the compiler must fit (a register cap): a module may override it.
+#ifndef CC_MIN_BLOCKS
+#define CC_MIN_BLOCKS 2
+#endif
+
 namespace cc {
 
 template <int BM_, int BN_, int BK_, int TM_, int TN_>
