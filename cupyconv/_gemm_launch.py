@@ -13,7 +13,8 @@ from functools import lru_cache
 
 from . import jit
 from ._geometry import ConvGeometry
-from ._kernels import GEMM_TILES, SPLITK_REDUCE, conv_fprop_module, gemm_module
+from ._kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
+                       gemm_module)
 from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
@@ -131,6 +132,14 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     return best
 
 
+def dense_plan(plan: GemmPlan, dtype: str, k: int) -> GemmPlan:
+    """The dense GEMM's plan: 16-deep k-slices for the 128x128 tile on long k ranges."""
+    if (dtype != "float64" and plan.tile[:2] == LONG_K_TILE[:2]
+            and math.ceil(k / plan.splits) >= LONG_K):
+        return GemmPlan(LONG_K_TILE, plan.splits, plan.seconds)
+    return plan
+
+
 def _grid(tile, m, n, batch):
     return (math.ceil(m / tile[0]), math.ceil(n / tile[1]), batch), (tile[0] // tile[3] * (tile[1] // tile[4]),)
 
@@ -159,7 +168,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
     variant = (int(a.kcontig), int(b.kcontig))
-    plan = plan or plan_gemm(dtype, m, n, k, batch, c.data.device_id)
+    plan = plan or dense_plan(plan_gemm(dtype, m, n, k, batch, c.data.device_id), dtype, k)
     fn = jit.get_function(gemm_module(dtype, plan.tile, variant), "gemm", dtype, variant)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n)

@@ -94,6 +94,11 @@ GEMM_TILES = {
     "float64": ((64, 64, 16, 4, 4),),  # double tiles: registers and the 48 KB static limit
 }
 GEMM_TILES["float16"] = GEMM_TILES["float32"]
+# The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges
+# (4096^3, 8192^3), slower on the short ones of conv layers (benchmarks/NOTES.md).  The implicit
+# conv kernel does not use it (it spills under that kernel's register cap).
+LONG_K_TILE = (128, 128, 16, 8, 8)
+LONG_K = 2048  # per-block k range from which the dense GEMM switches to LONG_K_TILE
 # (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
 # and the two operand orders of convolution through GEMM.
 GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1))
@@ -118,4 +123,6 @@ def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...
 REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
-    for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants)
+    for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(
+    gemm_module(dtype, LONG_K_TILE, variant) for dtype in ("float32", "float16")
+    for variant in GEMM_VARIANTS)

@@ -7,7 +7,7 @@ import pytest
 import cupyconv
 from cupyconv._gemm_launch import GemmPlan, MatrixView, OutMap, plan_gemm, run_conv_fprop, run_gemm
 from cupyconv._geometry import ConvGeometry
-from cupyconv._kernels import GEMM_TILES, GEMM_VARIANTS
+from cupyconv._kernels import GEMM_TILES, GEMM_VARIANTS, LONG_K_TILE
 from cupyconv._verify import poison, random_array, rel_error, tolerance
 from cupyconv import reference
 
@@ -40,7 +40,7 @@ def test_gemm_2d(mnk, dtype):
 
 
 @pytest.mark.parametrize("dtype,tile", [(d, t) for d in ("float32", "float64")
-                                        for t in GEMM_TILES[d]])
+                                        for t in GEMM_TILES[d]] + [("float32", LONG_K_TILE)])
 @pytest.mark.parametrize("variant", GEMM_VARIANTS)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_every_tile_loader_mapping_and_split(tile, variant, dtype, splits):
