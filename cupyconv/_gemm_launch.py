@@ -144,12 +144,14 @@ def _grid(tile, m, n, batch):
     return (math.ceil(m / tile[0]), math.ceil(n / tile[1]), batch), (tile[0] // tile[3] * (tile[1] // tile[4]),)
 
 
-def _workspace(dtype: str, splits: int, count: int):
-    """Split-K partial sums (accumulator type); a placeholder array when there is no split."""
+def _workspace(dtype: str, splits: int, count: int, placeholder):
+    """Split-K partial sums (accumulator type); without a split the kernel never touches it and
+    gets ``placeholder`` (the output) instead of a fresh allocation."""
+    if splits == 1:
+        return placeholder
     import cupy
 
-    acc = "float64" if dtype == "float64" else "float32"
-    return cupy.empty(count * splits if splits > 1 else 1, dtype=acc)
+    return cupy.empty(count * splits, dtype="float64" if dtype == "float64" else "float32")
 
 
 def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap) -> None:
@@ -171,7 +173,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     plan = plan or dense_plan(plan_gemm(dtype, m, n, k, batch, c.data.device_id), dtype, k)
     fn = jit.get_function(gemm_module(dtype, plan.tile, variant), "gemm", dtype, variant)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
-    ws = _workspace(dtype, plan.splits, batch * m * n)
+    ws = _workspace(dtype, plan.splits, batch * m * n, c)
     args = (a.array, b.array, c, bias if bias is not None else c,
             *ints((bias is not None, m, n, k, out_vectorizable(c, out, (c_so, c_si)))),
             *int64s((a.rs, a.ks, b.rs, b.ks)),
@@ -212,7 +214,7 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = No
     wt = fprop_weight(geom, w)
     xs = element_strides(x, geom.channels_last)
     grid, block = _grid(plan.tile, g.m, g.n, g.batch * plan.splits)
-    ws = _workspace(geom.dtype, plan.splits, g.batch * g.m * g.n)
+    ws = _workspace(geom.dtype, plan.splits, g.batch * g.m * g.n, y)
     # the kernel's output map and per-group offset, for the vector-store check
     pixels, k = math.prod(geom.out_spatial), geom.out_channels
     out, group_stride = ((OutMap(g.m, 0, k, 1), g.n) if geom.channels_last
