@@ -113,6 +113,54 @@ def gemm_vs_cublas(sizes, repeat: int) -> list:
     return rows
 
 
+# Backward problems of issue 4: name -> (N, C, H, W, K, kernel, stride, pad)
+BACKWARD = {
+    "res3 3x3 128": (32, 128, 28, 28, 128, 3, 1, 1),
+    "res2 3x3 64": (32, 64, 56, 56, 64, 3, 1, 1),
+    "downsample 1x1 s2": (32, 256, 56, 56, 512, 1, 2, 0),
+    "ck N128 3x3 s2": (128, 128, 71, 71, 256, 3, 2, 1),
+}
+
+
+def backward_vs_cudnn(repeat: int, torch) -> dict:
+    """Our backward-data / backward-weight against cuDNN's (torch.nn.grad, TF32 off)."""
+    import cupy
+
+    rows, ratios = [], {"data": [], "weight": []}
+    for name, (n, c, h, w, k, r, s, p) in BACKWARD.items():
+        geom = ConvGeometry.from_shapes((n, c, h, w), (k, c, r, r), stride=s, padding=p)
+        rng = cupy.random.default_rng(7)
+        x = rng.uniform(-1, 1, geom.input_shape, dtype=cupy.float32)
+        wt = rng.uniform(-1, 1, geom.weight_shape, dtype=cupy.float32)
+        dy = rng.uniform(-1, 1, geom.output_shape, dtype=cupy.float32)
+        ours = {"data": lambda: cupyconv.conv_backward_data(dy, wt, x.shape, stride=s, padding=p),
+                "weight": lambda: cupyconv.conv_backward_weight(x, dy, wt.shape, stride=s, padding=p)}
+        row = {"problem": name, "gflop": geom.flops / 1e9}
+        for kind, fn in ours.items():
+            row[f"{kind}_ms"] = time_gpu(fn, repeat=repeat)
+        if torch is not None:
+            torch.backends.cudnn.allow_tf32 = False
+            xt, wtt, dyt = (torch.from_dlpack(a) for a in (x, wt, dy))
+            peers = {"data": lambda: torch.nn.grad.conv2d_input(xt.shape, wtt, dyt, stride=s, padding=p),
+                     "weight": lambda: torch.nn.grad.conv2d_weight(xt, wtt.shape, dyt, stride=s, padding=p)}
+            for kind, fn in peers.items():
+                ref = cupy.from_dlpack(fn())
+                row[f"{kind}_err"] = rel_error(ours[kind](), ref)
+                row[f"cudnn_{kind}_ms"] = time_gpu(fn, repeat=repeat)
+                ratios[kind].append(row[f"cudnn_{kind}_ms"] / row[f"{kind}_ms"])
+        rows.append(row)
+        print(f"backward {name:20s} " + "  ".join(
+            f"{kk} {v:.3f}" if kk.endswith("ms") else f"{kk} {v:.1e}" for kk, v in row.items()
+            if kk.endswith(("_ms", "_err"))), flush=True)
+    summary = {}
+    for kind, vals in ratios.items():
+        if vals:
+            geo = math.exp(sum(map(math.log, vals)) / len(vals))
+            summary[kind] = {"geomean_vs_cudnn_fp32": geo, "min_vs_cudnn_fp32": min(vals)}
+            print(f"backward-{kind} vs cuDNN fp32: geomean {geo:.3f}x, min {min(vals):.3f}x")
+    return {"rows": rows, "summary": summary}
+
+
 RESNET = ("conv1", "res2 3x3", "res2 1x1", "res3", "res4", "res5", "downsample")
 
 
@@ -143,6 +191,8 @@ def main(argv=None) -> int:
                         help="comma-separated methods")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--gemm", default="4096,8192", help="GEMM sizes vs cuBLAS ('' to skip)")
+    parser.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the backward problems")
     args = parser.parse_args(argv)
 
     import cupy
@@ -196,6 +246,7 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(problems)}] {name:22s} " + "  ".join(
             f"{kk} {v:8.3f} ms" for kk, v in row["ms"].items()) + f"  | {ratios}", flush=True)
 
+    backward = backward_vs_cudnn(args.repeat, torch) if args.backward else None
     compile_times = cold_compile_times()
     print(f"\nfirst call in a fresh process: cold compile {compile_times['cold_compile_s']} s, "
           f"warm disk cache {compile_times['warm_disk_cache_s']} s")
@@ -215,7 +266,8 @@ def main(argv=None) -> int:
               "cudnn": torch.backends.cudnn.version() if torch else None,
               "python": platform.python_version(), "commit": git_commit(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat,
-              "compile": compile_times, "gemm": gemm_rows, "forward": rows}
+              "compile": compile_times, "gemm": gemm_rows, "forward": rows,
+              "backward": backward}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"forward-{gpu.replace(' ', '_')}-{git_commit()}.json"

@@ -6,11 +6,13 @@ and cached; importing the package compiles nothing and does not touch the GPU.
 
 from . import jit, reference
 from ._geometry import ConvGeometry, output_shape
+from .backward import conv_backward_data, conv_backward_weight, conv_transpose
 from .conv import conv, conv1d, conv2d, conv3d
 from .gemm import gemm
-from .im2col import im2col
+from .im2col import col2im, im2col
 
 __version__ = "0.1.0"
 
-__all__ = ["conv", "conv1d", "conv2d", "conv3d", "gemm", "im2col", "output_shape", "ConvGeometry",
+__all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
+           "conv_transpose", "gemm", "im2col", "col2im", "output_shape", "ConvGeometry",
            "reference", "jit", "__version__"]

@@ -15,7 +15,7 @@ from . import jit
 from ._geometry import ConvGeometry
 from ._kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
                        gemm_module)
-from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
+from ._launch import element_strides, int64s, ints, launch_grid
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -186,6 +186,42 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
             _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out)
 
 
+@dataclass(frozen=True)
+class ImplicitConv:
+    """A forward convolution as the implicit kernel sees it: spatial dims padded in front to 3.
+
+    Built from a :class:`ConvGeometry`, or directly by the backward-data pass, whose stride phases
+    are forward convolutions of dy with unit stride and paddings no geometry would accept (the
+    kernel predicates every tap, so any pad_lo works and pad_hi is implied by out_spatial).
+    """
+
+    dtype: str
+    channels_last: bool
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    spatial: tuple[int, int, int]
+    out_spatial: tuple[int, int, int]
+    kernel: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    pad_lo: tuple[int, int, int]
+
+    @classmethod
+    def from_geometry(cls, geom: ConvGeometry) -> "ImplicitConv":
+        g3 = geom.as_3d()
+        return cls(geom.dtype, geom.channels_last, geom.batch, geom.in_channels, geom.out_channels,
+                   geom.groups, g3["spatial"], g3["out_spatial"], g3["kernel"], g3["stride"],
+                   g3["dilation"], g3["pad_lo"])
+
+    @property
+    def gemm(self) -> tuple[int, int, int, int]:
+        """(M, N, K, batch) of the GEMM: pixels x out-channels-per-group x (taps, channels)."""
+        return (self.batch * math.prod(self.out_spatial), self.out_channels // self.groups,
+                self.in_channels // self.groups * math.prod(self.kernel), self.groups)
+
+
 def fprop_weight(geom: ConvGeometry, w):
     """Weights as the implicit kernel reads them: (K, taps, Cg), channels fastest, C-contiguous."""
     import cupy
@@ -196,37 +232,43 @@ def fprop_weight(geom: ConvGeometry, w):
     return cupy.ascontiguousarray(w.reshape(k, cg, -1).transpose(0, 2, 1))
 
 
-def _x_vectorizable(geom: ConvGeometry, x, strides) -> bool:
+def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
     """4 consecutive channels of x are one aligned vector (channels-last, unit channel stride)."""
-    cg = geom.in_channels // geom.groups
-    return (geom.channels_last and strides[1] == 1 and cg % 4 == 0
+    cg = prob.in_channels // prob.groups
+    return (prob.channels_last and strides[1] == 1 and cg % 4 == 0
             and x.data.ptr % (4 * x.itemsize) == 0
             and all(s % 4 == 0 for i, s in enumerate(strides) if i != 1))
 
 
 def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None) -> None:
     """Implicit-GEMM forward convolution (no im2col buffer)."""
-    g = geom.gemm_forward
-    plan = plan or plan_gemm(geom.dtype, g.m, g.n, g.k, g.batch, y.data.device_id)
-    variant = (int(geom.channels_last),)
-    fn = jit.get_function(conv_fprop_module(geom.dtype, plan.tile, variant), "conv_fprop",
-                          geom.dtype, variant)
-    wt = fprop_weight(geom, w)
-    xs = element_strides(x, geom.channels_last)
-    grid, block = _grid(plan.tile, g.m, g.n, g.batch * plan.splits)
-    ws = _workspace(geom.dtype, plan.splits, g.batch * g.m * g.n, y)
+    launch_implicit_conv(ImplicitConv.from_geometry(geom), x, fprop_weight(geom, w), bias, y, plan)
+
+
+def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None) -> None:
+    """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous and y a
+    C-contiguous (N, K, *out) or (N, *out, K) array."""
+    m, n, k, groups = prob.gemm
+    plan = plan or plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id)
+    variant = (int(prob.channels_last),)
+    fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant), "conv_fprop",
+                          prob.dtype, variant)
+    xs = element_strides(x, prob.channels_last)
+    grid, block = _grid(plan.tile, m, n, groups * plan.splits)
+    ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
     # the kernel's output map and per-group offset, for the vector-store check
-    pixels, k = math.prod(geom.out_spatial), geom.out_channels
-    out, group_stride = ((OutMap(g.m, 0, k, 1), g.n) if geom.channels_last
-                         else (OutMap(pixels, k * pixels, 1, pixels), g.n * pixels))
+    pixels, k_out = math.prod(prob.out_spatial), prob.out_channels
+    out, group_stride = ((OutMap(m, 0, k_out, 1), n) if prob.channels_last
+                         else (OutMap(pixels, k_out * pixels, 1, pixels), n * pixels))
     args = (x, wt, y, bias if bias is not None else y,
-            *ints((bias is not None, geom.batch, geom.out_channels,
-                   MatrixView(wt, rs=g.k, ks=1).vectorizable(g.n, g.k),
-                   _x_vectorizable(geom, x, xs), out_vectorizable(y, out, (group_stride,)),
-                   geom.in_channels // geom.groups)),
-            *spatial_args(geom), *int64s(xs), *ints((geom.groups, plan.splits)), ws)
+            *ints((bias is not None, prob.batch, k_out, MatrixView(wt, rs=k, ks=1).vectorizable(n, k),
+                   _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)),
+                   prob.in_channels // groups)),
+            *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
+                  + prob.pad_lo),
+            *int64s(xs), *ints((groups, plan.splits)), ws)
     with y.device:
         fn(grid, block, args)
         if plan.splits > 1:
-            _reduce(geom.dtype, ws, y, bias, plan.splits, g.batch, g.m, g.n, g.batch, 0,
-                    group_stride, g.n, out)
+            _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
+                    n, out)

@@ -28,7 +28,7 @@ class GemmShape(NamedTuple):
     batch: int
 
 
-def _as_int(v, name: str) -> int:
+def as_int(v, name: str) -> int:
     # Python and NumPy integers (anything with __index__), but not bool and not float.
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
@@ -42,9 +42,9 @@ def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
             raise ValueError(
                 f"{name} must be an int or a sequence of {ndim} ints (one per spatial dim), "
                 f"got {len(value)} values: {tuple(value)!r}")
-        out = tuple(_as_int(v, name) for v in value)
+        out = tuple(as_int(v, name) for v in value)
     else:
-        out = (_as_int(value, name),) * ndim
+        out = (as_int(value, name),) * ndim
     for v in out:
         if v < minimum:
             raise ValueError(f"{name} must be >= {minimum} in every spatial dim, got {out!r}")
@@ -91,14 +91,14 @@ def normalize_padding(padding, spatial, kernel, stride, dilation):
             if isinstance(p, (tuple, list)):
                 if len(p) != 2:
                     raise ValueError(f"each padding pair must be (lo, hi), got {tuple(p)!r}")
-                a, b = _as_int(p[0], "padding"), _as_int(p[1], "padding")
+                a, b = as_int(p[0], "padding"), as_int(p[1], "padding")
             else:
-                a = b = _as_int(p, "padding")
+                a = b = as_int(p, "padding")
             lo.append(a)
             hi.append(b)
         lo, hi = tuple(lo), tuple(hi)
     else:
-        lo = hi = (_as_int(padding, "padding"),) * ndim
+        lo = hi = (as_int(padding, "padding"),) * ndim
     if min(lo + hi) < 0:
         raise ValueError(f"padding must be >= 0, got lo={lo}, hi={hi}")
     return lo, hi
@@ -154,7 +154,7 @@ class ConvGeometry:
                 raise ValueError(f"every dim of {name} must be >= 1, got {shp}")
         n, c, spatial = _split(input_shape, layout)
         k, c_per_group, kernel = _split(weight_shape, layout)
-        groups = _as_int(groups, "groups")
+        groups = as_int(groups, "groups")
         if groups < 1:
             raise ValueError(f"groups must be >= 1, got {groups}")
         if c % groups:
@@ -198,22 +198,23 @@ class ConvGeometry:
     def channels_last(self) -> bool:
         return self.layout == "NHWC"
 
-    def _join(self, lead: int, channels: int, spatial: tuple[int, ...]) -> tuple[int, ...]:
+    def layout_shape(self, lead: int, channels: int, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """(lead, channels, *spatial) ordered for this layout."""
         if self.channels_last:
             return (lead, *spatial, channels)
         return (lead, channels, *spatial)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return self._join(self.batch, self.in_channels, self.spatial)
+        return self.layout_shape(self.batch, self.in_channels, self.spatial)
 
     @property
     def weight_shape(self) -> tuple[int, ...]:
-        return self._join(self.out_channels, self.in_channels // self.groups, self.kernel)
+        return self.layout_shape(self.out_channels, self.in_channels // self.groups, self.kernel)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        return self._join(self.batch, self.out_channels, self.out_spatial)
+        return self.layout_shape(self.batch, self.out_channels, self.out_spatial)
 
     @property
     def col_shape(self) -> tuple[int, int, int]:
@@ -281,7 +282,7 @@ def normalize_layout(layout) -> str:
 def _shape(shape, name) -> tuple[int, ...]:
     if not isinstance(shape, (tuple, list)):
         raise TypeError(f"{name} must be a tuple of ints, got {shape!r}")
-    return tuple(_as_int(v, name) for v in shape)
+    return tuple(as_int(v, name) for v in shape)
 
 
 def _split(shape, layout):

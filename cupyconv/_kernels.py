@@ -86,6 +86,7 @@ def load_source(name: str) -> str:
 DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
+COL2IM = KernelModule("col2im.cu", ("col2im",))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -100,8 +101,9 @@ GEMM_TILES["float16"] = GEMM_TILES["float32"]
 LONG_K_TILE = (128, 128, 16, 8, 8)
 LONG_K = 2048  # per-block k range from which the dense GEMM switches to LONG_K_TILE
 # (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
-# and the two operand orders of convolution through GEMM.
-GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1))
+# the operand orders of forward convolution through GEMM, and backward-weight (dy^T @ col, both
+# operands contiguous along their rows).
+GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1), (0, 0))
 
 
 CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
@@ -120,7 +122,7 @@ def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...
                         (variant,))
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, SPLITK_REDUCE) + tuple(
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(

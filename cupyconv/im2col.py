@@ -6,9 +6,9 @@ from . import jit
 from ._arrays import prepare_out, require_array, require_float_dtype
 from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
 from ._geometry import ConvGeometry, normalize_layout, per_dim
-from ._kernels import IM2COL
+from ._kernels import COL2IM, IM2COL
 
-__all__ = ["im2col"]
+__all__ = ["im2col", "col2im"]
 
 
 def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", out=None):
@@ -35,14 +35,7 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
     """
     x = require_array(x, "x")
     dtype = require_float_dtype(x, "x")
-    layout = normalize_layout(layout)
-    if not 3 <= x.ndim <= 5:
-        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {x.shape}")
-    kernel = per_dim(kernel_size, x.ndim - 2, "kernel_size", 1)
-    channels = x.shape[-1] if layout == "NHWC" else x.shape[1]
-    wshape = (1, *kernel, channels) if layout == "NHWC" else (1, channels, *kernel)
-    geom = ConvGeometry.from_shapes(x.shape, wshape, stride=stride, padding=padding,
-                                    dilation=dilation, layout=layout, dtype=dtype)
+    geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
     with x.device:
         col = prepare_out(out, geom.col_shape, dtype)
         run_im2col(geom, x, col)
@@ -62,3 +55,44 @@ def run_im2col(geom: ConvGeometry, x, col, groups: int = 1) -> None:
     grid, block = launch_grid(col.size)
     with x.device:
         fn(grid, block, tuple(args))
+
+
+def _im2col_geometry(input_shape, kernel_size, stride, padding, dilation, layout, dtype):
+    """The geometry im2col/col2im describe: a 1-output-channel conv with groups = 1."""
+    layout = normalize_layout(layout)
+    input_shape = tuple(input_shape)
+    if not 3 <= len(input_shape) <= 5:
+        raise ValueError(f"input must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape "
+                         f"{input_shape}")
+    kernel = per_dim(kernel_size, len(input_shape) - 2, "kernel_size", 1)
+    channels = input_shape[-1] if layout == "NHWC" else input_shape[1]
+    wshape = (1, *kernel, channels) if layout == "NHWC" else (1, channels, *kernel)
+    return ConvGeometry.from_shapes(input_shape, wshape, stride=stride, padding=padding,
+                                    dilation=dilation, layout=layout, dtype=dtype)
+
+
+def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW",
+           out=None):
+    """The adjoint of :func:`im2col`: sum every column back onto the input element it came from.
+
+    ``col`` has the shape :func:`im2col` returns for an input of ``input_shape``; overlapping
+    windows add up and padding positions are dropped.  Each output element is gathered by one
+    thread in a fixed order (no atomics): deterministic.  Returns an array of ``input_shape``.
+    """
+    col = require_array(col, "col")
+    dtype = require_float_dtype(col, "col")
+    geom = _im2col_geometry(input_shape, kernel_size, stride, padding, dilation, layout, dtype)
+    if tuple(col.shape) != geom.col_shape:
+        raise ValueError(f"col must have shape {geom.col_shape} (im2col of {geom.input_shape}), "
+                         f"got {tuple(col.shape)}")
+    import cupy
+
+    with col.device:
+        col = cupy.ascontiguousarray(col)
+        x = prepare_out(out, geom.input_shape, dtype)
+        fn = jit.get_function(COL2IM, "col2im", dtype)
+        args = [col, x, *ints((geom.batch, geom.in_channels)), *spatial_args(geom),
+                *ints((geom.channels_last,))]
+        grid, block = launch_grid(x.size)
+        fn(grid, block, tuple(args))
+    return x

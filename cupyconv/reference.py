@@ -18,7 +18,8 @@ import numpy as np
 from ._geometry import (ConvGeometry, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
-__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col"]
+__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col",
+           "col2im"]
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -250,3 +251,24 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW"):
         col = np.moveaxis(col.reshape(n, c, taps, -1), 3, 1)     # (N, out, C, taps)
         return np.ascontiguousarray(np.swapaxes(col, 2, 3)).reshape(geom.col_shape)
     return col.reshape(geom.col_shape)
+
+
+def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW"):
+    """Float64 adjoint of :func:`im2col`: windows summed back onto an array of ``input_shape``."""
+    col = _as_float64(col, "col")
+    layout = normalize_layout(layout)
+    input_shape = tuple(input_shape)
+    kernel = per_dim(kernel_size, len(input_shape) - 2, "kernel_size", 1)
+    channels = input_shape[-1] if layout == "NHWC" else input_shape[1]
+    wshape = (1, *kernel, channels) if layout == "NHWC" else (1, channels, *kernel)
+    geom = ConvGeometry.from_shapes(input_shape, wshape, stride=stride, padding=padding,
+                                    dilation=dilation, layout=layout)
+    _check_shape(col, geom.col_shape, "col", geom)
+    n, c, taps = geom.batch, geom.in_channels, int(np.prod(geom.kernel))
+    if layout == "NHWC":   # (N, out, taps * C) -> (N, C, taps, *out)
+        col = np.moveaxis(col.reshape(n, -1, taps, c), (3, 2), (1, 2))
+    cols = col.reshape((n, c, taps) + geom.out_spatial)
+    padded = np.zeros((n, c) + geom.padded_spatial)
+    for i, (_, window) in enumerate(_taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial)):
+        padded[(slice(None),) * 2 + window] += cols[:, :, i]
+    return _from_channels_first(_crop(padded, geom.pad_lo, geom.spatial), layout)

@@ -317,3 +317,19 @@ def test_im2col_times_weight_is_the_convolution(case, layout):
     w2 = w.reshape(w.shape[0], -1)
     prod = (w2 @ col) if layout == "NCHW" else (col @ w2.T)
     np.testing.assert_allclose(prod.reshape(y.shape), y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", UNGROUPED.values(), ids=UNGROUPED.keys())
+def test_col2im_is_the_adjoint_of_im2col(case, layout):
+    xs, ws, stride, padding, dilation, _ = case
+    rng = np.random.default_rng(seed("col2im", case, layout))
+    x = rand(rng, xs)
+    if layout == "NHWC":
+        x = to_nhwc(x)
+    opts = dict(stride=stride, padding=padding, dilation=dilation, layout=layout)
+    col = ref.im2col(x, ws[2:], **opts)
+    c = rand(rng, col.shape)
+    back = ref.col2im(c, x.shape, ws[2:], **opts)
+    assert back.shape == x.shape
+    np.testing.assert_allclose(np.vdot(col, c), np.vdot(x, back), rtol=1e-10)

@@ -1,0 +1,127 @@
+"""Backward passes on the forward machinery.
+
+Backward-data is split by stride phase (the idea of CUTLASS's strided dgrad and CK's YTilde): the
+input pixels h with (h + pad) % s == phi receive gradient only from the taps t with
+t * d % s == phi % s, and for those rows dx is a unit-stride forward convolution of dy with the
+tap-flipped, channel-transposed subset of w.  Each phase runs on the implicit-GEMM forward kernel,
+so every dx element is computed exactly once, by one thread, in a fixed order: no atomics, no
+im2col-sized buffer, bitwise reproducible.
+
+Backward-weight is the GEMM dw[k, (tap, c)] = sum over (n, p) of dy[(n, p), k] * col[(n, p), (tap, c)]
+over a channels-last im2col buffer, with split-K (deterministic two-stage) over the long n*p range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+
+from ._gemm_launch import ImplicitConv, MatrixView, OutMap, launch_implicit_conv, run_gemm
+from ._geometry import ConvGeometry
+from .im2col import run_im2col
+
+
+@dataclass(frozen=True)
+class PhaseDim:
+    """One spatial dim of one stride phase of backward-data.
+
+    Rows h = first + q * stride for q < rows.  Taps ``taps`` (in flipped order) reach dy at
+    p = q - pad + j * dilation for the j-th of them: a forward conv with unit stride.
+    """
+
+    first: int
+    rows: int
+    taps: tuple[int, ...]
+    pad: int
+    dilation: int
+
+
+def phase_dims(size: int, out: int, kernel: int, stride: int, dilation: int, pad_lo: int):
+    """The ``stride`` phases of one spatial dim (see :class:`PhaseDim`)."""
+    phases = []
+    for phi in range(stride):
+        first = (phi - pad_lo) % stride
+        rows = max(0, -(-(size - first) // stride))
+        taps = [t for t in range(kernel) if (t * dilation - phi) % stride == 0]
+        if not taps:
+            phases.append(PhaseDim(first, rows, (), 0, 1))
+            continue
+        step = taps[1] - taps[0] if len(taps) > 1 else 1
+        b0 = (first + pad_lo - taps[0] * dilation) // stride   # p of row 0 at the first tap
+        dstep = step * dilation // stride                       # p moves by this per tap
+        phases.append(PhaseDim(first, rows, tuple(reversed(taps)),
+                               (len(taps) - 1) * dstep - b0, max(dstep, 1)))
+    return phases
+
+
+def _weight_for_phase(w_cf, taps3, groups: int):
+    """(C, taps, Kg) weights of one phase: w[k, c, selected taps], taps flipped, k <-> c swapped."""
+    import cupy
+
+    k, cg = w_cf.shape[:2]
+    sel = w_cf
+    for axis, taps in zip((2, 3, 4), taps3):
+        sel = cupy.take(sel, cupy.asarray(taps, dtype=cupy.int64), axis=axis)
+    t = math.prod(len(taps) for taps in taps3)
+    kg = k // groups
+    sel = sel.reshape(groups, kg, cg, t).transpose(0, 2, 3, 1)   # (G, Cg, T, Kg)
+    return cupy.ascontiguousarray(sel.reshape(groups * cg, t, kg))
+
+
+def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
+    """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous."""
+    import cupy
+
+    g3 = geom.as_3d()
+    lead = 3 - geom.ndim
+    w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)
+    w_cf = w_cf.reshape(w_cf.shape[:2] + g3["kernel"])
+    dims = [phase_dims(*args) for args in zip(g3["spatial"], g3["out_spatial"], g3["kernel"],
+                                              g3["stride"], g3["dilation"], g3["pad_lo"])]
+    single = all(s == 1 for s in g3["stride"])
+    for phase in itertools.product(*dims):
+        rows = tuple(p.rows for p in phase)
+        if 0 in rows:
+            continue
+        window = tuple(slice(p.first, None, s) for p, s in zip(phase[lead:], geom.stride))
+        idx = ((slice(None),) + window + (slice(None),) if geom.channels_last
+               else (slice(None), slice(None)) + window)
+        if any(not p.taps for p in phase):
+            dx[idx] = 0
+            continue
+        prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
+                            geom.in_channels, geom.groups, g3["out_spatial"], rows,
+                            tuple(len(p.taps) for p in phase), (1, 1, 1),
+                            tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
+        wt = _weight_for_phase(w_cf, [p.taps for p in phase], geom.groups)
+        if single:
+            launch_implicit_conv(prob, dy, wt, None, dx)
+            continue
+        part = cupy.empty(geom.layout_shape(geom.batch, geom.in_channels, rows[lead:]), dtype=geom.dtype)
+        launch_implicit_conv(prob, dy, wt, None, part)
+        dx[idx] = part
+
+
+def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
+    """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous."""
+    import cupy
+
+    if not geom.channels_last:  # one GEMM formulation: go through channels-last copies
+        geom_l = replace(geom, layout="NHWC")
+        dw_l = cupy.empty(geom_l.weight_shape, dtype=geom.dtype)
+        run_backward_weight(geom_l, cupy.moveaxis(x, 1, -1), cupy.ascontiguousarray(
+            cupy.moveaxis(dy, 1, -1)), dw_l)
+        dw[...] = cupy.moveaxis(dw_l, -1, 1)
+        return
+    dy = cupy.ascontiguousarray(dy)
+    col = cupy.empty(geom.col_shape, dtype=geom.dtype)        # (N, L, G * taps * Cg)
+    run_im2col(geom, x, col, groups=geom.groups)
+    g = geom.groups
+    k, kg = geom.out_channels, geom.out_channels // g
+    tcg = math.prod(geom.kernel) * geom.in_channels // g
+    npix = geom.batch * math.prod(geom.out_spatial)
+    a = MatrixView(dy, rs=1, ks=k, si=kg)                     # A[k, (n, p)] = dy[(n, p), k]
+    b = MatrixView(col, rs=1, ks=g * tcg, si=tcg)             # B[(n, p), j] = col[(n, p), j]
+    run_gemm(geom.dtype, a, b, dw, kg, tcg, npix, batch=g, g2=g, c_si=kg * tcg,
+             out=OutMap(kg, 0, tcg, 1))

@@ -1,0 +1,134 @@
+"""Gradients of convolution and transposed convolution: ``conv_backward_data``,
+``conv_backward_weight``, ``conv_transpose``."""
+
+from __future__ import annotations
+
+from ._arrays import check_bias, prepare_out, require_array, require_float_dtype, same_device
+from ._backward import run_backward_data, run_backward_weight
+from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
+                        per_dim, transpose_output_spatial)
+
+__all__ = ["conv_backward_data", "conv_backward_weight", "conv_transpose"]
+
+
+def _check_dy(dy, geom: ConvGeometry, name: str = "dy") -> None:
+    if tuple(dy.shape) != geom.output_shape:
+        raise ValueError(f"{name} must have the convolution's output shape {geom.output_shape} "
+                         f"({geom.layout}, input {geom.input_shape}, weight {geom.weight_shape}), "
+                         f"got {tuple(dy.shape)}")
+
+
+def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                       layout="NCHW", out=None):
+    """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
+
+    ``dy`` has the forward output's shape, ``w`` the forward weight's, ``input_shape`` is the shape
+    of ``x``; the options are those of the forward call (every padding form, groups, dilation,
+    both layouts, 1-3 spatial dims; float16/32/64).  Computed per stride phase on the implicit
+    GEMM: each element of the result is written once, with no atomics, so repeated calls give
+    bitwise-equal results.  ``out``: C-contiguous array of ``input_shape`` to write into.
+    """
+    dy = require_array(dy, "dy")
+    w = require_array(w, "w")
+    dtype = require_float_dtype(dy, "dy")
+    require_float_dtype(w, "w", dtype)
+    geom = ConvGeometry.from_shapes(tuple(input_shape), w.shape, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    _check_dy(dy, geom)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"dy": dy, "w": w, "out": out})
+    with dy.device:
+        dx = prepare_out(out, geom.input_shape, dtype)
+        run_backward_data(geom, dy, w, dx)
+    return dx
+
+
+def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                         layout="NCHW", out=None):
+    """Gradient of :func:`cupyconv.conv` with respect to its weight ``w``.
+
+    ``x`` is the forward input, ``dy`` has the forward output's shape, ``weight_shape`` is the
+    shape of ``w``; options as in the forward call.  A GEMM over k = N * output pixels, split into
+    parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
+    kernel, so results are bitwise reproducible.  ``out``: C-contiguous array of ``weight_shape``.
+    """
+    x = require_array(x, "x")
+    dy = require_array(dy, "dy")
+    dtype = require_float_dtype(x, "x")
+    require_float_dtype(dy, "dy", dtype)
+    geom = ConvGeometry.from_shapes(x.shape, tuple(weight_shape), stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    _check_dy(dy, geom)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "dy": dy, "out": out})
+    with x.device:
+        dw = prepare_out(out, geom.weight_shape, dtype)
+        run_backward_weight(geom, x, dy, dw)
+    return dw
+
+
+def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                   layout="NCHW", out=None):
+    """Transposed convolution (PyTorch's ``conv_transpose{1,2,3}d`` semantics), N-d.
+
+    ``x``: ``(N, C_in, *spatial)`` (NCHW) or ``(N, *spatial, C_in)`` (NHWC).  ``w``:
+    ``(C_in, C_out / groups, *kernel)`` (NCHW) or ``(C_in, *kernel, C_out / groups)`` (NHWC).
+    ``padding``: int, per-dim ints or per-dim ``(lo, hi)`` pairs (removed from each side of the
+    full output).  ``output_padding``: extra size at the end of each dim, smaller than the stride
+    or the dilation.  Output size per dim: ``(in - 1) * stride - lo - hi + dilation * (k - 1) +
+    output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution.
+    """
+    import cupy
+
+    x = require_array(x, "x")
+    w = require_array(w, "w")
+    dtype = require_float_dtype(x, "x")
+    require_float_dtype(w, "w", dtype)
+    layout = normalize_layout(layout)
+    if not 3 <= x.ndim <= 5:
+        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {x.shape}")
+    if w.ndim != x.ndim:
+        raise ValueError(f"w must have as many dims as x ({x.ndim}), got shape {w.shape}")
+    nsp = x.ndim - 2
+    cl = layout == "NHWC"
+    c_in, spatial = (x.shape[-1], x.shape[1:-1]) if cl else (x.shape[1], x.shape[2:])
+    kernel = w.shape[1:-1] if cl else w.shape[2:]
+    if w.shape[0] != c_in:
+        raise ValueError(f"w.shape[0] must be the input channels ({c_in}) for a transposed "
+                         f"convolution (weights are (C_in, C_out/groups, *kernel)), got {w.shape}")
+    if isinstance(padding, str):
+        raise ValueError("padding of conv_transpose must be an int, per-dim ints or per-dim "
+                         f"(lo, hi) pairs, got {padding!r}")
+    stride = per_dim(stride, nsp, "stride", 1)
+    dilation = per_dim(dilation, nsp, "dilation", 1)
+    lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
+    op = normalize_output_padding(output_padding, stride, dilation)
+    out_spatial = transpose_output_spatial(spatial, kernel, stride, dilation, lo, hi, op)
+    if min(out_spatial) < 1:
+        raise ValueError(f"padding {tuple(zip(lo, hi))} leaves an empty output: output size "
+                         f"would be {out_spatial}")
+    groups = as_int(groups, "groups")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    c_out = (w.shape[-1] if cl else w.shape[1]) * groups
+    full_shape = (x.shape[0], *out_spatial, c_out) if cl else (x.shape[0], c_out, *out_spatial)
+    geom = ConvGeometry.from_shapes(full_shape, w.shape, stride=stride, padding=list(zip(lo, hi)),
+                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    bias = check_bias(bias, geom.in_channels, dtype)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "w": w, "bias": bias, "out": out})
+    with x.device:
+        dy = x
+        if geom.out_spatial != tuple(spatial):
+            # output_padding >= stride (allowed when dilation is larger): the forward view has
+            # more outputs than x; the missing ones are zeros.
+            grow = [(0, o - s) for o, s in zip(geom.out_spatial, spatial)]
+            dy = cupy.pad(x, [(0, 0)] + grow + [(0, 0)] if cl else [(0, 0), (0, 0)] + grow)
+        y = prepare_out(out, geom.input_shape, dtype)
+        run_backward_data(geom, dy, w, y)
+        if bias is not None:
+            y += bias if cl else bias.reshape((-1,) + (1,) * nsp)
+    return y
