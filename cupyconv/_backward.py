@@ -4,8 +4,8 @@ Backward-data is split by stride phase (the idea of CUTLASS's strided dgrad and 
 input pixels h with (h + pad) % s == phi receive gradient only from the taps t with
 t * d % s == phi % s, and for those rows dx is a unit-stride forward convolution of dy with the
 tap-flipped, channel-transposed subset of w.  Each phase runs on the implicit-GEMM forward kernel,
-so every dx element is computed exactly once, by one thread, in a fixed order: no atomics, no
-im2col-sized buffer, bitwise reproducible.
+so every dx element is computed exactly once, by one thread, in a fixed order (rows that no tap
+reaches are zero-filled): no atomics, no im2col-sized buffer, bitwise reproducible.
 
 Backward-weight is the GEMM dw[k, (tap, c)] = sum over (n, p) of dy[(n, p), k] * col[(n, p), (tap, c)]
 over a channels-last im2col buffer, with split-K (deterministic two-stage) over the long n*p range.
@@ -55,14 +55,19 @@ def phase_dims(size: int, out: int, kernel: int, stride: int, dilation: int, pad
     return phases
 
 
+def _tap_slice(taps: tuple[int, ...]) -> slice:
+    """The flipped tap list of a phase (an arithmetic progression) as a slice: a view, no copy."""
+    step = taps[0] - taps[1] if len(taps) > 1 else 1
+    stop = taps[-1] - step
+    return slice(taps[0], stop if stop >= 0 else None, -step)
+
+
 def _weight_for_phase(w_cf, taps3, groups: int):
     """(C, taps, Kg) weights of one phase: w[k, c, selected taps], taps flipped, k <-> c swapped."""
     import cupy
 
     k, cg = w_cf.shape[:2]
-    sel = w_cf
-    for axis, taps in zip((2, 3, 4), taps3):
-        sel = cupy.take(sel, cupy.asarray(taps, dtype=cupy.int64), axis=axis)
+    sel = w_cf[(slice(None), slice(None)) + tuple(_tap_slice(t) for t in taps3)]
     t = math.prod(len(taps) for taps in taps3)
     kg = k // groups
     sel = sel.reshape(groups, kg, cg, t).transpose(0, 2, 3, 1)   # (G, Cg, T, Kg)
@@ -80,16 +85,16 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
     dims = [phase_dims(*args) for args in zip(g3["spatial"], g3["out_spatial"], g3["kernel"],
                                               g3["stride"], g3["dilation"], g3["pad_lo"])]
     single = all(s == 1 for s in g3["stride"])
-    for phase in itertools.product(*dims):
-        rows = tuple(p.rows for p in phase)
-        if 0 in rows:
+    phases = [ph for ph in itertools.product(*dims) if all(p.rows for p in ph)]
+    if any(not p.taps for ph in phases for p in ph):
+        dx.fill(0)  # rows no tap reaches (stride > dilated kernel): one contiguous memset
+    for phase in phases:
+        if any(not p.taps for p in phase):
             continue
+        rows = tuple(p.rows for p in phase)
         window = tuple(slice(p.first, None, s) for p, s in zip(phase[lead:], geom.stride))
         idx = ((slice(None),) + window + (slice(None),) if geom.channels_last
                else (slice(None), slice(None)) + window)
-        if any(not p.taps for p in phase):
-            dx[idx] = 0
-            continue
         prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
                             geom.in_channels, geom.groups, g3["out_spatial"], rows,
                             tuple(len(p.taps) for p in phase), (1, 1, 1),

@@ -81,7 +81,7 @@ def _sm_count(device_id: int) -> int:
 GEMM_RATE = 40e12
 BANDWIDTH = 3e12
 LAUNCH_S = 4e-6
-MAX_SPLITS = 16
+MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
 
 
 @dataclass(frozen=True)
