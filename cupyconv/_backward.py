@@ -7,8 +7,9 @@ tap-flipped, channel-transposed subset of w.  Each phase runs on the implicit-GE
 so every dx element is computed exactly once, by one thread, in a fixed order (rows that no tap
 reaches are zero-filled): no atomics, no im2col-sized buffer, bitwise reproducible.
 
-Backward-weight is the GEMM dw[k, (tap, c)] = sum over (n, p) of dy[(n, p), k] * col[(n, p), (tap, c)]
-over a channels-last im2col buffer, with split-K (deterministic two-stage) over the long n*p range.
+Backward-weight is the GEMM dw[k, (tap, c)] = sum over pixels P of dy[P, k] * im2col(x)[P, (tap, c)],
+with the im2col matrix read implicitly from channels-last x (conv_wgrad.cu, no buffer) and split-K
+(deterministic two-stage) over the long pixel range.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-from ._gemm_launch import ImplicitConv, MatrixView, OutMap, launch_implicit_conv, run_gemm
+from ._gemm_launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 from ._geometry import ConvGeometry
-from .im2col import run_im2col
 
 
 @dataclass(frozen=True)
@@ -112,21 +112,11 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous."""
     import cupy
 
-    if not geom.channels_last:  # one GEMM formulation: go through channels-last copies
+    if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
         geom_l = replace(geom, layout="NHWC")
         dw_l = cupy.empty(geom_l.weight_shape, dtype=geom.dtype)
-        run_backward_weight(geom_l, cupy.moveaxis(x, 1, -1), cupy.ascontiguousarray(
-            cupy.moveaxis(dy, 1, -1)), dw_l)
+        launch_conv_wgrad(geom_l, cupy.moveaxis(x, 1, -1),
+                          cupy.ascontiguousarray(cupy.moveaxis(dy, 1, -1)), dw_l)
         dw[...] = cupy.moveaxis(dw_l, -1, 1)
         return
-    dy = cupy.ascontiguousarray(dy)
-    col = cupy.empty(geom.col_shape, dtype=geom.dtype)        # (N, L, G * taps * Cg)
-    run_im2col(geom, x, col, groups=geom.groups)
-    g = geom.groups
-    k, kg = geom.out_channels, geom.out_channels // g
-    tcg = math.prod(geom.kernel) * geom.in_channels // g
-    npix = geom.batch * math.prod(geom.out_spatial)
-    a = MatrixView(dy, rs=1, ks=k, si=kg)                     # A[k, (n, p)] = dy[(n, p), k]
-    b = MatrixView(col, rs=1, ks=g * tcg, si=tcg)             # B[(n, p), j] = col[(n, p), j]
-    run_gemm(geom.dtype, a, b, dw, kg, tcg, npix, batch=g, g2=g, c_si=kg * tcg,
-             out=OutMap(kg, 0, tcg, 1))
+    launch_conv_wgrad(geom, x, cupy.ascontiguousarray(dy), dw)

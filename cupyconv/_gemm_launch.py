@@ -14,7 +14,7 @@ from functools import lru_cache
 from . import jit
 from ._geometry import ConvGeometry
 from ._kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
-                       gemm_module)
+                       conv_wgrad_module, gemm_module)
 from ._launch import element_strides, int64s, ints, launch_grid
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
@@ -272,3 +272,30 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
         if plan.splits > 1:
             _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
                     n, out)
+
+
+def launch_conv_wgrad(geom: ConvGeometry, x, dy, dw, plan: GemmPlan | None = None) -> None:
+    """Implicit-GEMM backward-weight for channels-last ``geom``: dw (K, *kernel, Cg) from x and
+    a C-contiguous dy, with no im2col buffer; split-K over the output pixels."""
+    prob = ImplicitConv.from_geometry(geom)
+    g = geom.groups
+    kg, tcg = geom.out_channels // g, math.prod(geom.kernel) * geom.in_channels // g
+    pixels = geom.batch * math.prod(geom.out_spatial)
+    plan = plan or plan_gemm(geom.dtype, kg, tcg, pixels, g, dw.data.device_id)
+    fn = jit.get_function(conv_wgrad_module(geom.dtype, plan.tile), "conv_wgrad", geom.dtype)
+    xs = element_strides(x, True)
+    out = OutMap(kg, 0, tcg, 1)
+    grid, block = _grid(plan.tile, kg, tcg, g * plan.splits)
+    ws = _workspace(geom.dtype, plan.splits, g * kg * tcg, dw)
+    args = (x, dy, dw,
+            *ints((geom.batch, geom.out_channels, g,
+                   MatrixView(dy, rs=1, ks=geom.out_channels, si=kg).vectorizable(kg, pixels),
+                   _x_vectorizable(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
+                   geom.in_channels // g)),
+            *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
+                  + prob.pad_lo),
+            *int64s(xs), *ints((plan.splits,)), ws)
+    with dw.device:
+        fn(grid, block, args)
+        if plan.splits > 1:
+            _reduce(geom.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out)

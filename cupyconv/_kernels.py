@@ -101,9 +101,8 @@ GEMM_TILES["float16"] = GEMM_TILES["float32"]
 LONG_K_TILE = (128, 128, 16, 8, 8)
 LONG_K = 2048  # per-block k range from which the dense GEMM switches to LONG_K_TILE
 # (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
-# the operand orders of forward convolution through GEMM, and backward-weight (dy^T @ col, both
-# operands contiguous along their rows).
-GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1), (0, 0))
+# and the two operand orders of convolution through GEMM.
+GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1))
 
 
 CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
@@ -122,9 +121,14 @@ def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...
                         (variant,))
 
 
+def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
+    return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
+
+
 REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(
     gemm_module(dtype, LONG_K_TILE, variant) for dtype in ("float32", "float16")
-    for variant in GEMM_VARIANTS)
+    for variant in GEMM_VARIANTS) + tuple(
+    conv_wgrad_module(dtype, tile) for dtype, tiles in GEMM_TILES.items() for tile in tiles)

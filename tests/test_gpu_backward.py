@@ -6,6 +6,7 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
+from cupyconv._kernels import GEMM_TILES
 from cupyconv._verify import poison, random_array, rel_error, tolerance
 
 from gpu_cases import CASES, DTYPES, LAYOUTS, case_id, rng_for, shapes
@@ -170,3 +171,25 @@ def test_col2im(case, layout, dtype):
     col = cupyconv.im2col(x, case["ker"], layout=layout, **opts)
     back = cupyconv.col2im(c64, xs, case["ker"], layout=layout, **opts)
     assert float(cupy.vdot(col, c64)) == pytest.approx(float(cupy.vdot(x, back)), rel=1e-10)
+
+
+@pytest.mark.parametrize("splits", [1, 5])
+@pytest.mark.parametrize("dtype,tile", [(d, t) for d in ("float32", "float64") for t in GEMM_TILES[d]])
+def test_backward_weight_every_tile_and_split(dtype, tile, splits):
+    import cupy
+
+    from cupyconv._gemm_launch import GemmPlan, launch_conv_wgrad
+    from cupyconv._geometry import ConvGeometry
+
+    rng = rng_for("wgrad-tile", dtype, tile, splits)
+    for xs, ws, opts in [((2, 9, 11, 12), (20, 3, 3, 12), dict(stride=2, padding=1)),
+                         ((1, 7, 8, 6), (9, 2, 3, 3), dict(padding=[(0, 1), (2, 0)], dilation=2,
+                                                          groups=3))]:   # Cg = 2: scalar loads
+        geom = ConvGeometry.from_shapes(xs, ws, layout="NHWC", dtype=dtype, **opts)
+        xh = random_array(rng, xs, dtype)
+        dyh = random_array(rng, geom.output_shape, dtype)
+        dw = poison(cupy.empty(ws, dtype))
+        launch_conv_wgrad(geom, cupy.asarray(xh), cupy.asarray(dyh), dw,
+                          plan=GemmPlan(tile, splits, 0.0))
+        ref = reference.conv_backward_weight(xh, dyh, ws, layout="NHWC", **opts)
+        assert rel_error(dw, ref) <= tolerance(dtype, ref)

@@ -223,4 +223,93 @@ struct Im2colLoader {
   }
 };
 
+// B operand of backward-weight read straight from channels-last x: row j = (tap, c) of the
+// weight gradient, column k = output pixel (n, od, oh, ow) -- the implicit im2col matrix of the
+// forward pass, transposed.  Threads walk along rows (channels are contiguous) in groups of 4 rows
+// whose (tap, channel) are decoded once; each slice decodes its pixel once per thread.  With
+// `vec` (Cg % 4 == 0, unit channel stride, aligned) a group is one vector load.
+template <typename T, typename A, int ROWS, int BK, int THREADS, int LD>
+struct Im2colTLoader {
+  static constexpr int VECS = ROWS * BK / (4 * THREADS);
+  static_assert(VECS >= 1 && ROWS * BK == VECS * 4 * THREADS, "tile must split into 4-vectors");
+  const T* x;       // x + group's first channel
+  const ConvShape* sh;
+  int rows, K;      // valid rows (taps * Cg - j0) and the end of this block's pixel range
+  bool vec;
+  int kc;
+  index_t coff[VECS][4];         // channel offset of each row
+  int tdd[VECS][4], thd[VECS][4], twd[VECS][4];  // dilated tap offsets of each row
+  A regs[VECS][4];
+
+  __device__ __forceinline__ void coords(int v, int& r, int& kk) const {
+    const int idx = threadIdx.x + v * THREADS;
+    r = (idx % (ROWS / 4)) * 4;
+    kk = idx / (ROWS / 4);
+  }
+
+  __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int j0, int rows_, bool vec_) {
+    x = x_; sh = s; rows = rows_; vec = vec_;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+      int r, kk;
+      coords(v, r, kk);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int j = j0 + r + e;
+        const int c = j % s->Cg;
+        int t = j / s->Cg;
+        const int kw = t % s->KW; t /= s->KW;
+        const int kh = t % s->KH; const int kd = t / s->KH;
+        coff[v][e] = c * s->xsc;
+        tdd[v][e] = kd * s->DD; thd[v][e] = kh * s->DH; twd[v][e] = kw * s->DW;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void begin(int k0) { kc = k0; }
+
+  __device__ __forceinline__ void load() {
+    const ConvShape& s = *sh;
+    const int k0 = kc;
+    kc += BK;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+      int r, kk;
+      coords(v, r, kk);
+      int m = k0 + kk;
+      const bool kin = m < K;
+      const int ow = m % s.OW; m /= s.OW;
+      const int oh = m % s.OH; m /= s.OH;
+      const int od = m % s.OD; const int n = m / s.OD;
+      const int id0 = od * s.SD - s.PD, ih0 = oh * s.SH - s.PH, iw0 = ow * s.SW - s.PW;
+      const T* base = x + n * s.xsn;
+      if (vec) {
+        const int id = id0 + tdd[v][0], ih = ih0 + thd[v][0], iw = iw0 + twd[v][0];
+        const bool in = kin && r < rows && (unsigned)id < (unsigned)s.D &&
+                        (unsigned)ih < (unsigned)s.H && (unsigned)iw < (unsigned)s.W;
+        if (in) ldg4(base + coff[v][0] + id * s.xsd + ih * s.xsh + iw * s.xsw, regs[v]);
+        else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = A(0); }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int id = id0 + tdd[v][e], ih = ih0 + thd[v][e], iw = iw0 + twd[v][e];
+          const bool in = kin && r + e < rows && (unsigned)id < (unsigned)s.D &&
+                          (unsigned)ih < (unsigned)s.H && (unsigned)iw < (unsigned)s.W;
+          regs[v][e] = in ? load_as<A>(base[coff[v][e] + id * s.xsd + ih * s.xsh + iw * s.xsw]) : A(0);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(A* smem) const {
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+      int r, kk;
+      coords(v, r, kk);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) smem[kk * LD + r + e] = regs[v][e];
+    }
+  }
+};
+
 }  // namespace cc
