@@ -183,7 +183,7 @@ def test_backward_weight_every_tile_and_split(dtype, tile, splits):
 
     rng = rng_for("wgrad-tile", dtype, tile, splits)
     for xs, ws, opts in [((2, 9, 11, 12), (20, 3, 3, 12), dict(stride=2, padding=1)),
-                         ((1, 7, 8, 6), (9, 2, 3, 3), dict(padding=[(0, 1), (2, 0)], dilation=2,
+                         ((1, 7, 8, 6), (9, 3, 3, 2), dict(padding=[(0, 1), (2, 0)], dilation=2,
                                                           groups=3))]:   # Cg = 2: scalar loads
         geom = ConvGeometry.from_shapes(xs, ws, layout="NHWC", dtype=dtype, **opts)
         xh = random_array(rng, xs, dtype)
