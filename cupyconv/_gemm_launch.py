@@ -245,6 +245,27 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = No
     launch_implicit_conv(ImplicitConv.from_geometry(geom), x, fprop_weight(geom, w), bias, y, plan)
 
 
+def _fprop_out_map(prob: ImplicitConv) -> tuple[OutMap, int]:
+    """The implicit kernel's output row map and per-group offset (as conv_fprop.cu computes them)."""
+    m, n, _, _ = prob.gemm
+    pixels, k_out = math.prod(prob.out_spatial), prob.out_channels
+    if prob.channels_last:
+        return OutMap(m, 0, k_out, 1), n
+    return OutMap(pixels, k_out * pixels, 1, pixels), n * pixels
+
+
+@lru_cache(maxsize=4096)
+def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, splits: int, flags: tuple) -> tuple:
+    """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
+    calls skip converting some 40 Python ints.  flags = (has_bias, w_vec, x_vec, c_vec)."""
+    has_bias, w_vec, x_vec, c_vec = flags
+    return (*ints((has_bias, prob.batch, prob.out_channels, w_vec, x_vec, c_vec,
+                   prob.in_channels // prob.groups)),
+            *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
+                  + prob.pad_lo),
+            *int64s(xs), *ints((prob.groups, splits)))
+
+
 def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None) -> None:
     """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous and y a
     C-contiguous (N, K, *out) or (N, *out, K) array."""
@@ -256,17 +277,11 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     xs = element_strides(x, prob.channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
-    # the kernel's output map and per-group offset, for the vector-store check
-    pixels, k_out = math.prod(prob.out_spatial), prob.out_channels
-    out, group_stride = ((OutMap(m, 0, k_out, 1), n) if prob.channels_last
-                         else (OutMap(pixels, k_out * pixels, 1, pixels), n * pixels))
+    out, group_stride = _fprop_out_map(prob)
+    flags = (bias is not None, MatrixView(wt, rs=k, ks=1).vectorizable(n, k),
+             _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
     args = (x, wt, y, bias if bias is not None else y,
-            *ints((bias is not None, prob.batch, k_out, MatrixView(wt, rs=k, ks=1).vectorizable(n, k),
-                   _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)),
-                   prob.in_channels // groups)),
-            *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
-                  + prob.pad_lo),
-            *int64s(xs), *ints((groups, plan.splits)), ws)
+            *_fprop_scalar_args(prob, tuple(xs), plan.splits, flags), ws)
     with y.device:
         fn(grid, block, args)
         if plan.splits > 1:

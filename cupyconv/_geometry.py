@@ -133,7 +133,25 @@ class ConvGeometry:
         """Validate a forward problem given by the shapes of ``x`` and ``w``.
 
         ``ndim``, when given, is the required number of spatial dims (``conv2d`` passes 2).
+        Valid problems are memoized on their arguments (a call repeated in a training loop skips
+        the validation); invalid ones raise every time.
         """
+        args = (input_shape, weight_shape, stride, padding, dilation, groups, layout,
+                None if dtype is None else np.dtype(dtype).name, ndim)
+        try:
+            key = _freeze(args)
+            geom = _GEOMETRIES.get(key)
+        except TypeError:  # an unhashable argument: validate without the memo
+            return cls._validate(*args)
+        if geom is None:
+            geom = cls._validate(*args)
+            if len(_GEOMETRIES) < _GEOMETRY_MEMO_SIZE:
+                _GEOMETRIES[key] = geom
+        return geom
+
+    @classmethod
+    def _validate(cls, input_shape, weight_shape, stride, padding, dilation, groups, layout, dtype,
+                  ndim) -> "ConvGeometry":
         layout = normalize_layout(layout)
         input_shape = _shape(input_shape, "input_shape")
         weight_shape = _shape(weight_shape, "weight_shape")
@@ -270,6 +288,18 @@ class ConvGeometry:
         return {"spatial": pad(self.spatial, 1), "out_spatial": pad(self.out_spatial, 1),
                 "kernel": pad(self.kernel, 1), "stride": pad(self.stride, 1),
                 "dilation": pad(self.dilation, 1), "pad_lo": pad(self.pad_lo, 0)}
+
+
+def _freeze(v):
+    """A hashable key for an argument: sequences become tuples, and every scalar carries its type
+    (so that ``True`` and ``1``, or ``2.0`` and ``2``, stay different keys)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(e) for e in v)
+    return (type(v).__name__, v)
+
+
+_GEOMETRY_MEMO_SIZE = 4096
+_GEOMETRIES: dict = {}
 
 
 def normalize_layout(layout) -> str:
