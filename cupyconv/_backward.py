@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ._gemm_launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 from ._geometry import ConvGeometry
@@ -74,38 +75,61 @@ def _weight_for_phase(w_cf, taps3, groups: int):
     return cupy.ascontiguousarray(sel.reshape(groups * cg, t, kg))
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One stride phase of backward-data: the forward problem it runs and where its rows go."""
+
+    prob: ImplicitConv | None      # None: no tap reaches these rows (they stay zero)
+    taps: tuple[tuple[int, ...], ...]
+    window: tuple                  # index of the phase's rows in dx
+    shape: tuple[int, ...]         # the phase's rows as an array in dx's layout
+
+
+@lru_cache(maxsize=1024)
+def phase_plan(geom: ConvGeometry) -> tuple[Phase, ...]:
+    """The stride phases of ``geom``'s backward-data, computed once per problem."""
+    g3 = geom.as_3d()
+    lead = 3 - geom.ndim
+    dims = [phase_dims(*args) for args in zip(g3["spatial"], g3["out_spatial"], g3["kernel"],
+                                              g3["stride"], g3["dilation"], g3["pad_lo"])]
+    plan = []
+    for phase in itertools.product(*dims):
+        rows = tuple(p.rows for p in phase)
+        if 0 in rows:
+            continue
+        window = tuple(slice(p.first, None, s) for p, s in zip(phase[lead:], geom.stride))
+        window = ((slice(None),) + window + (slice(None),) if geom.channels_last
+                  else (slice(None), slice(None)) + window)
+        prob = None
+        if all(p.taps for p in phase):
+            prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
+                                geom.in_channels, geom.groups, g3["out_spatial"], rows,
+                                tuple(len(p.taps) for p in phase), (1, 1, 1),
+                                tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
+        plan.append(Phase(prob, tuple(p.taps for p in phase), window,
+                          geom.layout_shape(geom.batch, geom.in_channels, rows[lead:])))
+    return tuple(plan)
+
+
 def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
     """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous."""
     import cupy
 
-    g3 = geom.as_3d()
-    lead = 3 - geom.ndim
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)
-    w_cf = w_cf.reshape(w_cf.shape[:2] + g3["kernel"])
-    dims = [phase_dims(*args) for args in zip(g3["spatial"], g3["out_spatial"], g3["kernel"],
-                                              g3["stride"], g3["dilation"], g3["pad_lo"])]
-    single = all(s == 1 for s in g3["stride"])
-    phases = [ph for ph in itertools.product(*dims) if all(p.rows for p in ph)]
-    if any(not p.taps for ph in phases for p in ph):
+    w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
+    phases = phase_plan(geom)
+    if any(ph.prob is None for ph in phases):
         dx.fill(0)  # rows no tap reaches (stride > dilated kernel): one contiguous memset
-    for phase in phases:
-        if any(not p.taps for p in phase):
+    for ph in phases:
+        if ph.prob is None:
             continue
-        rows = tuple(p.rows for p in phase)
-        window = tuple(slice(p.first, None, s) for p, s in zip(phase[lead:], geom.stride))
-        idx = ((slice(None),) + window + (slice(None),) if geom.channels_last
-               else (slice(None), slice(None)) + window)
-        prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
-                            geom.in_channels, geom.groups, g3["out_spatial"], rows,
-                            tuple(len(p.taps) for p in phase), (1, 1, 1),
-                            tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
-        wt = _weight_for_phase(w_cf, [p.taps for p in phase], geom.groups)
-        if single:
-            launch_implicit_conv(prob, dy, wt, None, dx)
+        wt = _weight_for_phase(w_cf, ph.taps, geom.groups)
+        if len(phases) == 1:           # unit stride: the one phase is all of dx
+            launch_implicit_conv(ph.prob, dy, wt, None, dx)
             continue
-        part = cupy.empty(geom.layout_shape(geom.batch, geom.in_channels, rows[lead:]), dtype=geom.dtype)
-        launch_implicit_conv(prob, dy, wt, None, part)
-        dx[idx] = part
+        part = cupy.empty(ph.shape, dtype=geom.dtype)
+        launch_implicit_conv(ph.prob, dy, wt, None, part)
+        dx[ph.window] = part
 
 
 def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
