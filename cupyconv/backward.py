@@ -18,6 +18,21 @@ def _check_dy(dy, geom: ConvGeometry, name: str = "dy") -> None:
                          f"got {tuple(dy.shape)}")
 
 
+def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride, padding,
+                       dilation, groups, layout):
+    """Validate the (CuPy) operands of a backward pass; return its geometry and the checked
+    ``out``.  ``first`` and ``second`` are (name, array) pairs; the first one sets the dtype."""
+    dtype = require_float_dtype(first[1], first[0])
+    require_float_dtype(second[1], second[0], dtype)
+    geom = ConvGeometry.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    _check_dy(dy, geom)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({first[0]: first[1], second[0]: second[1], "out": out})
+    return geom, out
+
+
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
                        layout="NCHW", out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
@@ -28,18 +43,11 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     GEMM: each element of the result is written once, with no atomics, so repeated calls give
     bitwise-equal results.  ``out``: C-contiguous array of ``input_shape`` to write into.
     """
-    dy = require_array(dy, "dy")
-    w = require_array(w, "w")
-    dtype = require_float_dtype(dy, "dy")
-    require_float_dtype(w, "w", dtype)
-    geom = ConvGeometry.from_shapes(tuple(input_shape), w.shape, stride=stride, padding=padding,
-                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
-    _check_dy(dy, geom)
-    if out is not None:
-        out = require_array(out, "out")
-    same_device({"dy": dy, "w": w, "out": out})
+    dy, w = require_array(dy, "dy"), require_array(w, "w")
+    geom, out = _gradient_operands(("dy", dy), ("w", w), input_shape, w.shape, dy, out, stride,
+                                   padding, dilation, groups, layout)
     with dy.device:
-        dx = prepare_out(out, geom.input_shape, dtype)
+        dx = prepare_out(out, geom.input_shape, geom.dtype)
         run_backward_data(geom, dy, w, dx)
     return dx
 
@@ -53,18 +61,11 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
     kernel, so results are bitwise reproducible.  ``out``: C-contiguous array of ``weight_shape``.
     """
-    x = require_array(x, "x")
-    dy = require_array(dy, "dy")
-    dtype = require_float_dtype(x, "x")
-    require_float_dtype(dy, "dy", dtype)
-    geom = ConvGeometry.from_shapes(x.shape, tuple(weight_shape), stride=stride, padding=padding,
-                                    dilation=dilation, groups=groups, layout=layout, dtype=dtype)
-    _check_dy(dy, geom)
-    if out is not None:
-        out = require_array(out, "out")
-    same_device({"x": x, "dy": dy, "out": out})
+    x, dy = require_array(x, "x"), require_array(dy, "dy")
+    geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
+                                   padding, dilation, groups, layout)
     with x.device:
-        dw = prepare_out(out, geom.weight_shape, dtype)
+        dw = prepare_out(out, geom.weight_shape, geom.dtype)
         run_backward_weight(geom, x, dy, dw)
     return dw
 

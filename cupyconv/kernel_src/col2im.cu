@@ -15,19 +15,8 @@ __global__ void col2im(const T* __restrict__ col, T* __restrict__ x,
   const bool narrow = total <= 0xffffffffLL;
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
-    cc::index_t r = idx;  // decomposed in place by divmod
     int n, c, d, h, w;
-    if (channels_last) {
-      c = cc::divmod(r, C, narrow);
-      w = cc::divmod(r, W, narrow);
-      h = cc::divmod(r, H, narrow);
-      d = cc::divmod(r, D, narrow); n = (int)r;
-    } else {
-      w = cc::divmod(r, W, narrow);
-      h = cc::divmod(r, H, narrow);
-      d = cc::divmod(r, D, narrow);
-      c = cc::divmod(r, C, narrow); n = (int)r;
-    }
+    cc::split_activation(idx, C, D, H, W, channels_last, narrow, n, c, d, h, w);
     A acc = A(0);
     for (int kd = 0; kd < KD; ++kd) {
       const int pd = d + PD - kd * DD;

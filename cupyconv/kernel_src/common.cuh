@@ -56,6 +56,18 @@ __device__ __forceinline__ int divmod(index_t& r, int d, bool narrow) {
   return m;
 }
 
+// (n, c, d, h, w) of element `idx` of a contiguous (N, C, D, H, W) or (N, D, H, W, C) activation.
+__device__ __forceinline__ void split_activation(index_t idx, int C, int D, int H, int W,
+                                                 bool channels_last, bool narrow, int& n, int& c,
+                                                 int& d, int& h, int& w) {
+  if (channels_last) c = divmod(idx, C, narrow);
+  w = divmod(idx, W, narrow);
+  h = divmod(idx, H, narrow);
+  d = divmod(idx, D, narrow);
+  if (!channels_last) c = divmod(idx, C, narrow);
+  n = (int)idx;
+}
+
 // Spatial problems are padded in front to three dims (D, H, W) so one kernel serves 1-, 2- and 3-d.
 struct Dims3 {
   int d, h, w;

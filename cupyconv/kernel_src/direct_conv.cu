@@ -23,19 +23,8 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
   const bool narrow = total <= 0xffffffffLL;
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
-    cc::index_t r = idx;  // decomposed in place by divmod
     int n, k, od, oh, ow;
-    if (channels_last) {
-      k = cc::divmod(r, K, narrow);
-      ow = cc::divmod(r, OW, narrow);
-      oh = cc::divmod(r, OH, narrow);
-      od = cc::divmod(r, OD, narrow); n = (int)r;
-    } else {
-      ow = cc::divmod(r, OW, narrow);
-      oh = cc::divmod(r, OH, narrow);
-      od = cc::divmod(r, OD, narrow);
-      k = cc::divmod(r, K, narrow); n = (int)r;
-    }
+    cc::split_activation(idx, K, OD, OH, OW, channels_last, narrow, n, k, od, oh, ow);
     const T* xg = x + n * xsn + (cc::index_t)(k / kpg) * cpg * xsc;
     const T* wk = w + k * wsk;
     A acc = 0;
