@@ -1,4 +1,5 @@
-"""``python -m cupyconv demo``: convolve random data with every method, check it, time it.
+"""``python -m cupyconv demo``: convolve random data with every method (and the two gradients),
+check each result against the float64 reference and SciPy, time it.
 
 Without a GPU the demo says so and runs the GPU-free kernel compile check instead, so the command
 is useful (and honest) on any machine.
@@ -64,34 +65,44 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
 
     dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"]
-    print(f"cupyconv demo on {name}: every method vs the float64 reference and SciPy", file=out)
+    print(f"cupyconv demo on {name}: every method vs the float64 reference and SciPy "
+          f"(SciPy has no convolution gradients: '-' there)", file=out)
     header = f"{'problem':24s} {'dtype':8s} {'method':16s} {'ms':>8s} {'GFLOP/s':>9s} " \
              f"{'err(ref)':>9s} {'err(scipy)':>10s} {'tol':>8s}  verdict"
     print(header + "\n" + "-" * len(header), file=out, flush=True)
+    from .backward import conv_backward_data, conv_backward_weight
+    from .conv import conv
+
     rng = np.random.default_rng(0)
     failures = 0
     for label, xs, ws, opts, dtype in PROBLEMS:
         geom = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
         xh, wh = random_array(rng, xs, dtype), random_array(rng, ws, dtype)
+        dyh = random_array(rng, geom.output_shape, dtype)
         t0 = time.perf_counter()
         ref = reference.conv(xh, wh, **opts)
         oracle = scipy_conv(xh, wh, geom)
+        ref_dx = reference.conv_backward_data(dyh, wh, xs, **opts)
+        ref_dw = reference.conv_backward_weight(xh, dyh, ws, **opts)
         ref_s = time.perf_counter() - t0
-        x, w = cupy.asarray(xh), cupy.asarray(wh)
-        from .conv import conv
-
-        runs = {f"conv:{m}": (lambda m=m: conv(x, w, method=m, **opts)) for m in FORWARD}
-        runs["im2col+matmul"] = lambda: _im2col_matmul(x, w, geom)
-        tol = tolerance(dtype, ref)
-        for method, fn in runs.items():
+        x, w, dy = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(dyh)
+        # (method, call, float64 reference, SciPy oracle or None)
+        checks = [(f"conv:{m}", lambda m=m: conv(x, w, method=m, **opts), ref, oracle)
+                  for m in FORWARD]
+        checks += [("im2col+matmul", lambda: _im2col_matmul(x, w, geom), ref, oracle),
+                   ("backward_data", lambda: conv_backward_data(dy, w, xs, **opts), ref_dx, None),
+                   ("backward_weight", lambda: conv_backward_weight(x, dy, ws, **opts), ref_dw, None)]
+        for method, fn, expect, scipy_expect in checks:
             y = fn()
             ms = time_gpu(fn, repeat=repeat)
-            e_ref, e_sp = rel_error(y, ref), rel_error(y, oracle)
-            ok = e_ref <= tol and e_sp <= tol
+            tol = tolerance(dtype, expect)
+            e_ref = rel_error(y, expect)
+            e_sp = rel_error(y, scipy_expect) if scipy_expect is not None else None
+            ok = e_ref <= tol and (e_sp is None or e_sp <= tol)
             failures += not ok
+            sp = f"{e_sp:10.2e}" if e_sp is not None else f"{'-':>10s}"
             print(f"{label:24s} {dtype:8s} {method:16s} {ms:8.3f} {geom.flops / ms / 1e6:9.1f} "
-                  f"{e_ref:9.2e} {e_sp:10.2e} {tol:8.1e}  {'ok' if ok else 'FAILED'}", file=out,
-                  flush=True)
+                  f"{e_ref:9.2e} {sp} {tol:8.1e}  {'ok' if ok else 'FAILED'}", file=out, flush=True)
         print(f"{'':24s} (references on the CPU: {ref_s:.2f} s)", file=out)
     print(f"\n{'all results match' if not failures else f'{failures} results FAILED'} "
           f"(error = ||out - ref|| / ||ref||)", file=out)
