@@ -230,6 +230,8 @@ def main(argv=None) -> int:
         if g == 1:
             row["ms"]["im2col_matmul"] = time_gpu(lambda: im2col_matmul(x, w, geom), repeat=args.repeat)
         for m in methods:
+            if m != "auto" and not FORWARD[m].applicable(geom):
+                continue
             fn = lambda m=m: cupyconv.conv(x, w, stride=s, padding=p, dilation=d, groups=g, method=m)  # noqa: E731
             y = fn()
             if ref is not None:
@@ -239,7 +241,7 @@ def main(argv=None) -> int:
                 row["host_us_auto"] = host_overhead_us(fn)
         row["auto_choice"] = choose(geom, "auto").name
         rows.append(row)
-        ours = min(row["ms"][m] for m in methods)
+        ours = min(row["ms"][m] for m in methods if m in row["ms"])
         ratios = "  ".join(f"{peer}/ours {row['ms'][peer] / ours:5.2f}" for peer in
                            ("cudnn_fp32", "cudnn_tf32", "im2col_matmul") if peer in row["ms"])
         print(f"[{i}/{len(problems)}] {name:22s} " + "  ".join(
@@ -253,6 +255,8 @@ def main(argv=None) -> int:
           f"{'x TF32':>7s} {'x im2col':>8s} {'err':>8s}")
     for row in rows:
         for m in methods:
+            if m not in row["ms"]:
+                continue
             ms = row["ms"][m]
             rel = {p: (row["ms"][p] / ms if p in row["ms"] else math.nan)
                    for p in ("cudnn_fp32", "cudnn_tf32", "im2col_matmul")}

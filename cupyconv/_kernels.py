@@ -87,6 +87,8 @@ DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
 COL2IM = KernelModule("col2im.cu", ("col2im",))
+DEPTHWISE_FWD = KernelModule("depthwise_fwd.cu", ("depthwise_fwd_nchw", "depthwise_fwd_nhwc"))
+DEPTHWISE_TILE = (32, 8)  # (width, height) of a channels-first block's output tile: DW_TW, DW_TH
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -125,7 +127,7 @@ def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
     return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE) + tuple(
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_FWD, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
+from ._depthwise import depthwise_applicable, run_depthwise
 from ._direct import run_direct
 from ._forward_gemm import is_pointwise, pointwise_as_gemm, run_im2col_gemm, run_implicit_gemm
 from ._gemm_launch import BANDWIDTH, plan_gemm
@@ -43,6 +44,12 @@ _IM2COL_GEMM_FACTOR = 1.1
 
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
     return g.flops / _DIRECT_RATE
+
+
+def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
+    # bandwidth-bound: the halo-tiled channels-first kernel near 2.5 TB/s, channels-last lower
+    rate = 1.5e12 if g.channels_last else 2.5e12
+    return g.bytes_moved(2 if g.dtype == "float16" else 8 if g.dtype == "float64" else 4) / rate
 
 
 def _gemm_fits(g: ConvGeometry) -> bool:
@@ -81,6 +88,9 @@ FORWARD: dict[str, Algorithm] = {
                                "tiled GEMM reading x through an implicit im2col view (no buffer)"),
     "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
                              "explicit im2col buffer + one batched tiled GEMM"),
+    "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
+                           "groups == channels: halo tiles in shared memory (channels-first), "
+                           "channel-parallel taps (channels-last)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }
