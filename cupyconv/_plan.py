@@ -42,14 +42,25 @@ _IM2COL_PASSES = 6            # the im2col kernel's cost, in col-sized trips thr
 _IM2COL_GEMM_FACTOR = 1.1
 
 
+_DIRECT_BANDWIDTH = 1.7e11     # depthwise 3x3 through the direct kernel: it re-reads per tap
+_DEPTHWISE_BANDWIDTH = 4e11     # channels-first halo-tiled kernel with full 32x8 tiles (measured)
+_DEPTHWISE_NHWC_BANDWIDTH = 3e11  # channels-last kernel: not measured yet, a guess below NCHW's
+
+
+def _bytes(g: ConvGeometry) -> int:
+    return g.bytes_moved({"float16": 2, "float32": 4, "float64": 8}[g.dtype])
+
+
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
-    return g.flops / _DIRECT_RATE
+    return max(g.flops / _DIRECT_RATE, _bytes(g) / _DIRECT_BANDWIDTH)
 
 
 def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
-    # bandwidth-bound: the halo-tiled channels-first kernel near 2.5 TB/s, channels-last lower
-    rate = 1.5e12 if g.channels_last else 2.5e12
-    return g.bytes_moved(2 if g.dtype == "float16" else 8 if g.dtype == "float64" else 4) / rate
+    if g.channels_last:
+        return _bytes(g) / _DEPTHWISE_NHWC_BANDWIDTH
+    oh, ow = g.as_3d()["out_spatial"][1:]
+    fill = oh * ow / (math.ceil(oh / 8) * 8 * math.ceil(ow / 32) * 32)  # idle threads of edge tiles
+    return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
 
 
 def _gemm_fits(g: ConvGeometry) -> bool:
