@@ -19,8 +19,25 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from ._depthwise import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
 from ._gemm_launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 from ._geometry import ConvGeometry
+
+BACKWARD_METHODS = ("auto", "implicit_gemm", "depthwise")
+
+
+def backward_method(geom: ConvGeometry, method) -> str:
+    """The backward algorithm for ``method``: "auto" takes the depthwise kernels for depthwise
+    problems (bandwidth-bound; the GEMM view wastes its tiles on one channel per group) and the
+    implicit GEMM otherwise.  Raises ValueError for unknown or inapplicable methods."""
+    if not isinstance(method, str) or method not in BACKWARD_METHODS:
+        raise ValueError(f"method must be one of {BACKWARD_METHODS}, got {method!r}")
+    if method == "depthwise" and not is_depthwise(geom):
+        raise ValueError("method 'depthwise' needs groups == input channels "
+                         f"(got groups={geom.groups}, {geom.in_channels} channels)")
+    if method == "auto":
+        return "depthwise" if is_depthwise(geom) else "implicit_gemm"
+    return method
 
 
 @dataclass(frozen=True)
@@ -111,10 +128,14 @@ def phase_plan(geom: ConvGeometry) -> tuple[Phase, ...]:
     return tuple(plan)
 
 
-def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
-    """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous."""
+def run_backward_data(geom: ConvGeometry, dy, w, dx, method: str = "implicit_gemm") -> None:
+    """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous.  ``method``
+    as returned by :func:`backward_method`."""
     import cupy
 
+    if method == "depthwise":
+        run_depthwise_backward_data(geom, dy, w, dx)
+        return
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)
     w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
     phases = phase_plan(geom)
@@ -132,10 +153,14 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
         dx[ph.window] = part
 
 
-def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
-    """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous."""
+def run_backward_weight(geom: ConvGeometry, x, dy, dw, method: str = "implicit_gemm") -> None:
+    """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  ``method``
+    as returned by :func:`backward_method`."""
     import cupy
 
+    if method == "depthwise":
+        run_depthwise_backward_weight(geom, x, dy, dw)
+        return
     if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
         geom_l = replace(geom, layout="NHWC")
         dw_l = cupy.empty(geom_l.weight_shape, dtype=geom.dtype)

@@ -1,69 +1,203 @@
-"""Depthwise forward convolution (groups == input channels): launcher and applicability."""
+"""Depthwise convolution (groups == input channels): forward, backward-data, backward-weight.
+
+Launchers for ``kernel_src/depthwise.cu``.  Channels-first problems run on the tile kernels when
+their window fits in shared memory, everything else on the gather kernels (one thread per output
+element, coalesced across channels for channels-last).  Shapes, strides, paddings and dilations
+are runtime arguments: one binary per (dtype, kernel family) serves every problem.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 from . import jit
+from ._gemm_launch import OutMap, _reduce
 from ._geometry import ConvGeometry
-from ._kernels import DEPTHWISE_FWD, DEPTHWISE_TILE
-from ._launch import element_strides, int64s, ints, launch_grid
+from ._kernels import DEPTHWISE, DEPTHWISE_WGRAD
+from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
 
-SMEM_LIMIT = 48 * 1024  # static-launch limit: larger halo tiles fall back to other methods
+SMEM_LIMIT = 48 * 1024  # static-launch shared-memory limit
 GRID_Y_MAX = 65535
+THREADS = 256
+DW_ROWS = 8    # kernel's DW_ROWS: most output rows per thread
+DW_TAPS = 16   # kernel's DW_TAPS: taps per backward-weight pass
+_TARGET_BLOCKS = 4 * 132  # backward-weight: enough blocks to fill an H100/H200 a few times over
 
 
 def is_depthwise(geom: ConvGeometry) -> bool:
     return geom.groups > 1 and geom.groups == geom.in_channels
 
 
-def _tile_bytes(geom: ConvGeometry) -> int:
-    """Shared memory of one channels-first block: its output tile plus halo, one depth slice."""
+def _acc_bytes(dtype: str) -> int:
+    return 8 if dtype == "float64" else 4
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Block shape of a channels-first tile kernel: BX x BY x BZ threads; per plane a BX-wide,
+    BY * vr-tall destination tile; the staged window is at most rows_max x pitch per plane."""
+
+    bx: int
+    by: int
+    bz: int
+    vr: int
+    tiles_h: int
+    tiles_w: int
+    rows_max: int
+    pitch: int
+    smem: int
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_h * self.tiles_w
+
+
+def _window(span: int, k: int, s: int, d: int, transposed: bool) -> int:
+    """Most source rows a destination span of ``span`` rows reads (see tile_extent in the kernel)."""
+    if transposed:
+        return (span - 1 + (k - 1) * d) // s + 2
+    return (span - 1) * s + (k - 1) * d + 1
+
+
+def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=False,
+            extra_per_thread=0) -> Tiling | None:
+    """Tile shape for a (dst_h x dst_w) destination plane, or None if no block fits in shared
+    memory.  Width: at most 32 threads, splitting W evenly (no mostly-idle edge tiles); height: up to
+    DW_ROWS rows per thread; small planes put several planes (BZ) in one block."""
+    bx = math.ceil(dst_w / math.ceil(dst_w / 32))
+    by_max = THREADS // bx
+    rows_per_tile = math.ceil(dst_h / math.ceil(dst_h / (by_max * DW_ROWS)))
+    by = math.ceil(rows_per_tile / min(DW_ROWS, rows_per_tile))
+    vr = math.ceil(rows_per_tile / by)
+    rows_max = _window(by * vr, kh, sh, dh, transposed)
+    pitch = _window(bx, kw, sw, dw_, transposed)
+    per_plane = rows_max * pitch * _acc_bytes(dtype)
+    bz = max(1, min(THREADS // (bx * by), planes, SMEM_LIMIT // max(per_plane, 1)))
+    smem = bz * per_plane + bx * by * bz * extra_per_thread
+    if smem > SMEM_LIMIT:
+        return None
+    return Tiling(bx, by, bz, vr, math.ceil(dst_h / (by * vr)), math.ceil(dst_w / bx), rows_max,
+                  pitch, smem)
+
+
+@lru_cache(maxsize=1024)
+def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
+    """Tiling of the forward (or, ``transposed``, backward-data) tile kernel; None: use gather."""
+    if geom.channels_last:
+        return None
     g3 = geom.as_3d()
-    tw, th = DEPTHWISE_TILE
-    _, kh, kw = g3["kernel"]
-    _, sh, sw = g3["stride"]
-    _, dh, dw = g3["dilation"]
-    rows, cols = (th - 1) * sh + (kh - 1) * dh + 1, (tw - 1) * sw + (kw - 1) * dw + 1
-    return rows * cols * (8 if geom.dtype == "float64" else 4)
-
-
-def _tiles(geom: ConvGeometry) -> tuple[int, int]:
-    oh, ow = geom.as_3d()["out_spatial"][1:]
-    return math.ceil(oh / DEPTHWISE_TILE[1]), math.ceil(ow / DEPTHWISE_TILE[0])
+    dst = g3["spatial"] if transposed else g3["out_spatial"]
+    chans = geom.in_channels if transposed else geom.out_channels
+    planes = geom.batch * chans * dst[0]
+    t = _tiling(dst[1], dst[2], planes, *g3["kernel"][1:], *g3["stride"][1:], *g3["dilation"][1:],
+                geom.dtype, transposed)
+    if t is None or t.tiles > GRID_Y_MAX or planes >= 2 ** 31:
+        return None
+    return t
 
 
 def depthwise_applicable(geom: ConvGeometry) -> bool:
-    if not is_depthwise(geom):
-        return False
-    if geom.channels_last:
-        return True
-    th, tw = _tiles(geom)
-    planes = geom.batch * geom.out_channels * geom.as_3d()["out_spatial"][0]
-    return _tile_bytes(geom) <= SMEM_LIMIT and th * tw <= GRID_Y_MAX and planes < 2 ** 31
+    """The depthwise kernels run every depthwise problem (the gather kernels have no limits)."""
+    return is_depthwise(geom)
+
+
+def _common_args(geom: ConvGeometry, x_like) -> list:
+    return spatial_args(geom) + int64s(element_strides(x_like, geom.channels_last))
+
+
+def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
+    import cupy
+
+    w = cupy.ascontiguousarray(w)  # (K, taps) in memory for both layouts (one channel per group)
+    mult = geom.out_channels // geom.in_channels
+    chans = geom.in_channels if transposed else geom.out_channels
+    b = bias if bias is not None else dst
+    head = (src, w, b, dst, *ints((bias is not None,)))
+    tail = _common_args(geom, src)
+    t = tile_plan(geom, transposed)
+    variant = (int(transposed),)
+    with dst.device:
+        if t is None:
+            fn = jit.get_function(DEPTHWISE, "depthwise_gather", geom.dtype, variant)
+            grid, block = launch_grid(dst.size)
+            fn(grid, block, head + (*ints((geom.channels_last, geom.batch, chans, mult)), *tail))
+            return
+        dst_depth = geom.as_3d()["spatial" if transposed else "out_spatial"][0]
+        planes = geom.batch * chans * dst_depth
+        fn = jit.get_function(DEPTHWISE, "depthwise_tile", geom.dtype, variant)
+        fn((math.ceil(planes / t.bz), t.tiles), (t.bx, t.by, t.bz),
+           head + (*ints((chans, mult, planes)), *tail,
+                   *ints((t.vr, t.tiles_w, t.rows_max, t.pitch))), shared_mem=t.smem)
 
 
 def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
     """y = depthwise conv(x, w) + bias; y C-contiguous."""
+    _run_tile_or_gather(geom, x, w, bias, y, transposed=False)
+
+
+def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
+    """dx = gradient of the depthwise conv with respect to its input; dx C-contiguous.  Each dx
+    element gathers from every (channel multiple, tap) that reads it, in a fixed order."""
+    _run_tile_or_gather(geom, dy, w, None, dx, transposed=True)
+
+
+@lru_cache(maxsize=1024)
+def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
+    """(tiling or None for the gather kernel, chunks, planes or pixels per chunk)."""
+    g3 = geom.as_3d()
+    k = geom.out_channels
+    od, oh, ow = g3["out_spatial"]
+    kd, kh, kw = g3["kernel"]
+    t = None
+    if not geom.channels_last and kw <= DW_TAPS:
+        planes = geom.batch * od
+        per_pass = min(kh, max(1, DW_TAPS // kw))
+        t = _tiling(oh, ow, planes, per_pass, kw, *g3["stride"][1:], *g3["dilation"][1:],
+                    geom.dtype, extra_per_thread=_acc_bytes(geom.dtype))
+        if t is not None:
+            chunks = max(1, min(planes, math.ceil(_TARGET_BLOCKS / k)))
+            per_chunk = math.ceil(planes / chunks)
+            chunks = math.ceil(planes / per_chunk)
+            if chunks <= GRID_Y_MAX:
+                # no more planes per block than a chunk holds; shared memory shrinks with them
+                bz = min(t.bz, per_chunk)
+                t = Tiling(t.bx, t.by, bz, t.vr, t.tiles_h, t.tiles_w, t.rows_max, t.pitch,
+                           bz * t.rows_max * t.pitch * _acc_bytes(geom.dtype)
+                           + t.bx * t.by * bz * _acc_bytes(geom.dtype))
+                return t, chunks, per_chunk
+    pixels = geom.batch * od * oh * ow
+    threads_wanted = 64 * 1024
+    chunks = max(1, min(pixels, math.ceil(threads_wanted / k)))
+    per_chunk = math.ceil(pixels / chunks)
+    return None, math.ceil(pixels / per_chunk), per_chunk
+
+
+def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
+    """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
+    sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
     import cupy
 
-    g3 = geom.as_3d()
-    w = cupy.ascontiguousarray(w)  # (K, taps) in memory for both layouts (one channel per group)
-    spatial = ints(g3["spatial"] + g3["out_spatial"] + g3["kernel"] + g3["stride"]
-                   + g3["dilation"] + g3["pad_lo"])
-    xs = int64s(element_strides(x, geom.channels_last))
-    mult = geom.out_channels // geom.in_channels
-    b = bias if bias is not None else y
-    with y.device:
-        if geom.channels_last:
-            fn = jit.get_function(DEPTHWISE_FWD, "depthwise_fwd_nhwc", geom.dtype)
-            grid, block = launch_grid(y.size)
-            fn(grid, block, (x, w, b, y, *ints((bias is not None, geom.batch, geom.out_channels,
-                                                 mult)), *spatial, *xs))
-            return
-        fn = jit.get_function(DEPTHWISE_FWD, "depthwise_fwd_nchw", geom.dtype)
-        th, tw = _tiles(geom)
-        planes = geom.batch * geom.out_channels * g3["out_spatial"][0]
-        fn((planes, th * tw), (DEPTHWISE_TILE[0] * DEPTHWISE_TILE[1],),
-           (x, w, b, y, *ints((bias is not None, geom.out_channels, mult)), *spatial, *xs,
-            *ints((tw,))), shared_mem=_tile_bytes(geom))
+    t, chunks, per_chunk = wgrad_plan(geom)
+    k, taps = geom.out_channels, math.prod(geom.kernel)
+    mult = k // geom.in_channels
+    acc = "float64" if geom.dtype == "float64" else "float32"
+    with dw.device:
+        partial = cupy.empty(chunks * k * taps, dtype=acc)
+        if t is not None:
+            dy = cupy.ascontiguousarray(dy)
+            fn = jit.get_function(DEPTHWISE_WGRAD, "depthwise_wgrad_tile", geom.dtype)
+            planes = geom.batch * geom.as_3d()["out_spatial"][0]
+            fn((k, chunks), (t.bx, t.by, t.bz),
+               (x, dy, partial, *ints((k, mult, planes, per_chunk)), *_common_args(geom, x),
+                *ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch))), shared_mem=t.smem)
+        else:
+            fn = jit.get_function(DEPTHWISE_WGRAD, "depthwise_wgrad_gather", geom.dtype)
+            grid, block = launch_grid(chunks * k)
+            fn(grid, block, (x, dy, partial, *ints((chunks, per_chunk, geom.batch, k, mult)),
+                             *_common_args(geom, x),
+                             *int64s(element_strides(dy, geom.channels_last))))
+        # Sum the chunks in order into dw viewed as a (K, taps) matrix.
+        _reduce(geom.dtype, partial, dw, None, chunks, 1, k, taps, 1, 0, 0, 0,
+                OutMap(1, taps, 0, 1))

@@ -87,8 +87,14 @@ DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
 COL2IM = KernelModule("col2im.cu", ("col2im",))
-DEPTHWISE_FWD = KernelModule("depthwise_fwd.cu", ("depthwise_fwd_nchw", "depthwise_fwd_nhwc"))
-DEPTHWISE_TILE = (32, 8)  # (width, height) of a channels-first block's output tile: DW_TW, DW_TH
+# Depthwise forward (variant 0) and backward-data (variant 1, the transposed mapping); the
+# backward-weight kernels come from the same file.
+DEPTHWISE = KernelModule("depthwise.cu", ("depthwise_tile", "depthwise_gather"), variants=((0,), (1,)))
+DEPTHWISE_WGRAD = KernelModule("depthwise.cu", ("depthwise_wgrad_tile", "depthwise_wgrad_gather"))
+# Fused depthwise -> pointwise: one instantiation per pointwise outputs per thread (KT; a block
+# computes 8 * KT outputs), so small pointwise layers do not pay for idle accumulators.
+SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
+SEPARABLE = KernelModule("separable.cu", ("separable_fused",), variants=tuple((k,) for k in SEPARABLE_KT))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -127,7 +133,8 @@ def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
     return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_FWD, SPLITK_REDUCE) + tuple(
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE, DEPTHWISE_WGRAD,
+                                    SEPARABLE, SPLITK_REDUCE) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(

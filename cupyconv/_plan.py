@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
-from ._depthwise import depthwise_applicable, run_depthwise
+from ._depthwise import depthwise_applicable, run_depthwise, tile_plan
 from ._direct import run_direct
 from ._forward_gemm import is_pointwise, pointwise_as_gemm, run_im2col_gemm, run_implicit_gemm
 from ._gemm_launch import BANDWIDTH, plan_gemm
@@ -43,8 +43,8 @@ _IM2COL_GEMM_FACTOR = 1.1
 
 
 _DIRECT_BANDWIDTH = 1.7e11     # depthwise 3x3 through the direct kernel: it re-reads per tap
-_DEPTHWISE_BANDWIDTH = 4e11     # channels-first halo-tiled kernel with full 32x8 tiles (measured)
-_DEPTHWISE_NHWC_BANDWIDTH = 3e11  # channels-last kernel: not measured yet, a guess below NCHW's
+_DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles (benchmarks/NOTES.md)
+_DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
 
 
 def _bytes(g: ConvGeometry) -> int:
@@ -56,10 +56,11 @@ def _direct_cost(g: ConvGeometry, device_id: int) -> float:
 
 
 def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
-    if g.channels_last:
-        return _bytes(g) / _DEPTHWISE_NHWC_BANDWIDTH
+    t = tile_plan(g, False)
+    if t is None:
+        return _bytes(g) / _DEPTHWISE_GATHER_BANDWIDTH
     oh, ow = g.as_3d()["out_spatial"][1:]
-    fill = oh * ow / (math.ceil(oh / 8) * 8 * math.ceil(ow / 32) * 32)  # idle threads of edge tiles
+    fill = oh * ow / (t.tiles_h * t.by * t.vr * t.tiles_w * t.bx)  # idle threads of edge tiles
     return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
 
 
@@ -100,8 +101,8 @@ FORWARD: dict[str, Algorithm] = {
     "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
                              "explicit im2col buffer + one batched tiled GEMM"),
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
-                           "groups == channels: halo tiles in shared memory (channels-first), "
-                           "channel-parallel taps (channels-last)"),
+                           "groups == channels: halo windows in shared memory (channels-first), "
+                           "channel-parallel gather (channels-last)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }

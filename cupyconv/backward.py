@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ._arrays import check_bias, prepare_out, require_array, require_float_dtype, same_device
-from ._backward import run_backward_data, run_backward_weight
+from ._backward import backward_method, run_backward_data, run_backward_weight
 from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
@@ -34,32 +34,37 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
 
 
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                       layout="NCHW", out=None):
+                       layout="NCHW", method="auto", out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
 
     ``dy`` has the forward output's shape, ``w`` the forward weight's, ``input_shape`` is the shape
     of ``x``; the options are those of the forward call (every padding form, groups, dilation,
     both layouts, 1-3 spatial dims; float16/32/64).  Computed per stride phase on the implicit
     GEMM: each element of the result is written once, with no atomics, so repeated calls give
-    bitwise-equal results.  ``out``: C-contiguous array of ``input_shape`` to write into.
+    bitwise-equal results.  Depthwise problems (groups == channels) run on the depthwise kernels
+    (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
+    ``input_shape`` to write into.
     """
     dy, w = require_array(dy, "dy"), require_array(w, "w")
     geom, out = _gradient_operands(("dy", dy), ("w", w), input_shape, w.shape, dy, out, stride,
                                    padding, dilation, groups, layout)
+    method = backward_method(geom, method)
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype)
-        run_backward_data(geom, dy, w, dx)
+        run_backward_data(geom, dy, w, dx, method)
     return dx
 
 
 def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                         layout="NCHW", out=None):
+                         layout="NCHW", method="auto", out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its weight ``w``.
 
     ``x`` is the forward input, ``dy`` has the forward output's shape, ``weight_shape`` is the
     shape of ``w``; options as in the forward call.  A GEMM over k = N * output pixels, split into
     parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
-    kernel, so results are bitwise reproducible.  ``out``: C-contiguous array of ``weight_shape``.
+    kernel, so results are bitwise reproducible.  Depthwise problems run on the depthwise kernels
+    (per-chunk partial sums, reduced in a fixed order; ``method``: "auto", "implicit_gemm" or
+    "depthwise").  ``out``: C-contiguous array of ``weight_shape``.
     """
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
@@ -71,7 +76,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
 
 
 def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
-                   layout="NCHW", out=None):
+                   layout="NCHW", method="auto", out=None):
     """Transposed convolution (PyTorch's ``conv_transpose{1,2,3}d`` semantics), N-d.
 
     ``x``: ``(N, C_in, *spatial)`` (NCHW) or ``(N, *spatial, C_in)`` (NHWC).  ``w``:
@@ -79,7 +84,8 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     ``padding``: int, per-dim ints or per-dim ``(lo, hi)`` pairs (removed from each side of the
     full output).  ``output_padding``: extra size at the end of each dim, smaller than the stride
     or the dilation.  Output size per dim: ``(in - 1) * stride - lo - hi + dilation * (k - 1) +
-    output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution.
+    output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution
+    (``method`` as in :func:`conv_backward_data`).
     """
     import cupy
 
@@ -121,6 +127,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     if out is not None:
         out = require_array(out, "out")
     same_device({"x": x, "w": w, "bias": bias, "out": out})
+    method = backward_method(geom, method)
     with x.device:
         dy = x
         if geom.out_spatial != tuple(spatial):
@@ -129,7 +136,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
             grow = [(0, o - s) for o, s in zip(geom.out_spatial, spatial)]
             dy = cupy.pad(x, [(0, 0)] + grow + [(0, 0)] if cl else [(0, 0), (0, 0)] + grow)
         y = prepare_out(out, geom.input_shape, dtype)
-        run_backward_data(geom, dy, w, y)
+        run_backward_data(geom, dy, w, y, method)
         if bias is not None:
             y += bias if cl else bias.reshape((-1,) + (1,) * nsp)
     return y

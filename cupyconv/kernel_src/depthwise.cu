@@ -1,0 +1,345 @@
+// Depthwise convolution (groups == C, K = mult * C): forward, backward-data and backward-weight.
+// These are bandwidth-bound, so the kernels are built around bytes, not FLOPs.
+//
+// Forward and backward-data are one "tile" kernel: backward-data of a depthwise conv is a
+// transposed depthwise conv (each input pixel gathers from the outputs whose taps reach it), so
+// the two differ only in how a destination coordinate maps to a source coordinate (src_coord) and
+// where a tile's source window starts (tile_origin).
+//
+// Channels-first tile kernel: a block holds BZ destination planes; per plane a BX x (BY * vr)
+// output tile, each thread owning one column and vr rows (interleaved by BY, so every row of the
+// tile is one coalesced store).  The tile's source window (with halo) is staged in shared memory
+// once per (source plane, depth tap): every source element is read from global memory about once.
+// Gather kernel (channels-last, and the fallback for tiles that do not fit shared memory):
+// neighbouring threads own neighbouring channels, so each tap is one coalesced read.
+// Backward-weight: per-block partial sums over a fixed set of planes, reduced in a fixed order by
+// the split-K reduce kernel: bitwise reproducible, no atomics.
+#include "common.cuh"
+
+#define DW_ROWS 8   // most rows per thread in the tile kernels (register accumulators)
+#define DW_TAPS 16  // taps per pass of the backward-weight kernels (register accumulators)
+
+namespace dw {
+
+// Source coordinate of destination coordinate o through tap t along one dim, or -1 if none.
+// Forward: the input pixel read by tap t of output o.  Transposed (backward-data): the output
+// pixel whose tap t reads input o, when the stride divides.
+template <bool TRANSPOSED>
+__device__ __forceinline__ int src_coord(int o, int t, int S, int Dl, int P, int n) {
+  if (!TRANSPOSED) {
+    const int i = o * S - P + t * Dl;
+    return (unsigned)i < (unsigned)n ? i : -1;
+  }
+  const int q = o + P - t * Dl;
+  if (q < 0) return -1;
+  const int i = q / S;
+  return (i * S == q && i < n) ? i : -1;
+}
+
+// First source coordinate of the window of a destination tile that starts at o0 (may lie outside
+// the source: those rows are staged as zeros).  Host and device agree on the window's extent.
+template <bool TRANSPOSED>
+__device__ __forceinline__ int tile_origin(int o0, int S, int Dl, int P, int K) {
+  if (!TRANSPOSED) return o0 * S - P;
+  const int q = o0 + P - (K - 1) * Dl;  // ceil(q / S) for either sign of q
+  return q >= 0 ? (q + S - 1) / S : -((-q) / S);
+}
+
+template <bool TRANSPOSED>
+__device__ __forceinline__ int tile_extent(int o0, int span, int S, int Dl, int P, int K, int first) {
+  if (!TRANSPOSED) return (span - 1) * S + (K - 1) * Dl + 1;
+  return (o0 + span - 1 + P) / S - first + 1;
+}
+
+// Position in the staged window of the source read by tap t of destination o (tile starts at o0,
+// window at `first`), or -1.
+template <bool TRANSPOSED>
+__device__ __forceinline__ int tile_coord(int o, int o0, int t, int S, int Dl, int P, int first) {
+  if (!TRANSPOSED) return (o - o0) * S + t * Dl;
+  const int q = o + P - t * Dl - first * S;
+  if (q < 0) return -1;
+  const int i = q / S;
+  return i * S == q ? i : -1;
+}
+
+// Stage rows x cols of one source plane (origin r0, c0; zeros outside H x W) into `tile` (row
+// pitch `pitch`), with the plane's BX x BY threads striding over it: coalesced along W.
+template <typename A, typename T>
+__device__ __forceinline__ void stage(A* tile, const T* __restrict__ plane, int r0, int c0, int rows,
+                                      int cols, int pitch, int H, int W, cc::index_t sh,
+                                      cc::index_t sw) {
+  for (int r = threadIdx.y; r < rows; r += blockDim.y) {
+    const int ih = r0 + r;
+    const bool row_in = (unsigned)ih < (unsigned)H;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      const int iw = c0 + c;
+      tile[r * pitch + c] = (row_in && (unsigned)iw < (unsigned)W)
+                                ? cc::load_as<A>(plane[ih * sh + iw * sw]) : A(0);
+    }
+  }
+}
+
+// Sum of v over the block, in a fixed order (deterministic); valid in thread 0.  `red` holds one
+// value per thread; the caller's following barrier protects its reuse.
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* red) {
+  const int nt = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  __syncthreads();
+  red[tid] = v;
+  __syncthreads();
+  int half = 1;
+  while (half * 2 < nt) half *= 2;
+  for (; half > 0; half >>= 1) {
+    if (tid < half && tid + half < nt) red[tid] += red[tid + half];
+    __syncthreads();
+  }
+  return red[0];
+}
+
+}  // namespace dw
+
+// Channels-first tile kernel.  dst: contiguous (N, Cd, OD, OH, OW).  Forward: src = x with Cd / mult
+// channels, dst channel k reads source channel k / mult with filter k.  Transposed: src = dy with
+// Cd * mult channels, dst channel c sums source channels c * mult + m with filters c * mult + m.
+// (SD, SH, SW, ...) are the forward convolution's stride, dilation and leading pad throughout.
+// Grid: x = ceil(planes / BZ), y = tiles_h * tiles_w.  Shared memory: BZ * rows_max * pitch.
+template <typename T, int TRANSPOSED>
+__global__ void __launch_bounds__(256)
+depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
+               T* __restrict__ dst, int has_bias, int Cd, int mult, int planes,
+               int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW,
+               int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
+               cc::index_t ssn, cc::index_t ssc, cc::index_t ssd, cc::index_t ssh,
+               cc::index_t ssw, int vr, int tiles_w, int rows_max, int pitch) {
+  typedef typename cc::acc_type<T>::type A;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int p = blockIdx.x * blockDim.z + threadIdx.z;
+  A* tile = reinterpret_cast<A*>(smem_raw) + threadIdx.z * rows_max * pitch;
+  const bool live = p < planes;
+  // Source and destination extents: the forward pass reads x (I*) and writes y (O*); the
+  // transposed one reads dy (O*) and writes dx (I*).
+  const int SHs = TRANSPOSED ? OH : IH, SWs = TRANSPOSED ? OW : IW, SDs = TRANSPOSED ? OD : ID;
+  const int DHd = TRANSPOSED ? IH : OH, DWd = TRANSPOSED ? IW : OW, DDd = TRANSPOSED ? ID : OD;
+  const int od = live ? p % DDd : 0, c = live ? (p / DDd) % Cd : 0, n = live ? p / (DDd * Cd) : 0;
+  const int TH = blockDim.y * vr;
+  const int oh0 = (blockIdx.y / tiles_w) * TH, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
+  const int ow = ow0 + threadIdx.x;
+  const int r0 = dw::tile_origin<TRANSPOSED>(oh0, SH, DH, PH, KH);
+  const int c0 = dw::tile_origin<TRANSPOSED>(ow0, SW, DW, PW, KW);
+  const int rows = dw::tile_extent<TRANSPOSED>(oh0, TH, SH, DH, PH, KH, r0);
+  const int cols = dw::tile_extent<TRANSPOSED>(ow0, blockDim.x, SW, DW, PW, KW, c0);
+  const int taps = KD * KH * KW;
+  const int M = TRANSPOSED ? mult : 1;
+  A acc[DW_ROWS];
+#pragma unroll
+  for (int j = 0; j < DW_ROWS; ++j) acc[j] = A(0);
+  for (int m = 0; m < M; ++m) {
+    const int sc = TRANSPOSED ? c * mult + m : c / mult;  // source channel
+    const int fc = TRANSPOSED ? c * mult + m : c;         // filter
+    const T* plane = src + n * ssn + sc * ssc;
+    for (int kd = 0; kd < KD; ++kd) {
+      const int sd = live ? dw::src_coord<TRANSPOSED>(od, kd, SD, DD, PD, SDs) : -1;
+      __syncthreads();  // the previous window is consumed
+      if (sd >= 0) dw::stage(tile, plane + sd * ssd, r0, c0, rows, cols, pitch, SHs, SWs, ssh, ssw);
+      __syncthreads();
+      if (sd < 0) continue;
+      const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int tc = dw::tile_coord<TRANSPOSED>(ow, ow0, kw, SW, DW, PW, c0);
+        if (tc < 0) continue;
+        const A* col = tile + tc;
+        for (int kh = 0; kh < KH; ++kh) {
+          const A wv = cc::load_as<A>(wt[kh * KW + kw]);
+#pragma unroll
+          for (int j = 0; j < DW_ROWS; ++j) {
+            if (j < vr) {
+              const int oh = oh0 + threadIdx.y + j * blockDim.y;
+              const int tr = dw::tile_coord<TRANSPOSED>(oh, oh0, kh, SH, DH, PH, r0);
+              if (tr >= 0) acc[j] += col[tr * pitch] * wv;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!live || ow >= DWd) return;
+  const A b = (!TRANSPOSED && has_bias) ? cc::load_as<A>(bias[c]) : A(0);
+  T* out = dst + (cc::index_t)p * DHd * DWd + ow;
+#pragma unroll
+  for (int j = 0; j < DW_ROWS; ++j) {
+    const int oh = oh0 + threadIdx.y + j * blockDim.y;
+    if (j < vr && oh < DHd) out[(cc::index_t)oh * DWd] = cc::store_as<T>(acc[j] + b);
+  }
+}
+
+// Gather kernel, either layout: one thread per destination element, contiguous dst (N, Cd, OD, OH,
+// OW) or (N, OD, OH, OW, Cd).  Same channel and coordinate mapping as depthwise_tile.
+template <typename T, int TRANSPOSED>
+__global__ void depthwise_gather(const T* __restrict__ src, const T* __restrict__ w,
+                                 const T* __restrict__ bias, T* __restrict__ dst, int has_bias,
+                                 int channels_last, int N, int Cd, int mult,
+                                 int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH,
+                                 int KW, int SD, int SH, int SW, int DD, int DH, int DW, int PD,
+                                 int PH, int PW, cc::index_t ssn, cc::index_t ssc, cc::index_t ssd,
+                                 cc::index_t ssh, cc::index_t ssw) {
+  typedef typename cc::acc_type<T>::type A;
+  const int SDs = TRANSPOSED ? OD : ID, SHs = TRANSPOSED ? OH : IH, SWs = TRANSPOSED ? OW : IW;
+  const int DDd = TRANSPOSED ? ID : OD, DHd = TRANSPOSED ? IH : OH, DWd = TRANSPOSED ? IW : OW;
+  const cc::index_t total = (cc::index_t)N * Cd * DDd * DHd * DWd;
+  const bool narrow = total <= 0xffffffffLL;
+  const int taps = KD * KH * KW, M = TRANSPOSED ? mult : 1;
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x) {
+    int n, c, od, oh, ow;
+    cc::split_activation(idx, Cd, DDd, DHd, DWd, channels_last != 0, narrow, n, c, od, oh, ow);
+    A acc = (!TRANSPOSED && has_bias) ? cc::load_as<A>(bias[c]) : A(0);
+    for (int m = 0; m < M; ++m) {
+      const int sc = TRANSPOSED ? c * mult + m : c / mult, fc = TRANSPOSED ? c * mult + m : c;
+      const T* plane = src + n * ssn + sc * ssc;
+      const T* wk = w + (cc::index_t)fc * taps;
+      for (int kd = 0; kd < KD; ++kd) {
+        const int sd = dw::src_coord<TRANSPOSED>(od, kd, SD, DD, PD, SDs);
+        if (sd < 0) continue;
+        for (int kh = 0; kh < KH; ++kh) {
+          const int sh = dw::src_coord<TRANSPOSED>(oh, kh, SH, DH, PH, SHs);
+          if (sh < 0) continue;
+          for (int kw = 0; kw < KW; ++kw) {
+            const int sw = dw::src_coord<TRANSPOSED>(ow, kw, SW, DW, PW, SWs);
+            if (sw < 0) continue;
+            acc += cc::load_as<A>(plane[sd * ssd + sh * ssh + sw * ssw]) *
+                   cc::load_as<A>(wk[(kd * KH + kh) * KW + kw]);
+          }
+        }
+      }
+    }
+    dst[idx] = cc::store_as<T>(acc);
+  }
+}
+
+// Backward-weight, channels-first tiles: block (k, chunk) sums dy * x over the planes (n, od) of
+// its chunk, every spatial tile, for DW_TAPS taps at a time (one depth tap, whole kernel rows);
+// the block total goes to partial[(chunk * K + k) * taps + tap] (the split-K workspace layout).
+// x is read through strides; dy is contiguous (N, K, OD, OH, OW).  Grid: (K, chunks).
+template <typename T>
+__global__ void __launch_bounds__(256)
+depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
+                     typename cc::acc_type<T>::type* __restrict__ partial, int K, int mult,
+                     int planes, int planes_per_chunk,
+                     int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW,
+                     int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
+                     cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh,
+                     cc::index_t xsw, int vr, int tiles_w, int tiles, int rows_max, int pitch) {
+  typedef typename cc::acc_type<T>::type A;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int k = blockIdx.x, chunk = blockIdx.y;
+  const int nthreads = blockDim.x * blockDim.y * blockDim.z;
+  A* red = reinterpret_cast<A*>(smem_raw);
+  A* tile = red + nthreads + threadIdx.z * rows_max * pitch;
+  const int q_begin = chunk * planes_per_chunk;
+  const int q_end = min(planes, q_begin + planes_per_chunk);
+  const int TH = blockDim.y * vr, taps = KD * KH * KW;
+  const int rows_per_pass = max(1, DW_TAPS / KW);
+  const T* xk = x + (cc::index_t)(k / mult) * xsc;
+  for (int kd = 0; kd < KD; ++kd) {
+    for (int kh0 = 0; kh0 < KH; kh0 += rows_per_pass) {
+      const int nkh = min(rows_per_pass, KH - kh0), nt = nkh * KW;
+      int off[DW_TAPS];  // window offset of each tap of this pass
+#pragma unroll
+      for (int t = 0; t < DW_TAPS; ++t) off[t] = t < nt ? (t / KW) * DH * pitch + (t % KW) * DW : 0;
+      A acc[DW_TAPS];
+#pragma unroll
+      for (int t = 0; t < DW_TAPS; ++t) acc[t] = A(0);
+      for (int qb = q_begin; qb < q_end; qb += blockDim.z) {
+        const int q = qb + threadIdx.z;
+        const bool live = q < q_end;
+        const int od = live ? q % OD : 0, n = live ? q / OD : 0;
+        const int id = live ? dw::src_coord<false>(od, kd, SD, DD, PD, ID) : -1;
+        const T* dyp = dy + ((cc::index_t)n * K + k) * OD * OH * OW + (cc::index_t)od * OH * OW;
+        for (int tile_i = 0; tile_i < tiles; ++tile_i) {
+          const int oh0 = (tile_i / tiles_w) * TH, ow0 = (tile_i % tiles_w) * blockDim.x;
+          const int r0 = oh0 * SH - PH + kh0 * DH, c0 = ow0 * SW - PW;
+          const int rows = (TH - 1) * SH + (nkh - 1) * DH + 1;
+          const int cols = (blockDim.x - 1) * SW + (KW - 1) * DW + 1;
+          __syncthreads();
+          if (id >= 0)
+            dw::stage(tile, xk + n * xsn + id * xsd, r0, c0, rows, cols, pitch, IH, IW, xsh, xsw);
+          __syncthreads();
+          const int ow = ow0 + threadIdx.x;
+          if (id < 0 || ow >= OW) continue;
+#pragma unroll
+          for (int j = 0; j < DW_ROWS; ++j) {
+            const int r = threadIdx.y + j * blockDim.y, oh = oh0 + r;
+            if (j < vr && oh < OH) {
+              const A g = cc::load_as<A>(dyp[oh * OW + ow]);
+              const A* win = tile + r * SH * pitch + threadIdx.x * SW;
+#pragma unroll
+              for (int t = 0; t < DW_TAPS; ++t)
+                if (t < nt) acc[t] += g * win[off[t]];
+            }
+          }
+        }
+      }
+      for (int t = 0; t < nt; ++t) {
+        const A s = dw::block_sum(acc[t], red);
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+          partial[((cc::index_t)chunk * K + k) * taps + (kd * KH + kh0) * KW + t] = s;
+      }
+    }
+  }
+}
+
+// Backward-weight, gather form (channels-last, or windows too large for shared memory): thread
+// (chunk, k) sums dy * x over the pixels of its chunk, DW_TAPS taps per pass; neighbouring threads
+// own neighbouring channels (coalesced for channels-last).  dy and x are read through strides.
+template <typename T>
+__global__ void depthwise_wgrad_gather(const T* __restrict__ x, const T* __restrict__ dy,
+                                       typename cc::acc_type<T>::type* __restrict__ partial,
+                                       int chunks, int pixels_per_chunk, int N, int K, int mult,
+                                       int ID, int IH, int IW, int OD, int OH, int OW, int KD,
+                                       int KH, int KW, int SD, int SH, int SW, int DD, int DH,
+                                       int DW, int PD, int PH, int PW,
+                                       cc::index_t xsn, cc::index_t xsc, cc::index_t xsd,
+                                       cc::index_t xsh, cc::index_t xsw, cc::index_t gsn,
+                                       cc::index_t gsc, cc::index_t gsd, cc::index_t gsh,
+                                       cc::index_t gsw) {
+  typedef typename cc::acc_type<T>::type A;
+  const cc::index_t pixels = (cc::index_t)N * OD * OH * OW;
+  const int taps = KD * KH * KW;
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+       idx < (cc::index_t)chunks * K; idx += (cc::index_t)blockDim.x * gridDim.x) {
+    const int k = (int)(idx % K), chunk = (int)(idx / K);
+    const cc::index_t p_begin = (cc::index_t)chunk * pixels_per_chunk;
+    const cc::index_t p_end = min(pixels, p_begin + pixels_per_chunk);
+    const T* xk = x + (cc::index_t)(k / mult) * xsc;
+    const T* gk = dy + (cc::index_t)k * gsc;
+    for (int t0 = 0; t0 < taps; t0 += DW_TAPS) {
+      int tkd[DW_TAPS], tkh[DW_TAPS], tkw[DW_TAPS];
+      A acc[DW_TAPS];
+#pragma unroll
+      for (int t = 0; t < DW_TAPS; ++t) {
+        const int tap = min(t0 + t, taps - 1);
+        tkw[t] = tap % KW; tkh[t] = (tap / KW) % KH; tkd[t] = tap / (KW * KH);
+        acc[t] = A(0);
+      }
+      for (cc::index_t pix = p_begin; pix < p_end; ++pix) {
+        cc::index_t r = pix;
+        const int ow = cc::divmod(r, OW, false), oh = cc::divmod(r, OH, false);
+        const int od = cc::divmod(r, OD, false), n = (int)r;
+        const A g = cc::load_as<A>(gk[n * gsn + od * gsd + oh * gsh + ow * gsw]);
+        const T* xn = xk + n * xsn;
+#pragma unroll
+        for (int t = 0; t < DW_TAPS; ++t) {
+          if (t0 + t >= taps) continue;
+          const int id = dw::src_coord<false>(od, tkd[t], SD, DD, PD, ID);
+          const int ih = dw::src_coord<false>(oh, tkh[t], SH, DH, PH, IH);
+          const int iw = dw::src_coord<false>(ow, tkw[t], SW, DW, PW, IW);
+          if ((id | ih | iw) >= 0) acc[t] += g * cc::load_as<A>(xn[id * xsd + ih * xsh + iw * xsw]);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < DW_TAPS; ++t)
+        if (t0 + t < taps) partial[((cc::index_t)chunk * K + k) * taps + t0 + t] = acc[t];
+    }
+  }
+}

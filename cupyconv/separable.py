@@ -1,0 +1,97 @@
+"""Depthwise-separable convolution: ``separable_conv``."""
+
+from __future__ import annotations
+
+from ._arrays import prepare_out, require_array, require_float_dtype, same_device
+from ._geometry import ConvGeometry, normalize_layout
+from ._separable import ACTIVATIONS, fused_pays, fused_plan, run_fused, run_unfused
+
+__all__ = ["separable_conv"]
+
+METHODS = ("auto", "fused", "unfused")
+
+
+def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, padding=0, dilation=1,
+                   activation=None, layout="NCHW", method="auto", out=None):
+    """Depthwise convolution followed by a pointwise (1x1) convolution, as one layer.
+
+    ``y = conv(act(conv(x, w_dw, bias_dw, groups=C) ), w_pw, bias_pw)`` with the depthwise
+    options ``stride``, ``padding`` (every form of :func:`cupyconv.conv`) and ``dilation``.
+
+    Parameters
+    ----------
+    x : cupy.ndarray
+        ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC), 1-3 spatial dims,
+        float16/32/64.
+    w_dw : cupy.ndarray
+        Depthwise weights ``(M*C, 1, *kernel)`` (NCHW) or ``(M*C, *kernel, 1)`` (NHWC), channel
+        multiplier ``M >= 1``.
+    w_pw : cupy.ndarray
+        Pointwise weights ``(K, M*C, 1, ...)`` (NCHW) or ``(K, 1, ..., M*C)`` (NHWC).
+    bias_dw, bias_pw : cupy.ndarray, optional
+        ``(M*C,)`` and ``(K,)``.
+    activation : None, "relu" or "relu6"
+        Applied to the depthwise result (after ``bias_dw``), before the pointwise conv.
+    method : "auto", "fused" or "unfused"
+        ``"fused"``: one kernel; the depthwise result stays in shared memory (1-d and 2-d).
+        ``"unfused"``: the depthwise kernel into a buffer, then the pointwise GEMM.  ``"auto"``
+        fuses while the pointwise outputs are few enough (the fused kernel recomputes the
+        depthwise tile per block of pointwise outputs).
+    out : cupy.ndarray, optional
+        C-contiguous output to write into.
+
+    Returns ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)`` in x's dtype.  Arguments are
+    checked before any kernel is compiled or launched.
+    """
+    x, w_dw, w_pw = require_array(x, "x"), require_array(w_dw, "w_dw"), require_array(w_pw, "w_pw")
+    dtype = require_float_dtype(x, "x")
+    require_float_dtype(w_dw, "w_dw", dtype)
+    require_float_dtype(w_pw, "w_pw", dtype)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    layout = normalize_layout(layout)
+    if not 3 <= x.ndim <= 5:
+        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {x.shape}")
+    channels = x.shape[-1] if layout == "NHWC" else x.shape[1]
+    dw = ConvGeometry.from_shapes(x.shape, w_dw.shape, stride=stride, padding=padding,
+                                  dilation=dilation, groups=channels, layout=layout, dtype=dtype)
+    if w_pw.ndim != x.ndim:
+        raise ValueError(f"w_pw must have as many dims as x ({x.ndim}), got shape {w_pw.shape}")
+    pw_kernel = w_pw.shape[1:-1] if layout == "NHWC" else w_pw.shape[2:]
+    pw_in = w_pw.shape[-1] if layout == "NHWC" else w_pw.shape[1]
+    if any(k != 1 for k in pw_kernel) or pw_in != dw.out_channels:
+        want = ((("K",) + (1,) * (x.ndim - 2) + (dw.out_channels,)) if layout == "NHWC"
+                else ("K", dw.out_channels) + (1,) * (x.ndim - 2))
+        raise ValueError(f"w_pw must be a pointwise weight of shape {want} for {layout} "
+                         f"(the depthwise conv has {dw.out_channels} output channels), "
+                         f"got {w_pw.shape}")
+    kp = w_pw.shape[0]
+    if kp < 1:
+        raise ValueError("w_pw must have at least one output channel")
+    b_dw = _bias(bias_dw, "bias_dw", dw.out_channels, dtype)
+    b_pw = _bias(bias_pw, "bias_pw", kp, dtype)
+    if method == "fused" and fused_plan(dw, kp) is None:
+        raise ValueError("method 'fused' runs 1-d and 2-d problems whose input window fits in "
+                         "shared memory; use method='auto' or 'unfused'")
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "w_dw": w_dw, "w_pw": w_pw, "bias_dw": b_dw, "bias_pw": b_pw,
+                 "out": out})
+    out_shape = dw.layout_shape(dw.batch, kp, dw.out_spatial)
+    fused = method == "fused" or (method == "auto" and fused_pays(dw, kp))
+    with x.device:
+        y = prepare_out(out, out_shape, dtype)
+        (run_fused if fused else run_unfused)(dw, x, w_dw, b_dw, w_pw, b_pw, activation, y)
+    return y
+
+
+def _bias(b, name: str, channels: int, dtype: str):
+    if b is None:
+        return None
+    b = require_array(b, name)
+    require_float_dtype(b, name, dtype)
+    if b.shape != (channels,):
+        raise ValueError(f"{name} must have shape ({channels},), got {b.shape}")
+    return b

@@ -1,0 +1,95 @@
+"""Launch plans of the depthwise and separable kernels, on the CPU: every tile covers its plane,
+blocks fit the hardware limits, windows bound what the kernels stage, and method choice."""
+
+import itertools
+import math
+
+import pytest
+
+from cupyconv._backward import backward_method
+from cupyconv._depthwise import SMEM_LIMIT, THREADS, _window, tile_plan, wgrad_plan
+from cupyconv._geometry import ConvGeometry
+from cupyconv._separable import fused_pays, fused_plan
+
+SHAPES = [(1, 1), (7, 7), (14, 14), (28, 28), (56, 56), (112, 112), (9, 70), (1, 50), (300, 3)]
+
+
+def _geom(sp, k=3, c=8, mult=1, layout="NCHW", dtype="float32", **opts):
+    nd = len(sp)
+    if layout == "NHWC":
+        xs, ws = (2, *sp, c), (c * mult, *(k,) * nd, 1)
+    else:
+        xs, ws = (2, c, *sp), (c * mult, 1, *(k,) * nd)
+    return ConvGeometry.from_shapes(xs, ws, groups=c, layout=layout, dtype=dtype, **opts)
+
+
+@pytest.mark.parametrize("sp", SHAPES)
+@pytest.mark.parametrize("stride,dilation,k", [(1, 1, 3), (2, 1, 5), (1, 3, 7), (3, 2, 3)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_tile_plan_covers_the_plane_and_fits(sp, stride, dilation, k, transposed):
+    pad = (k - 1) * dilation // 2
+    g = _geom(sp, k, stride=stride, dilation=dilation, padding=pad)
+    t = tile_plan(g, transposed)
+    assert t is not None
+    h, w = (g.spatial if transposed else g.out_spatial)
+    assert t.tiles_h * t.by * t.vr >= h and t.tiles_w * t.bx >= w
+    assert (t.tiles_h - 1) * t.by * t.vr < h and (t.tiles_w - 1) * t.bx < w  # no empty tile
+    assert t.bx * t.by * t.bz <= THREADS and 1 <= t.vr <= 8
+    assert t.smem <= SMEM_LIMIT and t.smem == t.bz * t.rows_max * t.pitch * 4
+
+
+def _device_extent(o0, span, s, d, p, k):
+    """The transposed tile's window as the kernel computes it (tile_origin / tile_extent)."""
+    q = o0 + p - (k - 1) * d
+    first = -(-q // s)
+    return (o0 + span - 1 + p) // s - first + 1
+
+
+def test_transposed_window_bound_holds_for_every_tile_origin():
+    for o0, span, s, d, p, k in itertools.product(range(0, 12), (1, 5, 8), (1, 2, 3), (1, 2),
+                                                  (0, 1, 3), (1, 3, 4)):
+        assert _device_extent(o0, span, s, d, p, k) <= _window(span, k, s, d, True)
+
+
+def test_large_windows_fall_back_to_the_gather_kernels():
+    g = _geom((9, 11), 7, dilation=20, padding=60)
+    assert tile_plan(g, False) is None and tile_plan(g, True) is None
+    assert wgrad_plan(_geom((9, 20), 17, padding=8))[0] is None  # wider than one tap pass
+    assert tile_plan(_geom((9, 11), layout="NHWC"), False) is None  # channels-last: gather
+
+
+@pytest.mark.parametrize("sp,c", [((56, 56), 144), ((7, 7), 960), ((112, 112), 32), ((5, 6, 7), 4)])
+def test_wgrad_plan_splits_planes_evenly(sp, c):
+    g = _geom(sp, c=c, padding=1)
+    t, chunks, per_chunk = wgrad_plan(g)
+    planes = g.batch * (g.out_spatial[0] if g.ndim == 3 else 1)
+    if t is None:
+        pixels = g.batch * math.prod(g.out_spatial)
+        assert chunks * per_chunk >= pixels > (chunks - 1) * per_chunk
+        return
+    assert chunks * per_chunk >= planes > (chunks - 1) * per_chunk
+    assert t.bz <= per_chunk and t.smem <= SMEM_LIMIT
+
+
+def test_fused_plan_fits_and_auto_fuses_only_few_pointwise_outputs():
+    g = _geom((56, 56), c=144, padding=1)
+    plan = fused_plan(g, 24)
+    assert plan.kt == 3 and plan.kp_blocks == 1 and plan.smem <= SMEM_LIMIT
+    assert plan.pixel_tiles == math.ceil(56 * 56 / 128)
+    assert fused_pays(g, 24) and not fused_pays(g, 1000)
+    assert fused_plan(_geom((4, 5, 6), padding=1), 8) is None  # 3-d: unfused only
+    wide = _geom((8, 4000), 7, dilation=4, padding=12, dtype="float64")
+    plan = fused_plan(wide, 8)
+    assert plan is None or plan.smem <= SMEM_LIMIT
+
+
+def test_backward_method_choice_and_errors():
+    dw = _geom((8, 8), padding=1)
+    dense = ConvGeometry.from_shapes((2, 8, 8, 8), (4, 8, 3, 3), padding=1)
+    assert backward_method(dw, "auto") == "depthwise"
+    assert backward_method(dense, "auto") == "implicit_gemm"
+    assert backward_method(dw, "implicit_gemm") == "implicit_gemm"
+    with pytest.raises(ValueError, match="groups == input channels"):
+        backward_method(dense, "depthwise")
+    with pytest.raises(ValueError, match="method must be one of"):
+        backward_method(dw, "winograd")

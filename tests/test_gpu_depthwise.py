@@ -1,0 +1,254 @@
+"""Depthwise kernels (forward, backward-data, backward-weight) and the separable layer (fused and
+unfused) on the GPU: against the float64 reference, composed cupyconv calls, the adjoint identity
+and bitwise repeatability.  Channel counts that are not multiples of any tile, multipliers > 1,
+kernel sizes 3/5/7, strides, dilations, every padding form, both layouts, all dtypes."""
+
+import numpy as np
+import pytest
+
+import cupyconv
+from cupyconv import reference
+from cupyconv._depthwise import tile_plan, wgrad_plan
+from cupyconv._geometry import ConvGeometry
+from cupyconv._verify import poison, random_array, rel_error, tolerance
+
+from gpu_cases import DTYPES, LAYOUTS, rng_for
+
+pytestmark = pytest.mark.gpu
+
+# (n, c, mult, spatial, kernel, options)
+DW_CASES = [
+    (2, 1, 1, (23, 19), (3, 3), dict(padding=1)),
+    (2, 3, 2, (17, 30), (5, 5), dict(padding="same", stride=2)),
+    (1, 17, 1, (33, 9), (7, 7), dict(padding=3, dilation=(2, 1))),
+    (2, 144, 1, (14, 14), (3, 3), dict(padding=1)),
+    (2, 960, 1, (7, 7), (3, 3), dict(padding=1)),
+    (1, 5, 3, (12, 13), (3, 3), dict(stride=3, padding=[(2, 0), (0, 1)])),
+    (3, 4, 1, (9, 70), (3, 1), dict(stride=(1, 3), padding="same_lower")),
+    (1, 6, 1, (60, 41), (3, 3), dict(stride=2, padding="valid", dilation=3)),
+    (2, 7, 2, (50,), (5,), dict(padding=4, dilation=2)),
+    (1, 3, 1, (4, 9, 10), (3, 3, 3), dict(padding=1, stride=(1, 2, 1))),
+    (1, 2, 2, (5, 6, 7), (2, 3, 3), dict(padding="same", dilation=(2, 1, 1))),
+    # a window too large for shared memory: the channels-first gather kernels
+    (1, 2, 1, (9, 11), (7, 7), dict(padding=60, dilation=20)),
+]
+
+
+def _id(case):
+    n, c, m, sp, k, o = case
+    return f"{len(sp)}d-c{c}m{m}-{'x'.join(map(str, k))}-" + "-".join(f"{a}{v}" for a, v in o.items())
+
+
+def _shapes(case, layout):
+    n, c, m, sp, k, _ = case
+    if layout == "NHWC":
+        return (n, *sp, c), (c * m, *k, 1)
+    return (n, c, *sp), (c * m, 1, *k)
+
+
+def _opts(case, layout):
+    return dict(case[5], groups=case[1], layout=layout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", DW_CASES, ids=_id)
+def test_depthwise_passes_match_reference(case, layout, dtype):
+    import cupy
+
+    rng = rng_for("dw", _id(case), layout, dtype)
+    xs, ws = _shapes(case, layout)
+    opts = _opts(case, layout)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+    bh = random_array(rng, (ws[0],), dtype)
+    x, w, dy = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(dyh)
+
+    ref = reference.conv(xh, wh, bh, **opts)
+    y = poison(cupy.empty(ys, dtype))
+    cupyconv.conv(x, w, cupy.asarray(bh), method="depthwise", out=y, **opts)
+    assert rel_error(y, ref) <= tolerance(dtype, ref)
+
+    ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+    dx = poison(cupy.empty(xs, dtype))
+    cupyconv.conv_backward_data(dy, w, xs, method="depthwise", out=dx, **opts)
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+
+    ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
+    dw = poison(cupy.empty(ws, dtype))
+    cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", out=dw, **opts)
+    assert rel_error(dw, ref) <= tolerance(dtype, ref)
+
+
+def test_grid_reaches_every_kernel():
+    """The case list runs the tile and the gather kernels of every pass (else a kernel would go
+    untested on the GPU)."""
+    kinds = set()
+    for case in DW_CASES:
+        for layout in LAYOUTS:
+            xs, ws = _shapes(case, layout)
+            g = ConvGeometry.from_shapes(xs, ws, dtype="float32", **_opts(case, layout))
+            kinds |= {("fwd", tile_plan(g, False) is not None), ("dgrad", tile_plan(g, True) is not None),
+                      ("wgrad", wgrad_plan(g)[0] is not None)}
+    assert kinds == {(p, t) for p in ("fwd", "dgrad", "wgrad") for t in (True, False)}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", DW_CASES[:6], ids=_id)
+def test_depthwise_adjoint_identity(case, layout):
+    import cupy
+
+    rng = rng_for("dw-adjoint", _id(case), layout)
+    xs, ws = _shapes(case, layout)
+    opts = _opts(case, layout)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    x, w, dy = (cupy.asarray(random_array(rng, s, "float64")) for s in (xs, ws, ys))
+    lhs = float(cupy.vdot(cupyconv.conv(x, w, method="depthwise", **opts), dy))
+    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts)))
+    rhs = float(cupy.vdot(w, cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", **opts)))
+    assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+    assert rhs == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_depthwise_is_auto_and_bitwise_repeatable(layout):
+    import cupy
+
+    case = (8, 24, 1, (40, 40), (3, 3), dict(padding=1))
+    rng = rng_for("dw-repeat", layout)
+    xs, ws = _shapes(case, layout)
+    opts = _opts(case, layout)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    x, w, dy = (cupy.asarray(random_array(rng, s)) for s in (xs, ws, ys))
+    dws = [cupyconv.conv_backward_weight(x, dy, ws, **opts) for _ in range(3)]
+    dxs = [cupyconv.conv_backward_data(dy, w, xs, **opts) for _ in range(3)]
+    assert all(cupy.array_equal(dws[0], d) for d in dws[1:])
+    assert all(cupy.array_equal(dxs[0], d) for d in dxs[1:])
+    # "auto" takes the depthwise kernels: same bits as asking for them
+    assert cupy.array_equal(dws[0], cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", **opts))
+    assert cupy.array_equal(dxs[0], cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts))
+    assert cupy.array_equal(cupyconv.conv(x, w, **opts), cupyconv.conv(x, w, method="depthwise", **opts))
+
+
+# ---- separable_conv ------------------------------------------------------------------------
+# (n, c, mult, kp, spatial, kernel, options)
+SEP_CASES = [
+    (2, 1, 1, 3, (11, 13), (3, 3), dict(padding=1)),
+    (2, 3, 2, 5, (20, 17), (5, 5), dict(padding="same", stride=2)),
+    (1, 17, 1, 24, (15, 15), (3, 3), dict(padding=1)),
+    (1, 144, 1, 24, (12, 12), (3, 3), dict(padding=1)),
+    (1, 960, 1, 8, (7, 7), (3, 3), dict(padding=1)),
+    (2, 12, 1, 70, (9, 10), (3, 3), dict(padding=(1, 0), dilation=2)),
+    (1, 8, 1, 200, (6, 6), (7, 7), dict(padding=3)),
+    (3, 5, 1, 6, (40,), (5,), dict(padding=2, stride=3)),
+    (1, 4, 1, 9, (4, 5, 6), (3, 3, 3), dict(padding=1)),
+]
+SEP_METHODS = ("auto", "fused", "unfused")
+
+
+def _sep_id(case):
+    n, c, m, kp, sp, k, o = case
+    return (f"{len(sp)}d-c{c}m{m}kp{kp}-{'x'.join(map(str, k))}-"
+            + "-".join(f"{a}{v}" for a, v in o.items()))
+
+
+def _sep_operands(case, layout, dtype, rng):
+    n, c, m, kp, sp, k, o = case
+    nd = len(sp)
+    if layout == "NHWC":
+        xs, wds, wps = (n, *sp, c), (c * m, *k, 1), (kp, *(1,) * nd, c * m)
+    else:
+        xs, wds, wps = (n, c, *sp), (c * m, 1, *k), (kp, c * m, *(1,) * nd)
+    arrays = [random_array(rng, s, dtype) for s in (xs, wds, wps, (c * m,), (kp,))]
+    return arrays, dict(o, layout=layout)
+
+
+def _sep_reference(xh, wdh, wph, bdh, bph, opts, act, round_mid=None):
+    layout = opts["layout"]
+    channels = xh.shape[-1] if layout == "NHWC" else xh.shape[1]
+    mid = reference.conv(xh, wdh, bdh, groups=channels, **opts)
+    if act == "relu":
+        mid = np.maximum(mid, 0)
+    elif act == "relu6":
+        mid = np.clip(mid, 0, 6)
+    if round_mid is not None:
+        mid = mid.astype(round_mid).astype(np.float64)
+    return reference.conv(mid, wph, bph, layout=layout)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", SEP_CASES, ids=_sep_id)
+def test_separable_matches_reference_and_two_convs(case, layout, dtype):
+    import cupy
+
+    rng = rng_for("sep", _sep_id(case), layout, dtype)
+    (xh, wdh, wph, bdh, bph), opts = _sep_operands(case, layout, dtype, rng)
+    x, wd, wp, bd, bp = (cupy.asarray(a) for a in (xh, wdh, wph, bdh, bph))
+    channels = case[1]
+    for act in (None, "relu6"):
+        ref = _sep_reference(xh, wdh, wph, bdh, bph, opts, act)
+        # float16 through a buffer rounds the intermediate: judge it against that rounding
+        ref16 = _sep_reference(xh, wdh, wph, bdh, bph, opts, act, np.float16)
+        for method in SEP_METHODS:
+            if method == "fused" and len(case[4]) == 3:
+                continue  # fused is 1-d/2-d; 3-d is covered by auto and unfused
+            y = poison(cupy.empty(ref.shape, dtype))
+            got = cupyconv.separable_conv(x, wd, wp, bd, bp, activation=act, method=method, out=y,
+                                          **opts)
+            assert got is y
+            err = rel_error(y, ref)
+            assert err <= tolerance(dtype, ref) or (
+                dtype == "float16" and rel_error(y, ref16) <= tolerance(dtype, ref16)), (method, act, err)
+    # the same layer as two cupyconv calls
+    mid = cupyconv.conv(x, wd, bd, groups=channels, **opts)
+    two = cupyconv.conv(mid, wp, bp, layout=layout)
+    ref = _sep_reference(xh, wdh, wph, bdh, bph, opts, None)
+    assert rel_error(two, ref) <= tolerance(dtype, ref) or (
+        dtype == "float16" and rel_error(two, ref16) <= 2 * tolerance(dtype, ref16))
+    one = cupyconv.separable_conv(x, wd, wp, bd, bp, method="unfused", **opts)
+    assert rel_error(one, two) <= {"float16": 1e-3, "float32": 1e-6, "float64": 1e-13}[dtype]
+
+
+def test_separable_refuses_bad_arguments_before_launch():
+    import cupy
+
+    from cupyconv import jit
+
+    x = cupy.ones((1, 4, 8, 8), cupy.float32)
+    wd, wp = cupy.ones((4, 1, 3, 3), cupy.float32), cupy.ones((6, 4, 1, 1), cupy.float32)
+    out = cupy.full((1, 6, 8, 8), 7.0, cupy.float32)
+    before = jit.cache_info()["misses"]
+    bad = [
+        (dict(activation="gelu"), ValueError, "activation"),
+        (dict(method="winograd"), ValueError, "method"),
+        (dict(w_pw=cupy.ones((6, 4, 3, 3), cupy.float32)), ValueError, "pointwise"),
+        (dict(w_pw=cupy.ones((6, 5, 1, 1), cupy.float32)), ValueError, "w_pw"),
+        (dict(w_pw=cupy.ones((6, 4, 1, 1), cupy.float64)), TypeError, "w_pw"),
+        (dict(bias_dw=cupy.ones(5, cupy.float32)), ValueError, "bias_dw"),
+        (dict(bias_pw=cupy.ones(4, cupy.float32)), ValueError, "bias_pw"),
+        (dict(x=np.ones((1, 4, 8, 8), np.float32)), TypeError, "cupy.asarray"),
+        (dict(out=cupy.empty((1, 6, 8, 7), cupy.float32)), ValueError, "out"),
+        (dict(stride=0), ValueError, "stride"),
+        (dict(x=cupy.ones((1, 4, 3, 4, 5), cupy.float32), w_dw=cupy.ones((4, 1, 3, 3, 3), cupy.float32),
+              w_pw=cupy.ones((6, 4, 1, 1, 1), cupy.float32), method="fused", out=None),
+         ValueError, "fused"),
+    ]
+    for change, exc, match in bad:
+        args = dict(x=x, w_dw=wd, w_pw=wp, padding=1, out=out)
+        args.update(change)
+        with pytest.raises(exc, match=match):
+            cupyconv.separable_conv(args.pop("x"), args.pop("w_dw"), args.pop("w_pw"), **args)
+    assert jit.cache_info()["misses"] == before
+    assert bool((out == 7.0).all())
+
+
+def test_backward_method_is_checked():
+    import cupy
+
+    dy = cupy.ones((1, 4, 8, 8), cupy.float32)
+    w = cupy.ones((4, 2, 3, 3), cupy.float32)
+    with pytest.raises(ValueError, match="groups == input channels"):
+        cupyconv.conv_backward_data(dy, w, (1, 4, 8, 8), padding=1, groups=2, method="depthwise")
+    with pytest.raises(ValueError, match="method must be one of"):
+        cupyconv.conv_backward_weight(dy, dy, w.shape, padding=1, groups=2, method="fft")
