@@ -23,11 +23,14 @@ GRID_Y_MAX = 65535
 THREADS = 256
 DW_ROWS = 8    # kernel's DW_ROWS: most output rows per thread
 DW_TAPS = 16   # kernel's DW_TAPS: taps per backward-weight pass
+MAX_Z = 64     # kernel's DW_MAX_Z: most planes per block
 _TARGET_BLOCKS = 4 * 132  # backward-weight: enough blocks to fill an H100/H200 a few times over
 
 
 def is_depthwise(geom: ConvGeometry) -> bool:
-    return geom.groups > 1 and geom.groups == geom.in_channels
+    """One input channel per group (a single-channel input counts: its K outputs are a channel
+    multiplier of K)."""
+    return geom.groups == geom.in_channels
 
 
 def _acc_bytes(dtype: str) -> int:
@@ -74,7 +77,7 @@ def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=Fal
     rows_max = _window(by * vr, kh, sh, dh, transposed)
     pitch = _window(bx, kw, sw, dw_, transposed)
     per_plane = rows_max * pitch * _acc_bytes(dtype)
-    bz = max(1, min(THREADS // (bx * by), planes, SMEM_LIMIT // max(per_plane, 1)))
+    bz = max(1, min(THREADS // (bx * by), MAX_Z, planes, SMEM_LIMIT // max(per_plane, 1)))
     smem = bz * per_plane + bx * by * bz * extra_per_thread
     if smem > SMEM_LIMIT:
         return None

@@ -69,9 +69,10 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
                                    padding, dilation, groups, layout)
+    method = backward_method(geom, method)
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype)
-        run_backward_weight(geom, x, dy, dw)
+        run_backward_weight(geom, x, dy, dw, method)
     return dw
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cupyconv._backward import backward_method
-from cupyconv._depthwise import SMEM_LIMIT, THREADS, _window, tile_plan, wgrad_plan
+from cupyconv._depthwise import MAX_Z, SMEM_LIMIT, THREADS, _window, tile_plan, wgrad_plan
 from cupyconv._geometry import ConvGeometry
 from cupyconv._separable import fused_pays, fused_plan
 
@@ -34,7 +34,7 @@ def test_tile_plan_covers_the_plane_and_fits(sp, stride, dilation, k, transposed
     h, w = (g.spatial if transposed else g.out_spatial)
     assert t.tiles_h * t.by * t.vr >= h and t.tiles_w * t.bx >= w
     assert (t.tiles_h - 1) * t.by * t.vr < h and (t.tiles_w - 1) * t.bx < w  # no empty tile
-    assert t.bx * t.by * t.bz <= THREADS and 1 <= t.vr <= 8
+    assert t.bx * t.by * t.bz <= THREADS and 1 <= t.vr <= 8 and t.bz <= MAX_Z
     assert t.smem <= SMEM_LIMIT and t.smem == t.bz * t.rows_max * t.pitch * 4
 
 

@@ -8,16 +8,19 @@
 //
 // Channels-first tile kernel: a block holds BZ destination planes; per plane a BX x (BY * vr)
 // output tile, each thread owning one column and vr rows (interleaved by BY, so every row of the
-// tile is one coalesced store).  The tile's source window (with halo) is staged in shared memory
-// once per (source plane, depth tap): every source element is read from global memory about once.
+// tile is one coalesced store).  The tiles' source windows (with halo) are staged in shared memory
+// by the whole block once per (source plane, depth tap), many loads in flight per thread
+// (stage.cuh): every source element is read from global memory about once.
 // Gather kernel (channels-last, and the fallback for tiles that do not fit shared memory):
 // neighbouring threads own neighbouring channels, so each tap is one coalesced read.
 // Backward-weight: per-block partial sums over a fixed set of planes, reduced in a fixed order by
 // the split-K reduce kernel: bitwise reproducible, no atomics.
 #include "common.cuh"
+#include "stage.cuh"
 
 #define DW_ROWS 8   // most rows per thread in the tile kernels (register accumulators)
 #define DW_TAPS 16  // taps per pass of the backward-weight kernels (register accumulators)
+#define DW_MAX_Z 64 // most planes per block
 
 namespace dw {
 
@@ -62,23 +65,6 @@ __device__ __forceinline__ int tile_coord(int o, int o0, int t, int S, int Dl, i
   return i * S == q ? i : -1;
 }
 
-// Stage rows x cols of one source plane (origin r0, c0; zeros outside H x W) into `tile` (row
-// pitch `pitch`), with the plane's BX x BY threads striding over it: coalesced along W.
-template <typename A, typename T>
-__device__ __forceinline__ void stage(A* tile, const T* __restrict__ plane, int r0, int c0, int rows,
-                                      int cols, int pitch, int H, int W, cc::index_t sh,
-                                      cc::index_t sw) {
-  for (int r = threadIdx.y; r < rows; r += blockDim.y) {
-    const int ih = r0 + r;
-    const bool row_in = (unsigned)ih < (unsigned)H;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      const int iw = c0 + c;
-      tile[r * pitch + c] = (row_in && (unsigned)iw < (unsigned)W)
-                                ? cc::load_as<A>(plane[ih * sh + iw * sw]) : A(0);
-    }
-  }
-}
-
 // Sum of v over the block, in a fixed order (deterministic); valid in thread 0.  `red` holds one
 // value per thread; the caller's following barrier protects its reuse.
 template <typename A>
@@ -114,8 +100,12 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
                cc::index_t ssw, int vr, int tiles_w, int rows_max, int pitch) {
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (-1: none this pass)
   const int p = blockIdx.x * blockDim.z + threadIdx.z;
-  A* tile = reinterpret_cast<A*>(smem_raw) + threadIdx.z * rows_max * pitch;
+  A* const windows = reinterpret_cast<A*>(smem_raw);
+  const A* tile = windows + threadIdx.z * rows_max * pitch;
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int nt = blockDim.x * blockDim.y * blockDim.z;
   const bool live = p < planes;
   // Source and destination extents: the forward pass reads x (I*) and writes y (O*); the
   // transposed one reads dy (O*) and writes dx (I*).
@@ -137,11 +127,20 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
   for (int m = 0; m < M; ++m) {
     const int sc = TRANSPOSED ? c * mult + m : c / mult;  // source channel
     const int fc = TRANSPOSED ? c * mult + m : c;         // filter
-    const T* plane = src + n * ssn + sc * ssc;
     for (int kd = 0; kd < KD; ++kd) {
       const int sd = live ? dw::src_coord<TRANSPOSED>(od, kd, SD, DD, PD, SDs) : -1;
-      __syncthreads();  // the previous window is consumed
-      if (sd >= 0) dw::stage(tile, plane + sd * ssd, r0, c0, rows, cols, pitch, SHs, SWs, ssh, ssw);
+      __syncthreads();  // the previous windows are consumed
+      if (threadIdx.x == 0 && threadIdx.y == 0)
+        zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
+      __syncthreads();
+      cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
+          [&](int z, int r, int col) -> A {
+            const cc::index_t o = zoff[z];
+            const int ih = r0 + r, iw = c0 + col;
+            return (o >= 0 && (unsigned)ih < (unsigned)SHs && (unsigned)iw < (unsigned)SWs)
+                       ? cc::load_as<A>(src[o + ih * ssh + iw * ssw]) : A(0);
+          },
+          [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
       __syncthreads();
       if (sd < 0) continue;
       const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
@@ -232,10 +231,13 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
                      cc::index_t xsw, int vr, int tiles_w, int tiles, int rows_max, int pitch) {
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's input slice (-1: none this pass)
   const int k = blockIdx.x, chunk = blockIdx.y;
-  const int nthreads = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int nt = blockDim.x * blockDim.y * blockDim.z;
   A* red = reinterpret_cast<A*>(smem_raw);
-  A* tile = red + nthreads + threadIdx.z * rows_max * pitch;
+  A* const windows = red + nt;
+  const A* tile = windows + threadIdx.z * rows_max * pitch;
   const int q_begin = chunk * planes_per_chunk;
   const int q_end = min(planes, q_begin + planes_per_chunk);
   const int TH = blockDim.y * vr, taps = KD * KH * KW;
@@ -243,10 +245,10 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
   const T* xk = x + (cc::index_t)(k / mult) * xsc;
   for (int kd = 0; kd < KD; ++kd) {
     for (int kh0 = 0; kh0 < KH; kh0 += rows_per_pass) {
-      const int nkh = min(rows_per_pass, KH - kh0), nt = nkh * KW;
+      const int nkh = min(rows_per_pass, KH - kh0), ntp = nkh * KW;
       int off[DW_TAPS];  // window offset of each tap of this pass
 #pragma unroll
-      for (int t = 0; t < DW_TAPS; ++t) off[t] = t < nt ? (t / KW) * DH * pitch + (t % KW) * DW : 0;
+      for (int t = 0; t < DW_TAPS; ++t) off[t] = t < ntp ? (t / KW) * DH * pitch + (t % KW) * DW : 0;
       A acc[DW_TAPS];
 #pragma unroll
       for (int t = 0; t < DW_TAPS; ++t) acc[t] = A(0);
@@ -262,8 +264,17 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
           const int rows = (TH - 1) * SH + (nkh - 1) * DH + 1;
           const int cols = (blockDim.x - 1) * SW + (KW - 1) * DW + 1;
           __syncthreads();
-          if (id >= 0)
-            dw::stage(tile, xk + n * xsn + id * xsd, r0, c0, rows, cols, pitch, IH, IW, xsh, xsw);
+          if (threadIdx.x == 0 && threadIdx.y == 0)
+            zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
+          __syncthreads();
+          cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
+              [&](int z, int r, int col) -> A {
+                const cc::index_t o = zoff[z];
+                const int ih = r0 + r, iw = c0 + col;
+                return (o >= 0 && (unsigned)ih < (unsigned)IH && (unsigned)iw < (unsigned)IW)
+                           ? cc::load_as<A>(xk[o + ih * xsh + iw * xsw]) : A(0);
+              },
+              [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
           __syncthreads();
           const int ow = ow0 + threadIdx.x;
           if (id < 0 || ow >= OW) continue;
@@ -275,15 +286,16 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
               const A* win = tile + r * SH * pitch + threadIdx.x * SW;
 #pragma unroll
               for (int t = 0; t < DW_TAPS; ++t)
-                if (t < nt) acc[t] += g * win[off[t]];
+                if (t < ntp) acc[t] += g * win[off[t]];
             }
           }
         }
       }
-      for (int t = 0; t < nt; ++t) {
+#pragma unroll
+      for (int t = 0; t < DW_TAPS; ++t) {  // constant indices keep acc in registers
+        if (t >= ntp) break;
         const A s = dw::block_sum(acc[t], red);
-        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
-          partial[((cc::index_t)chunk * K + k) * taps + (kd * KH + kh0) * KW + t] = s;
+        if (tid == 0) partial[((cc::index_t)chunk * K + k) * taps + (kd * KH + kh0) * KW + t] = s;
       }
     }
   }

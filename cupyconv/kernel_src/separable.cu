@@ -10,6 +10,7 @@
 // The intermediate never touches global memory: x is read about once (window rows overlap
 // between neighbouring blocks through L2) and y written once.
 #include "common.cuh"
+#include "stage.cuh"
 
 #define SEP_THREADS 256
 #define SEP_P 128        // output pixels per block
@@ -73,31 +74,21 @@ separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __
   for (int m0 = 0; m0 < Cm; m0 += cc_chunk) {
     const int cc = min(cc_chunk, Cm - m0);
     __syncthreads();  // the previous chunk's window, tile and weights are consumed
-    // 1. the window of each channel of the chunk (zeros outside the image)
-    if (!channels_last) {
-      const int lane = t % 32, warp = t / 32;
-      for (int rr = warp; rr < cc * rows; rr += SEP_THREADS / 32) {
-        const int c = rr / rows, r = rr - c * rows, ih = r0 + r;
-        const T* src = xn + (cc::index_t)((m0 + c) / mult) * xsc + (cc::index_t)ih * xsh;
-        const bool row_in = (unsigned)ih < (unsigned)H;
-        for (int col = lane; col < cols; col += 32) {
-          const int iw = c0 + col;
-          win[rr * pitch + col] =
-              (row_in && (unsigned)iw < (unsigned)W) ? cc::load_as<A>(src[iw * xsw]) : A(0);
-        }
-      }
-    } else {  // channels-last: 16 threads read 16 neighbouring channels of one pixel
-      const int c = t % SEP_CC, slot = t / SEP_CC;
-      if (c < cc) {
-        const T* src = xn + (cc::index_t)((m0 + c) / mult) * xsc;
-        for (int pix = slot; pix < rows * cols; pix += SEP_THREADS / SEP_CC) {
-          const int r = pix / cols, col = pix - r * cols, ih = r0 + r, iw = c0 + col;
-          win[(c * rows + r) * pitch + col] =
-              ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                  ? cc::load_as<A>(src[ih * xsh + iw * xsw]) : A(0);
-        }
-      }
-    }
+    // 1. the window of each channel of the chunk (zeros outside the image), coalesced along W
+    //    (channels-first) or along the channels (channels-last)
+    auto load = [&](int c, int r, int col) -> A {
+      const int ih = r0 + r, iw = c0 + col;
+      return ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                 ? cc::load_as<A>(xn[(cc::index_t)((m0 + c) / mult) * xsc + ih * xsh + iw * xsw])
+                 : A(0);
+    };
+    if (!channels_last)
+      cc::stage_box(win, cc, rows, cols, t, SEP_THREADS, load,
+                    [&](int c, int r, int col) { return (c * rows + r) * pitch + col; });
+    else
+      cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
+                    [&](int r, int col, int c) { return load(c, r, col); },
+                    [&](int r, int col, int c) { return (c * rows + r) * pitch + col; });
     // the chunk's pointwise weights, transposed to [channel][output] for broadcast reads
     for (int e = t; e < cc * 8 * KT; e += SEP_THREADS) {
       const int c = e / (8 * KT), k = e - c * (8 * KT);
