@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
-from ._gemm_launch import OutMap, _reduce
 from ._geometry import ConvGeometry
-from ._kernels import DEPTHWISE, DEPTHWISE_WGRAD
-from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
+from ._kernels import (DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF, DEPTHWISE_KF,
+                       depthwise_gather_module, depthwise_tile_module, depthwise_wgrad_module)
+from ._launch import Launch, element_strides, int64s, ints, launch_grid, spatial_args
 
 SMEM_LIMIT = 48 * 1024  # static-launch shared-memory limit
 GRID_Y_MAX = 65535
@@ -101,38 +101,62 @@ def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
     return t
 
 
+def fixed_kernel(geom: ConvGeometry, sizes) -> int:
+    """The tile kernels' fixed-size variant for ``geom``: KF when H x W taps are KF x KF (KF in
+    ``sizes``) with unit stride and dilation in H and W, else 0 (the any-shape variant)."""
+    g3 = geom.as_3d()
+    _, kh, kw = g3["kernel"]
+    if kh == kw and kh in sizes and g3["stride"][1:] == (1, 1) and g3["dilation"][1:] == (1, 1):
+        return kh
+    return 0
+
+
 def depthwise_applicable(geom: ConvGeometry) -> bool:
     """The depthwise kernels run every depthwise problem (the gather kernels have no limits)."""
     return is_depthwise(geom)
 
 
-def _common_args(geom: ConvGeometry, x_like) -> list:
-    return spatial_args(geom) + int64s(element_strides(x_like, geom.channels_last))
+def _common_args(geom: ConvGeometry, strides) -> list:
+    return spatial_args(geom) + int64s(strides)
+
+
+def _strides(a, geom: ConvGeometry) -> tuple[int, ...]:
+    return element_strides(a, geom.channels_last)
+
+
+@lru_cache(maxsize=2048)
+def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
+                 device: int) -> Launch:
+    """Forward (or backward-data) launch: the tile kernel where its window fits, else gather."""
+    mult = geom.out_channels // geom.in_channels
+    chans = geom.in_channels if transposed else geom.out_channels
+    tail = _common_args(geom, src_strides)
+    t = tile_plan(geom, transposed)
+    if t is None:
+        fn = jit.get_function(depthwise_gather_module(geom.dtype), "depthwise_gather", geom.dtype,
+                              (int(transposed),))
+        grid, block = launch_grid(geom.batch * chans * math.prod(
+            geom.spatial if transposed else geom.out_spatial))
+        return Launch(fn, grid, block, ints((has_bias, geom.channels_last, geom.batch, chans, mult))
+                      + tail)
+    kf = fixed_kernel(geom, DEPTHWISE_KF[1:])
+    fn = jit.get_function(depthwise_tile_module(geom.dtype, int(transposed)), "depthwise_tile",
+                          geom.dtype, (int(transposed), kf))
+    planes = geom.batch * chans * geom.as_3d()["spatial" if transposed else "out_spatial"][0]
+    return Launch(fn, (math.ceil(planes / t.bz), t.tiles), (t.bx, t.by, t.bz),
+                  ints((has_bias, chans, mult, planes)) + tail
+                  + ints((t.vr, t.tiles_w, t.rows_max, t.pitch)), t.smem)
 
 
 def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
     import cupy
 
-    w = cupy.ascontiguousarray(w)  # (K, taps) in memory for both layouts (one channel per group)
-    mult = geom.out_channels // geom.in_channels
-    chans = geom.in_channels if transposed else geom.out_channels
-    b = bias if bias is not None else dst
-    head = (src, w, b, dst, *ints((bias is not None,)))
-    tail = _common_args(geom, src)
-    t = tile_plan(geom, transposed)
-    variant = (int(transposed),)
+    if not w.flags.c_contiguous:  # (K, taps) in memory for both layouts (one channel per group)
+        w = cupy.ascontiguousarray(w)
+    launch = _pass_launch(geom, transposed, bias is not None, _strides(src, geom),
+                          dst.data.device_id)
     with dst.device:
-        if t is None:
-            fn = jit.get_function(DEPTHWISE, "depthwise_gather", geom.dtype, variant)
-            grid, block = launch_grid(dst.size)
-            fn(grid, block, head + (*ints((geom.channels_last, geom.batch, chans, mult)), *tail))
-            return
-        dst_depth = geom.as_3d()["spatial" if transposed else "out_spatial"][0]
-        planes = geom.batch * chans * dst_depth
-        fn = jit.get_function(DEPTHWISE, "depthwise_tile", geom.dtype, variant)
-        fn((math.ceil(planes / t.bz), t.tiles), (t.bx, t.by, t.bz),
-           head + (*ints((chans, mult, planes)), *tail,
-                   *ints((t.vr, t.tiles_w, t.rows_max, t.pitch))), shared_mem=t.smem)
+        launch(src, w, bias if bias is not None else dst, dst)
 
 
 def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
@@ -156,7 +180,8 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
     t = None
     if not geom.channels_last and kw <= DW_TAPS:
         planes = geom.batch * od
-        per_pass = min(kh, max(1, DW_TAPS // kw))
+        # kernel rows per pass (the fixed-size variant takes all of them in one pass)
+        per_pass = kh if fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:]) else min(kh, max(1, DW_TAPS // kw))
         t = _tiling(oh, ow, planes, per_pass, kw, *g3["stride"][1:], *g3["dilation"][1:],
                     geom.dtype, extra_per_thread=_acc_bytes(geom.dtype))
         if t is not None:
@@ -177,30 +202,46 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
     return None, math.ceil(pixels / per_chunk), per_chunk
 
 
+@lru_cache(maxsize=2048)
+def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple,
+                    device: int) -> tuple[Launch, Launch, int]:
+    """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight; the
+    tile kernel takes dy contiguous (its strides are not used)."""
+    t, chunks, per_chunk = wgrad_plan(geom)
+    k, taps = geom.out_channels, math.prod(geom.kernel)
+    mult = k // geom.in_channels
+    if t is not None:
+        kf = fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:])
+        fn = jit.get_function(depthwise_wgrad_module(geom.dtype), "depthwise_wgrad_tile",
+                              geom.dtype, (kf,))
+        planes = geom.batch * geom.as_3d()["out_spatial"][0]
+        main = Launch(fn, (k, chunks), (t.bx, t.by, t.bz),
+                      ints((k, mult, planes, per_chunk)) + _common_args(geom, x_strides)
+                      + ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch)), t.smem)
+    else:
+        fn = jit.get_function(DEPTHWISE_WGRAD_GATHER, "depthwise_wgrad_gather", geom.dtype)
+        grid, block = launch_grid(chunks * k)
+        main = Launch(fn, grid, block, ints((chunks, per_chunk, geom.batch, k, mult))
+                      + _common_args(geom, x_strides) + int64s(dy_strides))
+    # Sum the chunks in order into dw viewed as a (K, taps) matrix (the split-K reduce kernel).
+    fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
+    grid, block = launch_grid(k * taps)
+    reduce = Launch(fn, grid, block, ints((False, chunks, 1, k, taps, True, 1))
+                    + int64s((0, 0, 0, 1, taps, 0, 1)))
+    return main, reduce, chunks * k * taps
+
+
 def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
     sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
     import cupy
 
-    t, chunks, per_chunk = wgrad_plan(geom)
-    k, taps = geom.out_channels, math.prod(geom.kernel)
-    mult = k // geom.in_channels
-    acc = "float64" if geom.dtype == "float64" else "float32"
+    tiled = wgrad_plan(geom)[0] is not None
+    if tiled and not dy.flags.c_contiguous:
+        dy = cupy.ascontiguousarray(dy)
+    main, reduce, count = _wgrad_launches(geom, _strides(x, geom),
+                                          () if tiled else _strides(dy, geom), dw.data.device_id)
     with dw.device:
-        partial = cupy.empty(chunks * k * taps, dtype=acc)
-        if t is not None:
-            dy = cupy.ascontiguousarray(dy)
-            fn = jit.get_function(DEPTHWISE_WGRAD, "depthwise_wgrad_tile", geom.dtype)
-            planes = geom.batch * geom.as_3d()["out_spatial"][0]
-            fn((k, chunks), (t.bx, t.by, t.bz),
-               (x, dy, partial, *ints((k, mult, planes, per_chunk)), *_common_args(geom, x),
-                *ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch))), shared_mem=t.smem)
-        else:
-            fn = jit.get_function(DEPTHWISE_WGRAD, "depthwise_wgrad_gather", geom.dtype)
-            grid, block = launch_grid(chunks * k)
-            fn(grid, block, (x, dy, partial, *ints((chunks, per_chunk, geom.batch, k, mult)),
-                             *_common_args(geom, x),
-                             *int64s(element_strides(dy, geom.channels_last))))
-        # Sum the chunks in order into dw viewed as a (K, taps) matrix.
-        _reduce(geom.dtype, partial, dw, None, chunks, 1, k, taps, 1, 0, 0, 0,
-                OutMap(1, taps, 0, 1))
+        partial = cupy.empty(count, dtype="float64" if geom.dtype == "float64" else "float32")
+        main(x, dy, partial)
+        reduce(partial, dw, dw)

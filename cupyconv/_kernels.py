@@ -87,14 +87,35 @@ DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
 COL2IM = KernelModule("col2im.cu", ("col2im",))
-# Depthwise forward (variant 0) and backward-data (variant 1, the transposed mapping); the
-# backward-weight kernels come from the same file.
-DEPTHWISE = KernelModule("depthwise.cu", ("depthwise_tile", "depthwise_gather"), variants=((0,), (1,)))
-DEPTHWISE_WGRAD = KernelModule("depthwise.cu", ("depthwise_wgrad_tile", "depthwise_wgrad_gather"))
+# Depthwise kernels (depthwise.cu): forward (transposed = 0) and backward-data (transposed = 1).
+# The tile kernels have fixed-size variants for square unit-stride kernels (KF = 3, 5, 7 for
+# forward/backward-data, 3, 5 for backward-weight; 0 = any shape): one binary per (dtype, pass).
+DEPTHWISE_KF = (0, 3, 5, 7)
+DEPTHWISE_WGRAD_KF = (0, 3, 5)
+
+
+def depthwise_tile_module(dtype: str, transposed: int) -> KernelModule:
+    return KernelModule("depthwise.cu", ("depthwise_tile",), (dtype,),
+                        variants=tuple((transposed, kf) for kf in DEPTHWISE_KF))
+
+
+def depthwise_gather_module(dtype: str) -> KernelModule:
+    return KernelModule("depthwise.cu", ("depthwise_gather",), (dtype,), variants=((0,), (1,)))
+
+
+def depthwise_wgrad_module(dtype: str) -> KernelModule:
+    return KernelModule("depthwise.cu", ("depthwise_wgrad_tile",), (dtype,),
+                        variants=tuple((kf,) for kf in DEPTHWISE_WGRAD_KF))
+
+
+DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise.cu", ("depthwise_wgrad_gather",))
 # Fused depthwise -> pointwise: one instantiation per pointwise outputs per thread (KT; a block
 # computes 8 * KT outputs), so small pointwise layers do not pay for idle accumulators.
 SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
-SEPARABLE = KernelModule("separable.cu", ("separable_fused",), variants=tuple((k,) for k in SEPARABLE_KT))
+
+
+def separable_module(dtype: str, kt: int) -> KernelModule:
+    return KernelModule("separable.cu", ("separable_fused",), (dtype,), variants=((kt,),))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -133,8 +154,12 @@ def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
     return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE, DEPTHWISE_WGRAD,
-                                    SEPARABLE, SPLITK_REDUCE) + tuple(
+REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER,
+                                    SPLITK_REDUCE) + tuple(
+    separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
+    m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
+                                    depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))
+) + tuple(
     make(dtype, tile, variant)
     for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
     for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(

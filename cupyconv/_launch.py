@@ -41,3 +41,19 @@ def element_strides(a, channels_last: bool) -> tuple[int, ...]:
 def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
     """1-d grid for a grid-stride loop over ``total`` items (capped: the loop covers the rest)."""
     return (max(1, min(math.ceil(total / block), 1 << 20)),), (block,)
+
+
+class Launch:
+    """A kernel launch prepared once per problem: function, grid, block, shared memory and the
+    scalar arguments, which follow the array arguments.  Building the ~40 scalars of a
+    convolution kernel costs more host time than a small depthwise kernel runs, so the
+    launchers cache a Launch per (problem, strides, device) and pass only the arrays per call."""
+
+    __slots__ = ("fn", "grid", "block", "smem", "scalars")
+
+    def __init__(self, fn, grid, block, scalars, smem: int = 0):
+        self.fn, self.grid, self.block, self.smem = fn, tuple(grid), tuple(block), smem
+        self.scalars = tuple(scalars)
+
+    def __call__(self, *arrays) -> None:
+        self.fn(self.grid, self.block, arrays + self.scalars, shared_mem=self.smem)

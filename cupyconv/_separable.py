@@ -15,8 +15,8 @@ from functools import lru_cache
 from . import jit
 from ._depthwise import SMEM_LIMIT, run_depthwise
 from ._geometry import ConvGeometry
-from ._kernels import SEPARABLE, SEPARABLE_KT
-from ._launch import element_strides, int64s, ints
+from ._kernels import SEPARABLE_KT, separable_module
+from ._launch import Launch, element_strides, int64s, ints
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 SEP_P, SEP_CC = 128, 16                  # kernel constants: pixels per block, channels per chunk
@@ -50,7 +50,7 @@ def fused_plan(dw: ConvGeometry, kp: int) -> FusedPlan | None:
     rows_max = (math.ceil((SEP_P - 1) / ow) + 1) * sh + (kh - 1) * dh + 1
     pitch = (ow - 1) * sw + (kw - 1) * dwl + 1
     acc = 8 if dw.dtype == "float64" else 4
-    fixed = (SEP_CC * SEP_P + SEP_CC * 8 * kt) * acc
+    fixed = (SEP_CC * SEP_P + SEP_CC * 8 * kt + SEP_CC * kh * kw) * acc
     for cc in (SEP_CC, 8, 4):
         smem = fixed + cc * rows_max * pitch * acc
         if smem <= SMEM_LIMIT:
@@ -69,24 +69,31 @@ def fused_pays(dw: ConvGeometry, kp: int) -> bool:
     return plan is not None and plan.kp_blocks <= FUSED_MAX_KP_BLOCKS
 
 
+@lru_cache(maxsize=1024)
+def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act, x_strides: tuple,
+                  device: int) -> Launch:
+    plan = fused_plan(dw, kp)
+    g3 = dw.as_3d()
+    fn = jit.get_function(separable_module(dw.dtype, plan.kt), "separable_fused", dw.dtype,
+                          (plan.kt,))
+    return Launch(fn, (dw.batch * plan.pixel_tiles, plan.kp_blocks), (256,),
+                  ints((has_b_dw, has_b_pw, ACTIVATIONS[act], dw.channels_last, dw.out_channels,
+                        dw.out_channels // dw.in_channels, kp, *g3["spatial"][1:],
+                        *g3["out_spatial"][1:], *g3["kernel"][1:], *g3["stride"][1:],
+                        *g3["dilation"][1:], *g3["pad_lo"][1:]))
+                  + int64s((x_strides[0], x_strides[1], x_strides[3], x_strides[4]))
+                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)), plan.smem)
+
+
 def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
     import cupy
 
-    kp = w_pw.shape[0]
-    plan = fused_plan(dw, kp)
-    g3 = dw.as_3d()
-    fn = jit.get_function(SEPARABLE, "separable_fused", dw.dtype, (plan.kt,))
-    xs = element_strides(x, dw.channels_last)
-    args = (x, cupy.ascontiguousarray(w_dw), b_dw if b_dw is not None else y,
-            cupy.ascontiguousarray(w_pw), b_pw if b_pw is not None else y, y,
-            *ints((b_dw is not None, b_pw is not None, ACTIVATIONS[act], dw.channels_last,
-                   dw.out_channels, dw.out_channels // dw.in_channels, kp,
-                   *g3["spatial"][1:], *g3["out_spatial"][1:], *g3["kernel"][1:],
-                   *g3["stride"][1:], *g3["dilation"][1:], *g3["pad_lo"][1:])),
-            *int64s((xs[0], xs[1], xs[3], xs[4])),
-            *ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)))
+    w_dw = w_dw if w_dw.flags.c_contiguous else cupy.ascontiguousarray(w_dw)
+    w_pw = w_pw if w_pw.flags.c_contiguous else cupy.ascontiguousarray(w_pw)
+    launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act,
+                           element_strides(x, dw.channels_last), y.data.device_id)
     with y.device:
-        fn((dw.batch * plan.pixel_tiles, plan.kp_blocks), (256,), args, shared_mem=plan.smem)
+        launch(x, w_dw, b_dw if b_dw is not None else y, w_pw, b_pw if b_pw is not None else y, y)
 
 
 def run_unfused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:

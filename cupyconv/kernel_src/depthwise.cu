@@ -7,8 +7,8 @@
 // where a tile's source window starts (tile_origin).
 //
 // Channels-first tile kernel: a block holds BZ destination planes; per plane a BX x (BY * vr)
-// output tile, each thread owning one column and vr rows (interleaved by BY, so every row of the
-// tile is one coalesced store).  The tiles' source windows (with halo) are staged in shared memory
+// output tile, each thread owning vr consecutive rows of one column (rows of the tile are
+// coalesced stores across the threads of a warp).  The tiles' source windows (with halo) are staged in shared memory
 // by the whole block once per (source plane, depth tap), many loads in flight per thread
 // (stage.cuh): every source element is read from global memory about once.
 // Gather kernel (channels-last, and the fallback for tiles that do not fit shared memory):
@@ -89,8 +89,11 @@ __device__ __forceinline__ A block_sum(A v, A* red) {
 // channels, dst channel k reads source channel k / mult with filter k.  Transposed: src = dy with
 // Cd * mult channels, dst channel c sums source channels c * mult + m with filters c * mult + m.
 // (SD, SH, SW, ...) are the forward convolution's stride, dilation and leading pad throughout.
+// KF > 0: square KF x KF taps with unit stride and dilation in H and W (the host checks): taps in
+// registers, and each thread slides down its column, reading every window row once for all the
+// taps and rows it feeds (KF + vr - 1 shared loads per column instead of KF * vr).
 // Grid: x = ceil(planes / BZ), y = tiles_h * tiles_w.  Shared memory: BZ * rows_max * pitch.
-template <typename T, int TRANSPOSED>
+template <typename T, int TRANSPOSED, int KF>
 __global__ void __launch_bounds__(256)
 depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
                T* __restrict__ dst, int has_bias, int Cd, int mult, int planes,
@@ -103,7 +106,6 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
   __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (-1: none this pass)
   const int p = blockIdx.x * blockDim.z + threadIdx.z;
   A* const windows = reinterpret_cast<A*>(smem_raw);
-  const A* tile = windows + threadIdx.z * rows_max * pitch;
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int nt = blockDim.x * blockDim.y * blockDim.z;
   const bool live = p < planes;
@@ -114,13 +116,14 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
   const int od = live ? p % DDd : 0, c = live ? (p / DDd) % Cd : 0, n = live ? p / (DDd * Cd) : 0;
   const int TH = blockDim.y * vr;
   const int oh0 = (blockIdx.y / tiles_w) * TH, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
-  const int ow = ow0 + threadIdx.x;
+  const int ow = ow0 + threadIdx.x, row0 = threadIdx.y * vr;  // this thread: rows row0 + j
   const int r0 = dw::tile_origin<TRANSPOSED>(oh0, SH, DH, PH, KH);
   const int c0 = dw::tile_origin<TRANSPOSED>(ow0, SW, DW, PW, KW);
   const int rows = dw::tile_extent<TRANSPOSED>(oh0, TH, SH, DH, PH, KH, r0);
   const int cols = dw::tile_extent<TRANSPOSED>(ow0, blockDim.x, SW, DW, PW, KW, c0);
   const int taps = KD * KH * KW;
   const int M = TRANSPOSED ? mult : 1;
+  const A* tile = windows + threadIdx.z * rows_max * pitch;
   A acc[DW_ROWS];
 #pragma unroll
   for (int j = 0; j < DW_ROWS; ++j) acc[j] = A(0);
@@ -133,17 +136,41 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
       if (threadIdx.x == 0 && threadIdx.y == 0)
         zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
       __syncthreads();
-      cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
-          [&](int z, int r, int col) -> A {
-            const cc::index_t o = zoff[z];
-            const int ih = r0 + r, iw = c0 + col;
-            return (o >= 0 && (unsigned)ih < (unsigned)SHs && (unsigned)iw < (unsigned)SWs)
-                       ? cc::load_as<A>(src[o + ih * ssh + iw * ssw]) : A(0);
-          },
-          [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
+      if (cols <= nt)
+        cc::stage_rows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
+                       SHs, SWs, ssh, ssw, tid, nt);
+      else
+        cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
+            [&](int z, int r, int col) -> A {
+              const cc::index_t o = zoff[z];
+              const int ih = r0 + r, iw = c0 + col;
+              return (o >= 0 && (unsigned)ih < (unsigned)SHs && (unsigned)iw < (unsigned)SWs)
+                         ? cc::load_as<A>(src[o + ih * ssh + iw * ssw]) : A(0);
+            },
+            [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
       __syncthreads();
       if (sd < 0) continue;
       const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
+      if (KF > 0) {
+        // Unit stride: both mappings read window row row0 + j + kh' and column tx + kw' for
+        // tap (kh', kw'), with the taps flipped for the transposed one.
+        A wr[KF > 0 ? KF * KF : 1];
+#pragma unroll
+        for (int t = 0; t < KF * KF; ++t) wr[t] = cc::load_as<A>(wt[TRANSPOSED ? KF * KF - 1 - t : t]);
+        const A* base = tile + row0 * pitch + threadIdx.x;
+#pragma unroll
+        for (int kw = 0; kw < KF; ++kw) {
+          A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
+#pragma unroll
+          for (int i = 0; i < DW_ROWS + KF - 1; ++i)
+            colv[i] = i < vr + KF - 1 ? base[i * pitch + kw] : A(0);
+#pragma unroll
+          for (int j = 0; j < DW_ROWS; ++j)
+#pragma unroll
+            for (int kh = 0; kh < KF; ++kh) acc[j] += colv[j + kh] * wr[kh * KF + kw];
+        }
+        continue;
+      }
       for (int kw = 0; kw < KW; ++kw) {
         const int tc = dw::tile_coord<TRANSPOSED>(ow, ow0, kw, SW, DW, PW, c0);
         if (tc < 0) continue;
@@ -153,8 +180,7 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
             if (j < vr) {
-              const int oh = oh0 + threadIdx.y + j * blockDim.y;
-              const int tr = dw::tile_coord<TRANSPOSED>(oh, oh0, kh, SH, DH, PH, r0);
+              const int tr = dw::tile_coord<TRANSPOSED>(oh0 + row0 + j, oh0, kh, SH, DH, PH, r0);
               if (tr >= 0) acc[j] += col[tr * pitch] * wv;
             }
           }
@@ -167,7 +193,7 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
   T* out = dst + (cc::index_t)p * DHd * DWd + ow;
 #pragma unroll
   for (int j = 0; j < DW_ROWS; ++j) {
-    const int oh = oh0 + threadIdx.y + j * blockDim.y;
+    const int oh = oh0 + row0 + j;
     if (j < vr && oh < DHd) out[(cc::index_t)oh * DWd] = cc::store_as<T>(acc[j] + b);
   }
 }
@@ -217,10 +243,12 @@ __global__ void depthwise_gather(const T* __restrict__ src, const T* __restrict_
 }
 
 // Backward-weight, channels-first tiles: block (k, chunk) sums dy * x over the planes (n, od) of
-// its chunk, every spatial tile, for DW_TAPS taps at a time (one depth tap, whole kernel rows);
-// the block total goes to partial[(chunk * K + k) * taps + tap] (the split-K workspace layout).
-// x is read through strides; dy is contiguous (N, K, OD, OH, OW).  Grid: (K, chunks).
-template <typename T>
+// its chunk, every spatial tile, for one pass of taps at a time (one depth tap, whole kernel rows;
+// KF > 0: all KF x KF taps of a unit-stride, unit-dilation kernel, each window row read once per
+// column as in depthwise_tile); the block total goes to partial[(chunk * K + k) * taps + tap] (the
+// split-K workspace layout).  x is read through strides; dy is contiguous (N, K, OD, OH, OW).
+// Grid: (K, chunks).
+template <typename T, int KF>
 __global__ void __launch_bounds__(256)
 depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
                      typename cc::acc_type<T>::type* __restrict__ partial, int K, int mult,
@@ -230,6 +258,7 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
                      cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh,
                      cc::index_t xsw, int vr, int tiles_w, int tiles, int rows_max, int pitch) {
   typedef typename cc::acc_type<T>::type A;
+  constexpr int NA = KF > 0 ? KF * KF : DW_TAPS;  // accumulators: taps of one pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's input slice (-1: none this pass)
   const int k = blockIdx.x, chunk = blockIdx.y;
@@ -240,18 +269,19 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
   const A* tile = windows + threadIdx.z * rows_max * pitch;
   const int q_begin = chunk * planes_per_chunk;
   const int q_end = min(planes, q_begin + planes_per_chunk);
-  const int TH = blockDim.y * vr, taps = KD * KH * KW;
-  const int rows_per_pass = max(1, DW_TAPS / KW);
+  const int TH = blockDim.y * vr, taps = KD * KH * KW, row0 = threadIdx.y * vr;
+  const int rows_per_pass = KF > 0 ? KF : max(1, DW_TAPS / KW);
   const T* xk = x + (cc::index_t)(k / mult) * xsc;
   for (int kd = 0; kd < KD; ++kd) {
     for (int kh0 = 0; kh0 < KH; kh0 += rows_per_pass) {
       const int nkh = min(rows_per_pass, KH - kh0), ntp = nkh * KW;
-      int off[DW_TAPS];  // window offset of each tap of this pass
+      int off[KF > 0 ? 1 : DW_TAPS];  // window offset of each tap of this pass (generic path)
 #pragma unroll
-      for (int t = 0; t < DW_TAPS; ++t) off[t] = t < ntp ? (t / KW) * DH * pitch + (t % KW) * DW : 0;
-      A acc[DW_TAPS];
+      for (int t = 0; t < (KF > 0 ? 1 : DW_TAPS); ++t)
+        off[t] = t < ntp ? (t / KW) * DH * pitch + (t % KW) * DW : 0;
+      A acc[NA];
 #pragma unroll
-      for (int t = 0; t < DW_TAPS; ++t) acc[t] = A(0);
+      for (int t = 0; t < NA; ++t) acc[t] = A(0);
       for (int qb = q_begin; qb < q_end; qb += blockDim.z) {
         const int q = qb + threadIdx.z;
         const bool live = q < q_end;
@@ -267,32 +297,56 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
           if (threadIdx.x == 0 && threadIdx.y == 0)
             zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
           __syncthreads();
-          cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
-              [&](int z, int r, int col) -> A {
-                const cc::index_t o = zoff[z];
-                const int ih = r0 + r, iw = c0 + col;
-                return (o >= 0 && (unsigned)ih < (unsigned)IH && (unsigned)iw < (unsigned)IW)
-                           ? cc::load_as<A>(xk[o + ih * xsh + iw * xsw]) : A(0);
-              },
-              [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
+          if (cols <= nt)
+            cc::stage_rows(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
+                           IH, IW, xsh, xsw, tid, nt);
+          else
+            cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
+                [&](int z, int r, int col) -> A {
+                  const cc::index_t o = zoff[z];
+                  const int ih = r0 + r, iw = c0 + col;
+                  return (o >= 0 && (unsigned)ih < (unsigned)IH && (unsigned)iw < (unsigned)IW)
+                             ? cc::load_as<A>(xk[o + ih * xsh + iw * xsw]) : A(0);
+                },
+                [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
           __syncthreads();
           const int ow = ow0 + threadIdx.x;
-          if (id < 0 || ow >= OW) continue;
+          if (id < 0) continue;
+          A g[DW_ROWS];
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
-            const int r = threadIdx.y + j * blockDim.y, oh = oh0 + r;
-            if (j < vr && oh < OH) {
-              const A g = cc::load_as<A>(dyp[oh * OW + ow]);
-              const A* win = tile + r * SH * pitch + threadIdx.x * SW;
+            const int oh = oh0 + row0 + j;
+            g[j] = (j < vr && oh < OH && ow < OW) ? cc::load_as<A>(dyp[oh * OW + ow]) : A(0);
+          }
+          if (KF > 0) {
+            const A* base = tile + row0 * pitch + threadIdx.x;
 #pragma unroll
-              for (int t = 0; t < DW_TAPS; ++t)
-                if (t < ntp) acc[t] += g * win[off[t]];
+            for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw) {
+              A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
+#pragma unroll
+              for (int i = 0; i < DW_ROWS + KF - 1; ++i)
+                colv[i] = i < vr + KF - 1 ? base[i * pitch + kw] : A(0);
+#pragma unroll
+              for (int j = 0; j < DW_ROWS; ++j)
+#pragma unroll
+                for (int kh = 0; kh < KF; ++kh) acc[kh * KF + kw] += g[j] * colv[j + kh];
+            }
+            continue;
+          }
+          if (ow >= OW) continue;
+#pragma unroll
+          for (int j = 0; j < DW_ROWS; ++j) {
+            if (j < vr) {
+              const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW;
+#pragma unroll
+              for (int t = 0; t < (KF > 0 ? 1 : DW_TAPS); ++t)
+                if (t < ntp) acc[t] += g[j] * win[off[t]];
             }
           }
         }
       }
 #pragma unroll
-      for (int t = 0; t < DW_TAPS; ++t) {  // constant indices keep acc in registers
+      for (int t = 0; t < NA; ++t) {  // constant indices keep acc in registers
         if (t >= ntp) break;
         const A s = dw::block_sum(acc[t], red);
         if (tid == 0) partial[((cc::index_t)chunk * K + k) * taps + (kd * KH + kh0) * KW + t] = s;

@@ -30,7 +30,8 @@ __device__ __forceinline__ A activate(A v, int act) {
 
 // x: (N, C, H, W) or (N, H, W, C) through strides; w_dw: (Cm, taps) with Cm = mult * C; w_pw:
 // (Kp, Cm); y contiguous (N, Kp, OH, OW) or (N, OH, OW, Kp).  H = 1 for 1-d problems.
-// Shared memory: tile SEP_CC x SEP_P, weights SEP_CC x 8 * KT, window cc x rows x pitch.
+// Shared memory: tile SEP_CC x SEP_P, pointwise weights SEP_CC x 8 * KT, depthwise weights
+// SEP_CC x taps, windows cc x rows_max x pitch.
 template <typename T, int KT>
 __global__ void __launch_bounds__(SEP_THREADS)
 separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __restrict__ b_dw,
@@ -41,9 +42,12 @@ separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __
                 int pixel_tiles, int cc_chunk, int rows_max, int pitch) {
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ cc::index_t zoff[SEP_CC];                   // each chunk channel's input plane
+  const int taps = KH * KW;
   A* tile = reinterpret_cast<A*>(smem_raw);           // [SEP_CC][SEP_P]
   A* wt = tile + SEP_CC * SEP_P;                         // [SEP_CC][8 * KT]
-  A* win = wt + SEP_CC * 8 * KT;                         // [cc][rows_max][pitch]
+  A* wd = wt + SEP_CC * 8 * KT;                          // [SEP_CC][taps]
+  A* win = wd + SEP_CC * taps;                           // [cc][rows_max][pitch]
   const int t = threadIdx.x;
   const int n = blockIdx.x / pixel_tiles;
   const int OHW = OH * OW;
@@ -54,7 +58,6 @@ separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __
   const int rows = (p_last / OW - oh_a) * SH + (KH - 1) * DH + 1;
   const int cols = (OW - 1) * SW + (KW - 1) * DW + 1;
   const int r0 = oh_a * SH - PH, c0 = -PW;               // window origin in x
-  const int taps = KH * KW;
   const T* xn = x + n * xsn;
 
   // This thread's depthwise pixel (fixed over the chunks) and its place in the window.
@@ -75,20 +78,28 @@ separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __
     const int cc = min(cc_chunk, Cm - m0);
     __syncthreads();  // the previous chunk's window, tile and weights are consumed
     // 1. the window of each channel of the chunk (zeros outside the image), coalesced along W
-    //    (channels-first) or along the channels (channels-last)
-    auto load = [&](int c, int r, int col) -> A {
-      const int ih = r0 + r, iw = c0 + col;
-      return ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                 ? cc::load_as<A>(xn[(cc::index_t)((m0 + c) / mult) * xsc + ih * xsh + iw * xsw])
-                 : A(0);
-    };
-    if (!channels_last)
-      cc::stage_box(win, cc, rows, cols, t, SEP_THREADS, load,
-                    [&](int c, int r, int col) { return (c * rows + r) * pitch + col; });
-    else
-      cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
-                    [&](int r, int col, int c) { return load(c, r, col); },
-                    [&](int r, int col, int c) { return (c * rows + r) * pitch + col; });
+    //    (channels-first) or along the channels (channels-last); the chunk's depthwise taps
+    if (t < cc) zoff[t] = (cc::index_t)((m0 + t) / mult) * xsc;
+    for (int e = t; e < cc * taps; e += SEP_THREADS)
+      wd[e] = cc::load_as<A>(w_dw[(cc::index_t)m0 * taps + e]);
+    __syncthreads();
+    if (!channels_last && cols <= SEP_THREADS) {
+      cc::stage_rows(win, xn, zoff, cc, rows, cols, rows_max, pitch, r0, c0, H, W, xsh, xsw, t,
+                     SEP_THREADS);
+    } else {
+      auto load = [&](int c, int r, int col) -> A {
+        const int ih = r0 + r, iw = c0 + col;
+        return ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                   ? cc::load_as<A>(xn[zoff[c] + ih * xsh + iw * xsw]) : A(0);
+      };
+      if (!channels_last)
+        cc::stage_box(win, cc, rows, cols, t, SEP_THREADS, load,
+                      [&](int c, int r, int col) { return (c * rows_max + r) * pitch + col; });
+      else
+        cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
+                      [&](int r, int col, int c) { return load(c, r, col); },
+                      [&](int r, int col, int c) { return (c * rows_max + r) * pitch + col; });
+    }
     // the chunk's pointwise weights, transposed to [channel][output] for broadcast reads
     for (int e = t; e < cc * 8 * KT; e += SEP_THREADS) {
       const int c = e / (8 * KT), k = e - c * (8 * KT);
@@ -99,11 +110,11 @@ separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __
     for (int c = dc0; c < cc; c += SEP_THREADS / SEP_P) {
       A v = A(0);
       if (d_live) {
-        const A* wc = win + c * rows * pitch + d_off;
-        const T* f = w_dw + (cc::index_t)(m0 + c) * taps;
+        const A* wc = win + c * rows_max * pitch + d_off;
+        const A* f = wd + c * taps;
         for (int kh = 0; kh < KH; ++kh)
           for (int kw = 0; kw < KW; ++kw)
-            v += wc[kh * DH * pitch + kw * DW] * cc::load_as<A>(f[kh * KW + kw]);
+            v += wc[kh * DH * pitch + kw * DW] * f[kh * KW + kw];
         if (has_b_dw) v += cc::load_as<A>(b_dw[m0 + c]);
         v = sep::activate(v, act);
       }

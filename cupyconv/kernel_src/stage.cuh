@@ -52,3 +52,43 @@ __device__ __forceinline__ void stage_box(A* smem, int n0, int n1, int n2, int t
 }
 
 }  // namespace cc
+
+namespace cc {
+
+// Stage `planes` windows of rows x cols, window z from src + zoff[z] (zoff[z] < 0: zeros), at
+// win[(z * rows_max + r) * pitch + c]; element (r, c) of a window reads source row r0 + r, column
+// c0 + c, zeros outside H x W.  Each thread owns one column (its bounds test and column offset
+// are computed once) and walks rows across the windows: a few instructions per element, and
+// STAGE_BATCH loads in flight.  Needs cols <= nt.
+template <typename A, typename T>
+__device__ __forceinline__ void stage_rows(A* win, const T* __restrict__ src, const index_t* zoff,
+                                           int planes, int rows, int cols, int rows_max, int pitch,
+                                           int r0, int c0, int H, int W, index_t sh, index_t sw,
+                                           int tid, int nt) {
+  const int rstep = nt / cols;
+  if (tid >= rstep * cols) return;
+  const int col = tid % cols, iw = c0 + col;
+  const bool col_in = (unsigned)iw < (unsigned)W;
+  const index_t cw = (index_t)iw * sw;
+  int r = tid / cols, z = 0;
+  while (r >= rows) { r -= rows; ++z; }
+  for (int rr = tid / cols; rr < planes * rows; rr += STAGE_BATCH * rstep) {
+    A v[STAGE_BATCH];
+    int at[STAGE_BATCH];
+#pragma unroll
+    for (int u = 0; u < STAGE_BATCH; ++u) {
+      const bool in = z < planes;
+      const index_t o = in ? zoff[z] : -1;
+      const int ih = r0 + r;
+      v[u] = (o >= 0 && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw]) : A(0);
+      at[u] = in ? (z * rows_max + r) * pitch + col : -1;
+      r += rstep;
+      while (r >= rows) { r -= rows; ++z; }
+    }
+#pragma unroll
+    for (int u = 0; u < STAGE_BATCH; ++u)
+      if (at[u] >= 0) win[at[u]] = v[u];
+  }
+}
+
+}  // namespace cc
