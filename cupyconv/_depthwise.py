@@ -138,14 +138,14 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
         grid, block = launch_grid(geom.batch * chans * math.prod(
             geom.spatial if transposed else geom.out_spatial))
         return Launch(fn, grid, block, ints((has_bias, geom.channels_last, geom.batch, chans, mult))
-                      + tail)
+                      + tail, packed=True)
     kf = fixed_kernel(geom, DEPTHWISE_KF[1:])
     fn = jit.get_function(depthwise_tile_module(geom.dtype, int(transposed)), "depthwise_tile",
                           geom.dtype, (int(transposed), kf))
     planes = geom.batch * chans * geom.as_3d()["spatial" if transposed else "out_spatial"][0]
     return Launch(fn, (math.ceil(planes / t.bz), t.tiles), (t.bx, t.by, t.bz),
                   ints((has_bias, chans, mult, planes)) + tail
-                  + ints((t.vr, t.tiles_w, t.rows_max, t.pitch)), t.smem)
+                  + ints((t.vr, t.tiles_w, t.rows_max, t.pitch)), t.smem, packed=True)
 
 
 def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
@@ -217,12 +217,12 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple,
         planes = geom.batch * geom.as_3d()["out_spatial"][0]
         main = Launch(fn, (k, chunks), (t.bx, t.by, t.bz),
                       ints((k, mult, planes, per_chunk)) + _common_args(geom, x_strides)
-                      + ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch)), t.smem)
+                      + ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch)), t.smem, packed=True)
     else:
         fn = jit.get_function(DEPTHWISE_WGRAD_GATHER, "depthwise_wgrad_gather", geom.dtype)
         grid, block = launch_grid(chunks * k)
         main = Launch(fn, grid, block, ints((chunks, per_chunk, geom.batch, k, mult))
-                      + _common_args(geom, x_strides) + int64s(dy_strides))
+                      + _common_args(geom, x_strides) + int64s(dy_strides), packed=True)
     # Sum the chunks in order into dw viewed as a (K, taps) matrix (the split-K reduce kernel).
     fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
     grid, block = launch_grid(k * taps)

@@ -45,15 +45,21 @@ def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
 
 class Launch:
     """A kernel launch prepared once per problem: function, grid, block, shared memory and the
-    scalar arguments, which follow the array arguments.  Building the ~40 scalars of a
-    convolution kernel costs more host time than a small depthwise kernel runs, so the
-    launchers cache a Launch per (problem, strides, device) and pass only the arrays per call."""
+    scalar arguments, which follow the array arguments.  CuPy converts every argument on every
+    launch (about a microsecond each), and a convolution kernel has ~35 scalars: ``packed``
+    kernels take them as one int64 array instead (uploaded here, once per problem and device),
+    so a call passes only the arrays and that one pointer."""
 
     __slots__ = ("fn", "grid", "block", "smem", "scalars")
 
-    def __init__(self, fn, grid, block, scalars, smem: int = 0):
+    def __init__(self, fn, grid, block, scalars, smem: int = 0, packed: bool = False):
         self.fn, self.grid, self.block, self.smem = fn, tuple(grid), tuple(block), smem
-        self.scalars = tuple(scalars)
+        if packed:
+            import cupy
+
+            self.scalars = (cupy.asarray(np.array([int(v) for v in scalars], dtype=np.int64)),)
+        else:
+            self.scalars = tuple(scalars)
 
     def __call__(self, *arrays) -> None:
         self.fn(self.grid, self.block, arrays + self.scalars, shared_mem=self.smem)

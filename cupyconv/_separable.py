@@ -82,7 +82,8 @@ def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act
                         *g3["out_spatial"][1:], *g3["kernel"][1:], *g3["stride"][1:],
                         *g3["dilation"][1:], *g3["pad_lo"][1:]))
                   + int64s((x_strides[0], x_strides[1], x_strides[3], x_strides[4]))
-                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)), plan.smem)
+                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)), plan.smem,
+                  packed=True)
 
 
 def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:

@@ -21,6 +21,9 @@
 #define DW_ROWS 8   // most rows per thread in the tile kernels (register accumulators)
 #define DW_TAPS 16  // taps per pass of the backward-weight kernels (register accumulators)
 #define DW_MAX_Z 64 // most planes per block
+// Blocks per multiprocessor the register budget is set for: the 3x3 variants are short-lived
+// blocks whose loads need many resident blocks to overlap; the others keep their registers.
+#define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 5 : 2)
 
 namespace dw {
 
@@ -94,13 +97,21 @@ __device__ __forceinline__ A block_sum(A v, A* red) {
 // taps and rows it feeds (KF + vr - 1 shared loads per column instead of KF * vr).
 // Grid: x = ceil(planes / BZ), y = tiles_h * tiles_w.  Shared memory: BZ * rows_max * pitch.
 template <typename T, int TRANSPOSED, int KF>
-__global__ void __launch_bounds__(256)
-depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
-               T* __restrict__ dst, int has_bias, int Cd, int mult, int planes,
-               int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW,
-               int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
-               cc::index_t ssn, cc::index_t ssc, cc::index_t ssd, cc::index_t ssh,
-               cc::index_t ssw, int vr, int tiles_w, int rows_max, int pitch) {
+__global__ void __launch_bounds__(256, DW_MIN_BLOCKS(KF))
+depthwise_tile(const T* __restrict__ src,
+               const T* __restrict__ w,
+               const T* __restrict__ bias,
+               T* __restrict__ dst,
+               const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int has_bias = (int)prm[0], Cd = (int)prm[1], mult = (int)prm[2], planes = (int)prm[3],
+      ID = (int)prm[4], IH = (int)prm[5], IW = (int)prm[6], OD = (int)prm[7], OH = (int)prm[8],
+      OW = (int)prm[9], KD = (int)prm[10], KH = (int)prm[11], KW = (int)prm[12], SD = (int)prm[13],
+      SH = (int)prm[14], SW = (int)prm[15], DD = (int)prm[16], DH = (int)prm[17],
+      DW = (int)prm[18], PD = (int)prm[19], PH = (int)prm[20], PW = (int)prm[21];
+  const cc::index_t ssn = prm[22], ssc = prm[23], ssd = prm[24], ssh = prm[25], ssw = prm[26];
+  const int vr = (int)prm[27], tiles_w = (int)prm[28], rows_max = (int)prm[29],
+      pitch = (int)prm[30];
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (-1: none this pass)
@@ -201,13 +212,18 @@ depthwise_tile(const T* __restrict__ src, const T* __restrict__ w, const T* __re
 // Gather kernel, either layout: one thread per destination element, contiguous dst (N, Cd, OD, OH,
 // OW) or (N, OD, OH, OW, Cd).  Same channel and coordinate mapping as depthwise_tile.
 template <typename T, int TRANSPOSED>
-__global__ void depthwise_gather(const T* __restrict__ src, const T* __restrict__ w,
-                                 const T* __restrict__ bias, T* __restrict__ dst, int has_bias,
-                                 int channels_last, int N, int Cd, int mult,
-                                 int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH,
-                                 int KW, int SD, int SH, int SW, int DD, int DH, int DW, int PD,
-                                 int PH, int PW, cc::index_t ssn, cc::index_t ssc, cc::index_t ssd,
-                                 cc::index_t ssh, cc::index_t ssw) {
+__global__ void depthwise_gather(const T* __restrict__ src,
+                                 const T* __restrict__ w,
+                                 const T* __restrict__ bias,
+                                 T* __restrict__ dst,
+                                 const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int has_bias = (int)prm[0], channels_last = (int)prm[1], N = (int)prm[2], Cd = (int)prm[3],
+      mult = (int)prm[4], ID = (int)prm[5], IH = (int)prm[6], IW = (int)prm[7], OD = (int)prm[8],
+      OH = (int)prm[9], OW = (int)prm[10], KD = (int)prm[11], KH = (int)prm[12], KW = (int)prm[13],
+      SD = (int)prm[14], SH = (int)prm[15], SW = (int)prm[16], DD = (int)prm[17],
+      DH = (int)prm[18], DW = (int)prm[19], PD = (int)prm[20], PH = (int)prm[21], PW = (int)prm[22];
+  const cc::index_t ssn = prm[23], ssc = prm[24], ssd = prm[25], ssh = prm[26], ssw = prm[27];
   typedef typename cc::acc_type<T>::type A;
   const int SDs = TRANSPOSED ? OD : ID, SHs = TRANSPOSED ? OH : IH, SWs = TRANSPOSED ? OW : IW;
   const int DDd = TRANSPOSED ? ID : OD, DHd = TRANSPOSED ? IH : OH, DWd = TRANSPOSED ? IW : OW;
@@ -249,14 +265,21 @@ __global__ void depthwise_gather(const T* __restrict__ src, const T* __restrict_
 // split-K workspace layout).  x is read through strides; dy is contiguous (N, K, OD, OH, OW).
 // Grid: (K, chunks).
 template <typename T, int KF>
-__global__ void __launch_bounds__(256)
-depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
-                     typename cc::acc_type<T>::type* __restrict__ partial, int K, int mult,
-                     int planes, int planes_per_chunk,
-                     int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW,
-                     int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
-                     cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh,
-                     cc::index_t xsw, int vr, int tiles_w, int tiles, int rows_max, int pitch) {
+__global__ void __launch_bounds__(256, DW_MIN_BLOCKS(KF))
+depthwise_wgrad_tile(const T* __restrict__ x,
+                     const T* __restrict__ dy,
+                     typename cc::acc_type<T>::type* __restrict__ partial,
+                     const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int K = (int)prm[0], mult = (int)prm[1], planes = (int)prm[2],
+      planes_per_chunk = (int)prm[3], ID = (int)prm[4], IH = (int)prm[5], IW = (int)prm[6],
+      OD = (int)prm[7], OH = (int)prm[8], OW = (int)prm[9], KD = (int)prm[10], KH = (int)prm[11],
+      KW = (int)prm[12], SD = (int)prm[13], SH = (int)prm[14], SW = (int)prm[15],
+      DD = (int)prm[16], DH = (int)prm[17], DW = (int)prm[18], PD = (int)prm[19],
+      PH = (int)prm[20], PW = (int)prm[21];
+  const cc::index_t xsn = prm[22], xsc = prm[23], xsd = prm[24], xsh = prm[25], xsw = prm[26];
+  const int vr = (int)prm[27], tiles_w = (int)prm[28], tiles = (int)prm[29],
+      rows_max = (int)prm[30], pitch = (int)prm[31];
   typedef typename cc::acc_type<T>::type A;
   constexpr int NA = KF > 0 ? KF * KF : DW_TAPS;  // accumulators: taps of one pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -359,16 +382,18 @@ depthwise_wgrad_tile(const T* __restrict__ x, const T* __restrict__ dy,
 // (chunk, k) sums dy * x over the pixels of its chunk, DW_TAPS taps per pass; neighbouring threads
 // own neighbouring channels (coalesced for channels-last).  dy and x are read through strides.
 template <typename T>
-__global__ void depthwise_wgrad_gather(const T* __restrict__ x, const T* __restrict__ dy,
+__global__ void depthwise_wgrad_gather(const T* __restrict__ x,
+                                       const T* __restrict__ dy,
                                        typename cc::acc_type<T>::type* __restrict__ partial,
-                                       int chunks, int pixels_per_chunk, int N, int K, int mult,
-                                       int ID, int IH, int IW, int OD, int OH, int OW, int KD,
-                                       int KH, int KW, int SD, int SH, int SW, int DD, int DH,
-                                       int DW, int PD, int PH, int PW,
-                                       cc::index_t xsn, cc::index_t xsc, cc::index_t xsd,
-                                       cc::index_t xsh, cc::index_t xsw, cc::index_t gsn,
-                                       cc::index_t gsc, cc::index_t gsd, cc::index_t gsh,
-                                       cc::index_t gsw) {
+                                       const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int chunks = (int)prm[0], pixels_per_chunk = (int)prm[1], N = (int)prm[2], K = (int)prm[3],
+      mult = (int)prm[4], ID = (int)prm[5], IH = (int)prm[6], IW = (int)prm[7], OD = (int)prm[8],
+      OH = (int)prm[9], OW = (int)prm[10], KD = (int)prm[11], KH = (int)prm[12], KW = (int)prm[13],
+      SD = (int)prm[14], SH = (int)prm[15], SW = (int)prm[16], DD = (int)prm[17],
+      DH = (int)prm[18], DW = (int)prm[19], PD = (int)prm[20], PH = (int)prm[21], PW = (int)prm[22];
+  const cc::index_t xsn = prm[23], xsc = prm[24], xsd = prm[25], xsh = prm[26], xsw = prm[27],
+      gsn = prm[28], gsc = prm[29], gsd = prm[30], gsh = prm[31], gsw = prm[32];
   typedef typename cc::acc_type<T>::type A;
   const cc::index_t pixels = (cc::index_t)N * OD * OH * OW;
   const int taps = KD * KH * KW;

@@ -34,12 +34,22 @@ __device__ __forceinline__ A activate(A v, int act) {
 // SEP_CC x taps, windows cc x rows_max x pitch.
 template <typename T, int KT>
 __global__ void __launch_bounds__(SEP_THREADS)
-separable_fused(const T* __restrict__ x, const T* __restrict__ w_dw, const T* __restrict__ b_dw,
-                const T* __restrict__ w_pw, const T* __restrict__ b_pw, T* __restrict__ y,
-                int has_b_dw, int has_b_pw, int act, int channels_last, int Cm, int mult, int Kp,
-                int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int DH, int DW,
-                int PH, int PW, cc::index_t xsn, cc::index_t xsc, cc::index_t xsh, cc::index_t xsw,
-                int pixel_tiles, int cc_chunk, int rows_max, int pitch) {
+separable_fused(const T* __restrict__ x,
+                const T* __restrict__ w_dw,
+                const T* __restrict__ b_dw,
+                const T* __restrict__ w_pw,
+                const T* __restrict__ b_pw,
+                T* __restrict__ y,
+                const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int has_b_dw = (int)prm[0], has_b_pw = (int)prm[1], act = (int)prm[2],
+      channels_last = (int)prm[3], Cm = (int)prm[4], mult = (int)prm[5], Kp = (int)prm[6],
+      H = (int)prm[7], W = (int)prm[8], OH = (int)prm[9], OW = (int)prm[10], KH = (int)prm[11],
+      KW = (int)prm[12], SH = (int)prm[13], SW = (int)prm[14], DH = (int)prm[15],
+      DW = (int)prm[16], PH = (int)prm[17], PW = (int)prm[18];
+  const cc::index_t xsn = prm[19], xsc = prm[20], xsh = prm[21], xsw = prm[22];
+  const int pixel_tiles = (int)prm[23], cc_chunk = (int)prm[24], rows_max = (int)prm[25],
+      pitch = (int)prm[26];
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ cc::index_t zoff[SEP_CC];                   // each chunk channel's input plane

@@ -3,12 +3,13 @@
 // The bandwidth-bound kernels (depthwise, separable) stage a halo window per block before they
 // compute.  A plain "for (e = tid; e < total; e += nt) smem[e] = load(e)" loop waits for each load
 // before issuing the next (about a microsecond per element on an H100: the first depthwise kernel
-// spent most of its time there), so loads are issued STAGE_BATCH at a time into registers and
+// spent most of its time there), so loads are issued STAGE_BATCH at a time (4: more costs registers that the
+// resident blocks need more) into registers and
 // stored afterwards; element coordinates are stepped without integer divisions.
 #pragma once
 #include "common.cuh"
 
-#define STAGE_BATCH 8
+#define STAGE_BATCH 4
 
 namespace cc {
 
