@@ -10,9 +10,10 @@ from .backward import conv_backward_data, conv_backward_weight, conv_transpose
 from .conv import conv, conv1d, conv2d, conv3d
 from .gemm import gemm
 from .im2col import col2im, im2col
+from ._tune import tune
 
 __version__ = "0.1.0"
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "gemm", "im2col", "col2im", "output_shape", "ConvGeometry",
-           "reference", "jit", "__version__"]
+           "reference", "jit", "tune", "__version__"]
