@@ -150,9 +150,13 @@ def _ndim(args, default: int, limit: int) -> int:
     if args.ndim is not None:
         nd = args.ndim
     else:
-        lengths = [len(_ints(v, n)) for v, n in ((args.input, "--input"), (args.kernel, "--kernel"))
-                   if v is not None]
-        nd = max([n for n in lengths if n > 1], default=default)
+        lengths = {n: len(_ints(v, n)) for v, n in ((args.input, "--input"),
+                                                    (args.kernel, "--kernel")) if v is not None}
+        multi = {n: k for n, k in lengths.items() if k > 1}
+        if len(set(multi.values())) > 1:
+            raise ValueError(f"--input has {multi['--input']} values and --kernel "
+                             f"{multi['--kernel']}: give one per spatial dim, the same number")
+        nd = max(multi.values(), default=default)
     if not 1 <= nd <= limit:
         raise ValueError(f"--ndim must be 1-{limit} for {args.op}, got {nd}")
     return nd
