@@ -59,6 +59,7 @@ def forward_metrics(row: dict, ceil) -> dict:
     sec = ms * 1e-3
     out = {"problem": row["problem"], "ms": ms, "tflops": geom.flops / sec / 1e12,
            "gbps": geom.bytes_moved(4) / sec / 1e9, "picked": row.get("auto_choice", ""),
+           "host_us": row.get("host_us_auto"),
            "ratios": {p: row["ms"][p] / ms for p in PEERS if p in row["ms"]}}
     if ceil:
         out["flop_frac"] = geom.flops / sec / ceil[0]
@@ -91,6 +92,8 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
         head = ["problem (float32, batch 32 unless noted)", "ms", "TFLOP/s", "GB/s"]
         head += ["% FLOP ceiling", "% copy ceiling"] if ceil else []
         head += [f"x {PEERS[p]}" for p in present] + ["auto picked"]
+        host = any(m["host_us"] for m in fwd)
+        head += ["host µs"] if host else []
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for m in fwd:
             cells = [m["problem"], _fmt(m["ms"], ".3f"), _fmt(m["tflops"], ".1f"),
@@ -98,6 +101,7 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
             if ceil:
                 cells += [_fmt(100 * m["flop_frac"], ".0f"), _fmt(100 * m["bw_frac"], ".0f")]
             cells += [_fmt(m["ratios"].get(p)) for p in present] + [m["picked"] or "—"]
+            cells += [_fmt(m["host_us"], ".0f")] if host else []
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         lines.append("Geomean over all problems: " + ", ".join(

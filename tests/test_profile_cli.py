@@ -128,3 +128,13 @@ def test_help_lists_every_operation():
     for op in ("fwd", "bwd-data", "bwd-weight", "transpose", "separable", "signal", "--verify",
                "--init", "--repeat", "--json"):
         assert op in proc.stdout
+
+
+def test_readme_profile_commands_parse():
+    import shlex
+
+    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("python3 -m cupyconv profile ")]
+    assert len(lines) >= 6
+    for line in lines:
+        parse(*shlex.split(line)[4:])
