@@ -265,7 +265,11 @@ def main(argv=None) -> int:
                   f"{row['err'].get(m, math.nan):8.1e}"
                   + (f"  host {row['host_us_auto']:.0f} us/call" if m == "auto" else ""))
     summary = summarize(rows)
-    result = {"summary": summary, "gpu": gpu, "cupy": cupy.__version__, "torch": torch.__version__ if torch else None,
+    from cupyconv._ceilings import ceilings  # measured here so report.py can show % of them
+
+    ceil = ceilings("float32")
+    result = {"ceilings": {"bandwidth": ceil.bandwidth, "flops": {"float32": ceil.flops},
+                           "source": ceil.source},"summary": summary, "gpu": gpu, "cupy": cupy.__version__, "torch": torch.__version__ if torch else None,
               "cudnn": torch.backends.cudnn.version() if torch else None,
               "python": platform.python_version(), "commit": git_commit(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "repeat": args.repeat,

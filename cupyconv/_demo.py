@@ -15,8 +15,9 @@ import numpy as np
 from . import reference
 from ._geometry import ConvGeometry
 from ._plan import FORWARD
-from ._timing import gpu_available, time_gpu
-from ._verify import random_array, rel_error, scipy_conv, tolerance
+from ._profile import evaluate, verdict
+from ._timing import gpu_available
+from ._verify import random_array, scipy_conv
 
 # (label, input shape, weight shape, options, dtype): small enough for the SciPy oracle.
 PROBLEMS = (
@@ -52,6 +53,12 @@ def _im2col_matmul(x, w, geom):
     return y.reshape(geom.output_shape)
 
 
+def _tiles(launches) -> str:
+    """The GEMM tiles a call launched, e.g. "128x64/1" (tile BMxBN / split-K); "-" for none."""
+    seen = dict.fromkeys(f"{la['tile'][0]}x{la['tile'][1]}/{la['splits']}" for la in launches)
+    return ",".join(seen) or "-"
+
+
 def run_demo(out=sys.stdout, repeat: int = 20) -> int:
     if not gpu_available():
         print("No GPU: CuPy sees no CUDA/ROCm device on this machine (cupy.is_available() is "
@@ -68,7 +75,7 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
     print(f"cupyconv demo on {name}: every method vs the float64 reference and SciPy "
           f"(SciPy has no convolution gradients: '-' there)", file=out)
     header = f"{'problem':24s} {'dtype':8s} {'method':16s} {'ms':>8s} {'GFLOP/s':>9s} " \
-             f"{'err(ref)':>9s} {'err(scipy)':>10s} {'tol':>8s}  verdict"
+             f"{'err(ref)':>9s} {'err(scipy)':>10s} {'tol':>8s} {'GEMM tile/split':>16s}  verdict"
     print(header + "\n" + "-" * len(header), file=out, flush=True)
     from .backward import conv_backward_data, conv_backward_weight
     from .conv import conv
@@ -93,17 +100,19 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
                    ("backward_data", lambda: conv_backward_data(dy, w, xs, **opts), ref_dx, None),
                    ("backward_weight", lambda: conv_backward_weight(x, dy, ws, **opts), ref_dw, None)]
         for method, fn, expect, scipy_expect in checks:
-            y = fn()
-            ms = time_gpu(fn, repeat=repeat)
-            tol = tolerance(dtype, expect)
-            e_ref = rel_error(y, expect)
-            e_sp = rel_error(y, scipy_expect) if scipy_expect is not None else None
-            ok = e_ref <= tol and (e_sp is None or e_sp <= tol)
+            run = evaluate(fn, repeat=repeat)  # the profiler's machinery: launches recorded, timed
+            ms, y = run["ms"], run["result"]
+            v = verdict(y, expect, dtype)
+            v_sp = verdict(y, scipy_expect, dtype) if scipy_expect is not None else None
+            ok = v["passed"] and (v_sp is None or v_sp["passed"])
             failures += not ok
-            sp = f"{e_sp:10.2e}" if e_sp is not None else f"{'-':>10s}"
+            sp = f"{v_sp['error']:10.2e}" if v_sp is not None else f"{'-':>10s}"
             print(f"{label:24s} {dtype:8s} {method:16s} {ms:8.3f} {geom.flops / ms / 1e6:9.1f} "
-                  f"{e_ref:9.2e} {sp} {tol:8.1e}  {'ok' if ok else 'FAILED'}", file=out, flush=True)
+                  f"{v['error']:9.2e} {sp} {v['tolerance']:8.1e} {_tiles(run['launches']):>16s}  "
+                  f"{'ok' if ok else 'FAILED'}", file=out, flush=True)
         print(f"{'':24s} (references on the CPU: {ref_s:.2f} s)", file=out)
     print(f"\n{'all results match' if not failures else f'{failures} results FAILED'} "
-          f"(error = ||out - ref|| / ||ref||)", file=out)
+          f"(error = ||out - ref|| / ||ref||)\nOne problem of your own, with the tile that ran "
+          f"and the fraction of the device ceilings: python -m cupyconv profile fwd -N 8 -C 64 "
+          f"-K 64 --input 56 --kernel 3 --pad 1 --verify 1", file=out)
     return 1 if failures else 0

@@ -61,6 +61,23 @@ def pointwise_as_gemm(geom: ConvGeometry) -> bool:
     return geom.channels_last or math.prod(geom.spatial) >= 1024
 
 
+def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
+    """``(kernel, (m, n, k, batch))`` of the one tiled-GEMM launch that ``algorithm`` makes for
+    ``geom`` (kernel "gemm": the dense GEMM, "conv_fprop": the implicit one), or None for the
+    algorithms that do not use the tiled GEMM.  The cost model and the plan report read it."""
+    m, n, k, b = geom.gemm_forward
+    dense = algorithm == "im2col_gemm" or (algorithm == "implicit_gemm" and is_pointwise(geom)
+                                            and pointwise_as_gemm(geom))
+    if algorithm not in ("implicit_gemm", "im2col_gemm"):
+        return None
+    if not dense:
+        return "conv_fprop", (m, n, k, b)
+    if geom.channels_last:
+        return "gemm", (m, n, k, b)
+    # channels-first: one GEMM per (image, group) over that image's output pixels (_run_matrix_conv)
+    return "gemm", (math.prod(geom.out_spatial), n, k, b * geom.batch)
+
+
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
     """Explicit im2col into a buffer, then one batched GEMM."""
     import cupy

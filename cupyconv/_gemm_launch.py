@@ -7,6 +7,8 @@ along its rows and along k, and the two-level batch strides (outer, inner) of bl
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -132,6 +134,44 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     return best
 
 
+# Two hooks for the profiler and the autotuner, both off by default (so default launches are
+# unchanged): a forced plan that every GEMM launch in the context uses instead of plan_gemm's
+# choice, and a list that records the plan of every launch (which tile configuration really ran).
+_FORCED: contextvars.ContextVar = contextvars.ContextVar("cupyconv_forced_plan", default=None)
+_RECORD: contextvars.ContextVar = contextvars.ContextVar("cupyconv_plan_record", default=None)
+
+
+@contextlib.contextmanager
+def forced_plan(plan: GemmPlan | None):
+    """Within the block, GEMM launches with no explicit ``plan=`` use ``plan`` (None: the default
+    choice).  The tile must be one of ``GEMM_TILES[dtype]`` for the launched dtype."""
+    token = _FORCED.set(plan)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+@contextlib.contextmanager
+def record_plans():
+    """Collect ``(kernel, (m, n, k, batch), GemmPlan)`` for every GEMM launch within the block."""
+    log: list = []
+    token = _RECORD.set(log)
+    try:
+        yield log
+    finally:
+        _RECORD.reset(token)
+
+
+def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple) -> GemmPlan:
+    """The plan a launch uses: explicit, else forced by the context, else ``default()``."""
+    plan = plan or _FORCED.get() or default()
+    log = _RECORD.get()
+    if log is not None:
+        log.append((kernel, shape, plan))
+    return plan
+
+
 def dense_plan(plan: GemmPlan, dtype: str, k: int) -> GemmPlan:
     """The dense GEMM's plan: 16-deep k-slices for the 128x128 tile on long k ranges."""
     if (dtype != "float64" and plan.tile[:2] == LONG_K_TILE[:2]
@@ -170,7 +210,8 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
     variant = (int(a.kcontig), int(b.kcontig))
-    plan = plan or dense_plan(plan_gemm(dtype, m, n, k, batch, c.data.device_id), dtype, k)
+    plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, c.data.device_id),
+                                             dtype, k), "gemm", (m, n, k, batch))
     fn = jit.get_function(gemm_module(dtype, plan.tile, variant), "gemm", dtype, variant)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n, c)
@@ -270,7 +311,8 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous and y a
     C-contiguous (N, K, *out) or (N, *out, K) array."""
     m, n, k, groups = prob.gemm
-    plan = plan or plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id)
+    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id),
+                    "conv_fprop", (m, n, k, groups))
     variant = (int(prob.channels_last),)
     fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant), "conv_fprop",
                           prob.dtype, variant)
@@ -296,7 +338,8 @@ def launch_conv_wgrad(geom: ConvGeometry, x, dy, dw, plan: GemmPlan | None = Non
     g = geom.groups
     kg, tcg = geom.out_channels // g, math.prod(geom.kernel) * geom.in_channels // g
     pixels = geom.batch * math.prod(geom.out_spatial)
-    plan = plan or plan_gemm(geom.dtype, kg, tcg, pixels, g, dw.data.device_id)
+    plan = _resolve(plan, lambda: plan_gemm(geom.dtype, kg, tcg, pixels, g, dw.data.device_id),
+                    "conv_wgrad", (kg, tcg, pixels, g))
     fn = jit.get_function(conv_wgrad_module(geom.dtype, plan.tile), "conv_wgrad", geom.dtype)
     xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)

@@ -9,14 +9,15 @@ manner of MIOpen's solver list.  Choices are cached per geometry (which includes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
 from ._depthwise import depthwise_applicable, run_depthwise, tile_plan
 from ._direct import run_direct
-from ._forward_gemm import is_pointwise, pointwise_as_gemm, run_im2col_gemm, run_implicit_gemm
-from ._gemm_launch import BANDWIDTH, plan_gemm
+from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
+from ._gemm_launch import BANDWIDTH, GemmPlan, dense_plan, forced_plan, plan_gemm
 from ._geometry import ConvGeometry
 
 INT32_MAX = 2 ** 31 - 1
@@ -29,6 +30,20 @@ class Algorithm:
     cost: Callable[[ConvGeometry, int], float]  # (geometry, device id) -> estimated seconds
     run: Callable  # run(geometry, x, w, bias, y) -> None; writes y
     description: str = ""
+    tiled: bool = False              # runs the tiled GEMM: its tile/split-K can be forced (tuning)
+    plan: GemmPlan | None = None     # a tuned plan the run is forced to; None: plan_gemm's choice
+
+    def with_plan(self, plan: GemmPlan | None) -> "Algorithm":
+        """This algorithm with every GEMM launch of its run forced to ``plan``."""
+        if plan is None:
+            return self
+        base = self.run
+
+        def run(*args):
+            with forced_plan(plan):
+                base(*args)
+
+        return replace(self, run=run, plan=plan)
 
 
 # Cost hints are estimated seconds; only their ratios matter.  The GEMM paths take the planned
@@ -70,13 +85,10 @@ def _gemm_fits(g: ConvGeometry) -> bool:
 
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
-    m, n, k, b = g.gemm_forward
-    if is_pointwise(g) and pointwise_as_gemm(g):
-        if g.channels_last:
-            return plan_gemm(g.dtype, m, n, k, b, device_id).seconds
-        pixels = math.prod(g.spatial)
-        return plan_gemm(g.dtype, pixels, n, k, b * g.batch, device_id).seconds
-    plan = plan_gemm(g.dtype, m, n, k, b, device_id)
+    kernel, shape = gemm_launch_shape(g, "implicit_gemm")
+    plan = plan_gemm(g.dtype, *shape, device_id)
+    if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
+        return plan.seconds
     uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
     return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds
 
@@ -86,20 +98,17 @@ def _im2col_applicable(g: ConvGeometry) -> bool:
 
 
 def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
-    m, n, k, b = g.gemm_forward
     col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
-    if g.channels_last:
-        gemm = plan_gemm(g.dtype, m, n, k, b, device_id)
-    else:
-        gemm = plan_gemm(g.dtype, math.prod(g.out_spatial), n, k, b * g.batch, device_id)
+    gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id)
     return _IM2COL_PASSES * col_bytes / BANDWIDTH + _IM2COL_GEMM_FACTOR * gemm.seconds
 
 
 FORWARD: dict[str, Algorithm] = {
     "implicit_gemm": Algorithm("implicit_gemm", _gemm_fits, _implicit_cost, run_implicit_gemm,
-                               "tiled GEMM reading x through an implicit im2col view (no buffer)"),
+                               "tiled GEMM reading x through an implicit im2col view (no buffer)",
+                               tiled=True),
     "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
-                             "explicit im2col buffer + one batched tiled GEMM"),
+                             "explicit im2col buffer + one batched tiled GEMM", tiled=True),
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
                            "groups == channels: halo windows in shared memory (channels-first), "
                            "channel-parallel gather (channels-last)"),
@@ -118,11 +127,61 @@ def check_method(method) -> str:
     return method
 
 
+def autotune_enabled() -> bool:
+    """``CUPYCONV_AUTOTUNE=1`` (or true/yes/on): ``auto`` asks the tuning cache (cupyconv._tune)."""
+    return os.environ.get("CUPYCONV_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def choose(geom: ConvGeometry, method: str) -> Algorithm:
-    """The algorithm that runs ``geom`` on the current device (see :func:`_choose`)."""
+    """The algorithm that runs ``geom`` on the current device: the heuristic choice
+    (:func:`_choose`), or with ``CUPYCONV_AUTOTUNE=1`` and ``method="auto"`` the measured winner
+    from the tuning cache (tuned on first use of the problem)."""
     import cupy
 
-    return _choose(geom, method, cupy.cuda.Device().id)
+    device_id = cupy.cuda.Device().id
+    if method == "auto" and autotune_enabled():
+        return _choose_tuned(geom, device_id)
+    return _choose(geom, method, device_id)
+
+
+@lru_cache(maxsize=4096)
+def _choose_tuned(geom: ConvGeometry, device_id: int) -> Algorithm:
+    from ._tune import tuned_algorithm
+
+    return tuned_algorithm(geom, device_id)
+
+
+def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
+    """``(kernel, (m, n, k, batch), GemmPlan)`` that ``algo`` launches for ``geom``, or None where it
+    does not use the tiled GEMM.  Reads the same plan functions as the launchers, so the report is
+    what runs (the GPU tests compare it with :func:`cupyconv._gemm_launch.record_plans`)."""
+    launch = gemm_launch_shape(geom, algo.name) if algo.tiled else None
+    if launch is None:
+        return None
+    kernel, shape = launch
+    if algo.plan is not None:
+        return kernel, shape, algo.plan
+    plan = plan_gemm(geom.dtype, *shape, device_id)
+    return kernel, shape, dense_plan(plan, geom.dtype, shape[2]) if kernel == "gemm" else plan
+
+
+def describe(geom: ConvGeometry, method: str = "auto", device_id: int | None = None) -> dict:
+    """What ``method`` runs for ``geom``: algorithm, its cost estimate, and the GEMM tile
+    ``(BM, BN, BK, TM, TN)`` and split-K count where it is a GEMM path.  JSON-serializable."""
+    if device_id is None:
+        import cupy
+
+        device_id = cupy.cuda.Device().id
+    algo = choose(geom, method)
+    out = {"algorithm": algo.name, "description": algo.description,
+           "tuned": algo.plan is not None or (method == "auto" and autotune_enabled()),
+           "estimated_ms": algo.cost(geom, device_id) * 1e3, "gemm": None}
+    planned = planned_gemm(geom, algo, device_id)
+    if planned is not None:
+        kernel, shape, plan = planned
+        out["gemm"] = {"kernel": kernel, "m": shape[0], "n": shape[1], "k": shape[2],
+                       "batch": shape[3], "tile": list(plan.tile), "splits": plan.splits}
+    return out
 
 
 @lru_cache(maxsize=4096)

@@ -7,12 +7,14 @@ import statistics
 import time
 
 
-def time_gpu(fn, *, warmup: int = 3, repeat: int = 20, sample_ms: float = 1.0) -> float:
+def time_gpu(fn, *, warmup: int = 3, repeat: int = 20, sample_ms: float = 1.0,
+             on_sample=None) -> float:
     """Median device milliseconds per call of ``fn()`` on the current stream.
 
     Each sample times enough back-to-back calls (at least ``sample_ms`` of device work) between
     two events that the launch queue stays full: the result is the device time per call, not the
-    Python time between launches (see :func:`host_overhead_us` for that).
+    Python time between launches (see :func:`host_overhead_us` for that).  ``on_sample(i, repeat,
+    ms)``, when given, is called after each sample (the profiler's progress display).
     """
     import cupy
 
@@ -32,6 +34,8 @@ def time_gpu(fn, *, warmup: int = 3, repeat: int = 20, sample_ms: float = 1.0) -
         stop.record()
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop) / inner)
+        if on_sample is not None:
+            on_sample(len(times), repeat, times[-1])
     return statistics.median(times)
 
 
