@@ -10,6 +10,7 @@ from .backward import conv_backward_data, conv_backward_weight, conv_transpose
 from .conv import conv, conv1d, conv2d, conv3d
 from .gemm import gemm
 from .im2col import col2im, im2col
+from . import signal  # noqa: E402,F401  SciPy-compatible signal API (cupyconv.signal)
 
 __version__ = "0.1.0"
 
