@@ -92,10 +92,10 @@ def run_direct(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     xs = int64s([math.prod(spatial3), spatial3[1] * spatial3[2], spatial3[2], 1])
     gsb = 0 if shared else math.prod(kernel3)
     fn = jit.get_function(FILTER_DIRECT[compute], "filter_direct", compute, (kwc,))
-    with y.device:
-        fn((tiles, min(planes, GRID_Y_MAX)), (tx, ty),
-           (a, g, fill, y, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
-                                 + (BOUNDARY_CODE[plan.boundary],)),
-            *xs, np.int64(gsb), *ints((khc, tiles_w))), shared_mem=smem)
+    # (the caller holds the device context of the operands)
+    fn((tiles, min(planes, GRID_Y_MAX)), (tx, ty),
+       (a, g, fill, y, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
+                             + (BOUNDARY_CODE[plan.boundary],)),
+        *xs, np.int64(gsb), *ints((khc, tiles_w))), shared_mem=smem)
     z = cupy.moveaxis(y.reshape(batch + out3[3 - k:]), dest, plan.axes)
     return finish(plan, z, cupy)

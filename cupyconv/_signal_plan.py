@@ -191,8 +191,8 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
     ``func`` is one of ``correlate``, ``convolve``, ``correlate2d``, ``convolve2d``,
     ``fftconvolve``.  ``axes`` (not SciPy's for correlate/convolve: our batching extension) follows
     ``fftconvolve``: axes where either operand has length 1 broadcast instead of convolving, and
-    every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode with
-    a 'fill' boundary swap the operands when that gives fewer taps (same numbers, cheaper).
+    every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode of the
+    N-d functions swap the operands when that gives fewer taps (same numbers, cheaper).
     Raises ``ValueError``/``TypeError`` as SciPy does, naming the argument.
     """
     mode = check_mode(mode)
@@ -220,7 +220,8 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
     axes = tuple(sorted(axes))
     correlating = func in ("correlate", "correlate2d")
     swapped = _swap_needed(mode, s1, s2, axes)
-    if (not swapped and prefer_small_kernel and mode == "full" and boundary == "fill"
+    # (never for correlate2d/convolve2d: their boundary and fill value belong to in1)
+    if (not swapped and prefer_small_kernel and mode == "full" and not two_d
             and math.prod(s2[a] for a in axes) > math.prod(s1[a] for a in axes)):
         swapped = True
     sa, sg = (s2, s1) if swapped else (s1, s2)
