@@ -74,8 +74,11 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
     else:
         with in1.device:
             z = run_fft(plan, in1, in2, fill, fft_work_dtype(plan))
-        if plan.result_dtype.kind in "biu":
-            z = z.real.round() if z.dtype.kind == "c" else z.round()
+        if plan.result_dtype.kind in "iu":
+            # via int64: wraps like SciPy's integer loops instead of an undefined float cast
+            z = (z.real if z.dtype.kind == "c" else z).round().astype(np.int64)
+        elif plan.result_dtype.kind == "b":
+            z = z.round() != 0
     return z.astype(plan.result_dtype, copy=False)
 
 

@@ -68,8 +68,8 @@ def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None):
         z = _signal_direct.run_direct(plan, a, b, fill, compute_dtype(plan.result_dtype))
     else:
         z = _signal_fft.run_fft(plan, a, b, fill, _signal_fft.fft_work_dtype(plan))
-        if plan.result_dtype.kind in "iub":
-            z = z.real.round()
+        if plan.result_dtype.kind in "iu":
+            z = z.real.round().astype(np.int64)
     return z.astype(plan.result_dtype)
 
 
