@@ -81,8 +81,9 @@ def run_direct(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     out3 = (1,) * (3 - k) + tuple(plan.out_shape[i] for i in plan.axes)
     pad3 = (0,) * (3 - k) + plan.pad_lo
     y = cupy.empty((nbatch,) + out3, dtype=compute)
-    fill = cupy.full((1,), np.asarray(fillvalue).astype(plan.result_dtype).astype(compute)[()],
-                     dtype=compute)
+    fv = np.asarray(fillvalue).astype(plan.result_dtype).astype(compute)[()]
+    real = np.dtype(compute).type(0).real.dtype  # the kernel's real_of<T>
+    fill = (np.asarray(fv.real, real)[()], np.asarray(fv.imag, real)[()])
     item = np.dtype(compute).itemsize
     (tx, ty), kwc, khc, smem = launch_config(item, out3, kernel3)
     rx = outputs_per_thread(item)
@@ -94,7 +95,7 @@ def run_direct(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     fn = jit.get_function(FILTER_DIRECT[compute], "filter_direct", compute, (kwc,))
     # (the caller holds the device context of the operands)
     fn((tiles, min(planes, GRID_Y_MAX)), (tx, ty),
-       (a, g, fill, y, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
+       (a, g, *fill, y, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
                              + (BOUNDARY_CODE[plan.boundary],)),
         *xs, np.int64(gsb), *ints((khc, tiles_w))), shared_mem=smem)
     z = cupy.moveaxis(y.reshape(batch + out3[3 - k:]), dest, plan.axes)

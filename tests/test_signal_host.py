@@ -22,9 +22,11 @@ CODES = {v: k for k, v in BOUNDARY_CODE.items()}
 
 def _model_kernel(grid, block, args, shared_mem=0):
     """What filter_direct computes, from its arguments."""
-    x, g, fill, y = args[:4]
+    x, g, fill_re, fill_im, y = args[:5]
+    fill = [fill_re + 1j * fill_im if x.dtype.kind == "c" else fill_re]
+    assert np.asarray(fill_re).dtype == np.asarray(x.real).dtype
     (planes, OD, OH, OW, D, H, W, KD, KH, KW, PD, PH, PW, bnd, xsb, xsd, xsh, xsw, gsb, khc,
-     tiles_w) = [int(v) for v in args[4:]]
+     tiles_w) = [int(v) for v in args[5:]]
     assert shared_mem <= _signal_direct.SMEM_LIMIT and 1 <= khc <= KH
     assert grid[0] == tiles_w * -(-OH // block[1]) and tiles_w * block[0] * \
         _signal_direct.outputs_per_thread(x.itemsize) >= OW

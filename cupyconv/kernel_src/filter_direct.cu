@@ -37,6 +37,17 @@ template <typename R> __device__ __forceinline__ void madd(complex<R>& acc, cons
   acc.im += a.re * b.im + a.im * b.re;
 }
 
+// Real part type of each compute type, and a value built from (re, im): the fill value travels as
+// two plain scalars, so no struct is passed by value (its alignment differs between launch APIs).
+template <typename T> struct real_of { typedef T type; };
+template <typename R> struct real_of<complex<R> > { typedef R type; };
+template <typename T> struct value_of {
+  static __device__ __forceinline__ T make(const T re, const T) { return re; }
+};
+template <typename R> struct value_of<complex<R> > {
+  static __device__ __forceinline__ complex<R> make(const R re, const R im) { return {re, im}; }
+};
+
 // Outputs per thread: odd (bank-conflict free), fewer for wide types to bound registers.
 template <typename T> struct filter_rx { static const int value = sizeof(T) <= 4 ? 9 : (sizeof(T) <= 8 ? 5 : 3); };
 
@@ -61,7 +72,8 @@ __device__ __forceinline__ int boundary_index(int i, int n, int mode) {
 
 template <typename T, int KWC>
 __global__ void __launch_bounds__(256)
-filter_direct(const T* __restrict__ x, const T* __restrict__ g, const T* __restrict__ fill,
+filter_direct(const T* __restrict__ x, const T* __restrict__ g,
+              const typename cc::real_of<T>::type fill_re, const typename cc::real_of<T>::type fill_im,
               T* __restrict__ y, int planes, int OD, int OH, int OW, int D, int H, int W,
               int KD, int KH, int KW, int PD, int PH, int PW, int boundary,
               cc::index_t xsb, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw, cc::index_t gsb,
@@ -75,7 +87,7 @@ filter_direct(const T* __restrict__ x, const T* __restrict__ g, const T* __restr
   T* tile = reinterpret_cast<T*>(smem_raw);           // (TY + KHC - 1) x cols
   T* taps = tile + (TY + KHC - 1) * cols;             // KHC x KWC
   const int oh0 = (blockIdx.x / tiles_w) * TY, ow0 = (blockIdx.x % tiles_w) * TWO;
-  const T fv = *fill;
+  const T fv = cc::value_of<T>::make(fill_re, fill_im);
 
   for (int plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const int b = plane / OD, od = plane - b * OD;
