@@ -19,6 +19,9 @@ KERNEL_DIR = Path(__file__).with_name("kernel_src")
 # dtype name -> the C++ type that the kernels' templates are instantiated with.
 CTYPES = {"float16": "__half", "float32": "float", "float64": "double"}
 DTYPES = tuple(CTYPES)
+# Extra compute types of the signal API's filter kernel (complex; integers wrap in uint64).
+SIGNAL_CTYPES = {"complex64": "cc::complex<float>", "complex128": "cc::complex<double>",
+                 "uint64": "unsigned long long"}
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.MULTILINE)
@@ -42,7 +45,7 @@ class KernelModule:
     variants: tuple[tuple[int, ...], ...] = ((),)
 
     def name_expression(self, template: str, dtype: str, variant: tuple[int, ...] = ()) -> str:
-        args = (CTYPES[dtype],) + tuple(map(str, self.tile + tuple(variant)))
+        args = ({**CTYPES, **SIGNAL_CTYPES}[dtype],) + tuple(map(str, self.tile + tuple(variant)))
         return f"{template}<{', '.join(args)}>"
 
     @property
@@ -154,8 +157,15 @@ def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
     return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
 
 
-REGISTRY: tuple[KernelModule, ...] = (DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER,
-                                    SPLITK_REDUCE) + tuple(
+# Signal API filter kernel: one module per compute type, one instantiation per filter-width bucket.
+FILTER_WIDTHS = (4, 8, 16, 32)
+FILTER_DTYPES = ("float32", "float64", "complex64", "complex128", "uint64")
+FILTER_DIRECT = {d: KernelModule("filter_direct.cu", ("filter_direct",), (d,),
+                                 variants=tuple((w,) for w in FILTER_WIDTHS)) for d in FILTER_DTYPES}
+
+
+REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + (
+    DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))

@@ -1,0 +1,140 @@
+"""Signal-API benchmark (issue 6): image filtering against CuPy's own routines, in one run.
+
+    python3 benchmarks/bench_signal.py [--repeat 20] [--only 4096]
+
+Problems: the image-filtering rows of the public suite (float32 4096^2 with 3x3, 7x7, 15x15,
+31x31; 1024^2 with 63x63), a batched stack (64 x 512^2, 5x5, one call through ``axes=``) and a
+long 1-d signal.  Ours: the direct kernel, the FFT path and ``method="auto"``; peers:
+``cupyx.scipy.signal.correlate2d``, ``cupyx.scipy.ndimage.correlate`` and
+``cupyx.scipy.signal.fftconvolve`` (for the stack the 2-d peers run once per image, ndimage with a
+(1, k, k) filter on the whole stack).  Every result is checked against the fastest peer's output.
+Times: median device ms (CUDA events, back-to-back calls, after warm-up).  Ratios > 1: ours
+faster.  JSON under benchmarks/results/signal-<device>-<commit>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import cupyconv  # noqa: E402
+from cupyconv import signal as cs  # noqa: E402
+from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._verify import rel_error  # noqa: E402
+from bench import git_commit  # noqa: E402
+
+# name: (in1 shape, in2 shape, correlated axes or None)
+PROBLEMS = {
+    "4096^2 3x3": ((4096, 4096), (3, 3), None),
+    "4096^2 7x7": ((4096, 4096), (7, 7), None),
+    "4096^2 15x15": ((4096, 4096), (15, 15), None),
+    "4096^2 31x31": ((4096, 4096), (31, 31), None),
+    "1024^2 63x63": ((1024, 1024), (63, 63), None),
+    "64 x 512^2 5x5 (batched)": ((64, 512, 512), (1, 5, 5), (1, 2)),
+    "1-d 2^22, 127 taps": ((1 << 22,), (127,), None),
+}
+OURS = ("direct", "fft", "auto")
+
+
+def peers(a, k, axes):
+    """name -> callable computing correlate(a, k, 'same') with CuPy's routines."""
+    import cupy
+    from cupyx.scipy import ndimage
+    from cupyx.scipy import signal as xs
+
+    conv_axes = axes if axes is not None else tuple(range(a.ndim))
+    flipped = cupy.ascontiguousarray(cupy.flip(k, axis=conv_axes))  # correlate = convolve(flip)
+    out = {}
+    if axes is None and a.ndim == 2:
+        out["cupyx correlate2d"] = lambda: xs.correlate2d(a, k, mode="same")
+    elif axes is None:
+        out["cupyx correlate"] = lambda: xs.correlate(a, k, mode="same")
+    elif axes is not None:
+        out["cupyx correlate2d (loop)"] = lambda: cupy.stack(
+            [xs.correlate2d(img, k[0], mode="same") for img in a])
+    # ndimage centres even kernels differently; the suite's kernels are odd, so 'same' agrees.
+    out["cupyx ndimage.correlate"] = lambda: ndimage.correlate(a, k, mode="constant")
+    out["cupyx fftconvolve"] = lambda: xs.fftconvolve(a, flipped, mode="same", axes=axes)
+    return out
+
+
+def run(repeat: int, only: str | None) -> dict:
+    import cupy
+
+    rows = []
+    print(HEADER)
+    for name, (s1, s2, axes) in PROBLEMS.items():
+        if only and only not in name:
+            continue
+        rng = cupy.random.default_rng(len(name))
+        a = rng.uniform(-1, 1, s1, dtype=cupy.float32)
+        k = rng.uniform(-1, 1, s2, dtype=cupy.float32)
+        row = {"problem": name, "in1": s1, "in2": s2, "axes": axes, "ms": {}, "err": {}}
+        ref = None
+        for peer, fn in peers(a, k, axes).items():
+            row["ms"][peer] = time_gpu(fn, repeat=repeat)
+            ref = fn() if ref is None else ref
+        for method in OURS:
+            def fn(method=method):
+                return cs.correlate(a, k, mode="same", method=method, axes=axes)
+            row["ms"][method] = time_gpu(fn, repeat=repeat)
+            row["err"][method] = rel_error(fn(), ref)
+        row["auto_picked"] = cs.choose_conv_method(a, k, mode="same", axes=axes)
+        fastest = min(row["ms"].values())
+        row["auto_vs_fastest"] = row["ms"]["auto"] / fastest
+        rows.append(row)
+        print(format_row(row), flush=True)
+        print("   " + ", ".join(f"{m} {t:.3f} ms" for m, t in row["ms"].items()), flush=True)
+    return {"rows": rows}
+
+
+HEADER = ("| problem | direct ms | fft ms | auto ms | auto picked | auto / fastest | "
+          "x cupyx correlate2d | x ndimage.correlate | x cupyx fftconvolve | err (direct, fft) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def format_row(row) -> str:
+    """One markdown row; "x peer" = peer ms / our direct ms (> 1: our kernel faster)."""
+    ms = row["ms"]
+
+    def ratio(prefix):
+        name = next((p for p in ms if p.startswith(prefix)), None)
+        return f"{ms[name] / ms['direct']:.2f}" if name else "—"
+
+    return (f"| {row['problem']} | {ms['direct']:.3f} | {ms['fft']:.3f} | {ms['auto']:.3f} | "
+            f"{row['auto_picked']} | {row['auto_vs_fastest']:.2f} | "
+            f"{ratio('cupyx correlate')} | {ratio('cupyx ndimage')} | {ratio('cupyx fftconvolve')} | "
+            f"{row['err']['direct']:.1e}, {row['err']['fft']:.1e} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", default=None, help="run only problems whose name contains this")
+    args = ap.parse_args()
+    import cupy
+
+    dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    dev = dev.decode() if isinstance(dev, bytes) else str(dev)
+    result = run(args.repeat, args.only)
+    result.update(device=dev, commit=git_commit(), cupy=cupy.__version__,
+                  cupyconv=cupyconv.__version__, python=platform.python_version(),
+                  dtype="float32", mode="same",
+                  note="ms = median device ms; ratios in the table are peer_ms / our direct ms")
+    out = ROOT / "benchmarks" / "results" / f"signal-{dev.replace(' ', '_')}-{result['commit']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    worst = max(r["auto_vs_fastest"] for r in result["rows"]) if result["rows"] else float("nan")
+    print(f"auto: at most {worst:.2f}x the fastest (target <= 1.25); wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Calibrate the signal API's cost model (cupyconv/_signal_cost.py) on the GPU.
+
+    python3 benchmarks/calibrate_signal.py [--repeat 10] [--quick]
+
+Times ``correlate(..., method="direct")`` and ``method="fft"`` on a grid of problems (images
+512^2-4096^2 with square kernels 3-63, 1-d signals, batched stacks; float32, plus a smaller grid
+per other dtype), fits the model's constants by least squares on the model's own features, and
+prints them ready to paste into _signal_cost.py, with the worst ratio of the auto choice to the
+faster method over the grid before and after the fit.  Writes the raw timings as JSON under
+benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from cupyconv import _signal_cost as cost  # noqa: E402
+from cupyconv import signal as cs  # noqa: E402
+from cupyconv._signal_fft import fft_points, fft_work_dtype  # noqa: E402
+from cupyconv._signal_plan import compute_dtype, plan_filter  # noqa: E402
+from cupyconv._timing import time_gpu  # noqa: E402
+from bench import git_commit  # noqa: E402
+
+
+def grid(quick: bool):
+    sizes = (512, 2048, 4096) if quick else (512, 1024, 2048, 4096)
+    kernels = (3, 7, 15, 31, 63) if quick else (3, 5, 7, 11, 15, 21, 31, 45, 63)
+    for n in sizes:
+        for k in kernels:
+            yield "float32", (n, n), (k, k), None
+    for n, k in ((1 << 20, 15), (1 << 20, 127), (1 << 22, 31), (1 << 16, 1023)):
+        yield "float32", (n,), (k,), None
+    for b, n, k in ((64, 512, 5), (16, 256, 15), (256, 64, 3)):
+        yield "float32", (b, n, n), (1, k, k), (1, 2)
+    for dtype in ("float64", "complex64", "complex128"):
+        for n, k in ((1024, 3), (1024, 9), (2048, 15), (1024, 31)):
+            yield dtype, (n, n), (k, k), None
+
+
+def features(plan, compute):
+    """(direct units, bytes moved, fft units) exactly as the cost model computes them."""
+    k = [plan.shape_g[a] for a in plan.axes]
+    units = plan.outputs() * math.prod(k[:-1]) * (k[-1] + cost.ROW_OVERHEAD)
+    moved = (math.prod(plan.shape_a) + plan.outputs()) * np.dtype(compute).itemsize
+    per, batch = fft_points(plan)
+    return units, moved, cost.FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))
+
+
+def measure(repeat: int, quick: bool):
+    import cupy
+
+    rows = []
+    for dtype, s1, s2, axes in grid(quick):
+        rng = cupy.random.default_rng(0)
+        a = rng.uniform(-1, 1, s1).astype(dtype)
+        k = rng.uniform(-1, 1, s2).astype(dtype)
+        plan = plan_filter(s1, s2, dtype, dtype, func="correlate", mode="same", axes=axes)
+        compute = compute_dtype(plan.result_dtype)
+        t = {m: time_gpu(lambda m=m: cs.correlate(a, k, "same", m, axes=axes), repeat=repeat)
+             for m in ("direct", "fft")}
+        units, moved, fft_units = features(plan, compute)
+        rows.append(dict(dtype=dtype, in1=s1, in2=s2, axes=axes, compute=compute,
+                         fft_dtype=fft_work_dtype(plan), direct_ms=t["direct"], fft_ms=t["fft"],
+                         units=units, moved=moved, fft_units=fft_units))
+        print(f"{dtype:10s} {str(s1):20s} {str(s2):12s} direct {t['direct']:8.3f} ms  "
+              f"fft {t['fft']:8.3f} ms", flush=True)
+    return rows
+
+
+def fit(rows):
+    """Least-squares constants (fixed costs shared across dtypes, per-dtype slopes)."""
+    out = {}
+    f32 = [r for r in rows if r["dtype"] == "float32"]
+    # direct: ms - moved / BW = F + c * units (float32 sets F; other dtypes their slope)
+    A = np.array([[1.0, r["units"] / 1e9] for r in f32])
+    y = np.array([r["direct_ms"] - r["moved"] / cost.BANDWIDTH_BYTES_PER_MS for r in f32])
+    (F, c), *_ = np.linalg.lstsq(A, y, rcond=None)
+    out["DIRECT_FIXED_MS"] = max(float(F), 0.0)
+    out["DIRECT_MS_PER_GTAP"] = {"float32": float(c)}
+    for dt in ("float64", "complex64", "complex128"):
+        rs = [r for r in rows if r["compute"] == dt]
+        if rs:
+            num = sum((r["direct_ms"] - out["DIRECT_FIXED_MS"] - r["moved"] /
+                       cost.BANDWIDTH_BYTES_PER_MS) * r["units"] for r in rs)
+            out["DIRECT_MS_PER_GTAP"][dt] = float(num / sum(r["units"] ** 2 for r in rs) * 1e9)
+    A = np.array([[1.0, r["fft_units"] / 1e9] for r in f32])
+    (F, c), *_ = np.linalg.lstsq(A, np.array([r["fft_ms"] for r in f32]), rcond=None)
+    out["FFT_FIXED_MS"] = max(float(F), 0.0)
+    out["FFT_MS_PER_GUNIT"] = {"float32": float(c)}
+    for dt in ("float64", "complex64", "complex128"):
+        rs = [r for r in rows if r["fft_dtype"] == dt]
+        if rs:
+            num = sum((r["fft_ms"] - out["FFT_FIXED_MS"]) * r["fft_units"] for r in rs)
+            out["FFT_MS_PER_GUNIT"][dt] = float(num / sum(r["fft_units"] ** 2 for r in rs) * 1e9)
+    return out
+
+
+def worst_choice(rows, consts) -> float:
+    """Largest (time of the method the model picks) / (faster measured time) over the grid."""
+    worst = 1.0
+    for r in rows:
+        d = (consts["DIRECT_FIXED_MS"] + r["units"] * consts["DIRECT_MS_PER_GTAP"].get(
+            r["compute"], cost.DIRECT_MS_PER_GTAP[r["compute"]]) / 1e9
+            + r["moved"] / cost.BANDWIDTH_BYTES_PER_MS)
+        f = consts["FFT_FIXED_MS"] + r["fft_units"] * consts["FFT_MS_PER_GUNIT"].get(
+            r["fft_dtype"], cost.FFT_MS_PER_GUNIT[r["fft_dtype"]]) / 1e9
+        picked = r["fft_ms"] if f < d else r["direct_ms"]
+        worst = max(worst, picked / min(r["fft_ms"], r["direct_ms"]))
+    return worst
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="a smaller grid (about a minute)")
+    args = ap.parse_args()
+    rows = measure(args.repeat, args.quick)
+    current = dict(DIRECT_FIXED_MS=cost.DIRECT_FIXED_MS, DIRECT_MS_PER_GTAP=cost.DIRECT_MS_PER_GTAP,
+                   FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT)
+    fitted = fit(rows)
+    print(f"\nworst auto / fastest over the grid: current constants {worst_choice(rows, current):.2f}, "
+          f"fitted {worst_choice(rows, fitted):.2f}\n\nfitted constants for cupyconv/_signal_cost.py:")
+    for name, value in fitted.items():
+        if isinstance(value, dict):
+            value = {k: round(v, 4) for k, v in value.items()}
+        else:
+            value = round(value, 4)
+        print(f"{name} = {value}")
+    out = ROOT / "benchmarks" / "results" / f"signal-calibration-{git_commit()}.json"
+    out.write_text(json.dumps({"rows": rows, "fitted": fitted}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

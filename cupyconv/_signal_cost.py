@@ -1,0 +1,67 @@
+"""``method="auto"`` of the signal API: a cost model of the direct kernel and the FFT path.
+
+Both estimates are milliseconds from shapes alone (pure Python), so the choice costs no device
+work and can be tested on the CPU.  The constants are UNCALIBRATED placeholders derived from the
+anchors table (docs: benchmarks/NOTES.md, "issue 6"); ``benchmarks/calibrate_signal.py`` measures
+both paths on a grid of problems on the GPU and prints fitted values to paste here.
+
+direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
+            + bytes moved / BANDWIDTH
+fft_ms    = FFT_FIXED_MS + transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[dt] / 1e9
+            (P: padded points per transform; 3 transforms: two forward, one inverse)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._signal_fft import fft_points, fft_work_dtype
+from ._signal_plan import FilterPlan
+
+# Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
+# the row (register-window loads, loop control).
+DIRECT_FIXED_MS = 0.012
+ROW_OVERHEAD = 4
+DIRECT_MS_PER_GTAP = {"float32": 0.084, "float64": 0.17, "complex64": 0.34, "complex128": 0.70,
+                      "uint64": 0.50}
+BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
+# FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
+# problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
+FFT_FIXED_MS = 0.50
+FFT_MS_PER_GUNIT = {"float32": 0.46, "float64": 0.92, "complex64": 0.92, "complex128": 1.84}
+FFT_TRANSFORMS = 3
+
+
+def direct_ms(plan: FilterPlan, compute: str) -> float:
+    k = [plan.shape_g[a] for a in plan.axes]
+    kw = k[-1] if k else 1
+    rows = math.prod(k[:-1]) if k else 1
+    units = plan.outputs() * rows * (kw + ROW_OVERHEAD)
+    item = np.dtype(compute).itemsize
+    moved = (math.prod(plan.shape_a) + plan.outputs()) * item
+    return (DIRECT_FIXED_MS + units * DIRECT_MS_PER_GTAP[compute] / 1e9
+            + moved / BANDWIDTH_BYTES_PER_MS)
+
+
+def fft_ms(plan: FilterPlan) -> float:
+    per, batch = fft_points(plan)
+    units = FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))
+    return FFT_FIXED_MS + units * FFT_MS_PER_GUNIT[fft_work_dtype(plan)] / 1e9
+
+
+def choose(plan: FilterPlan, compute: str) -> str:
+    """'direct' or 'fft' for ``plan`` computed in ``compute`` (a kernel dtype name).
+
+    Integer and bool results always go direct: it is exact, while the FFT rounds (SciPy makes the
+    same call whenever the integer products could exceed float64's mantissa).  More than three
+    convolved axes go to the FFT: the direct kernel filters at most three.
+    """
+    if compute == "uint64":
+        return "direct"
+    if len(plan.axes) > 3:
+        return "fft"
+    if np.dtype(plan.result_dtype) == np.float16:
+        return "fft"  # SciPy's direct loops refuse float16
+    return "fft" if fft_ms(plan) < direct_ms(plan, compute) else "direct"

@@ -1,0 +1,191 @@
+"""SciPy-compatible correlation and convolution of CuPy arrays (``scipy.signal`` semantics).
+
+``correlate``, ``convolve``, ``correlate2d``, ``convolve2d``, ``fftconvolve`` and
+``choose_conv_method`` take SciPy's arguments with SciPy's defaults and return SciPy's output
+shapes and dtypes: ``correlate`` conjugates ``in2``; integer and bool inputs give the promoted
+integer type, computed exactly (wrapping like SciPy's integer loops); 'same' centres even kernels
+as SciPy does (which differs between ``correlate`` and ``correlate2d``); in 'valid' mode the
+larger operand goes first, and shapes where neither is larger raise ``ValueError``.
+
+Extensions (keyword-only): ``axes=`` on ``correlate``/``convolve`` (as on ``fftconvolve``) filters
+a stack in one launch -- axes not listed broadcast between the operands; ``method=`` on
+``correlate2d``/``convolve2d``.  ``method="auto"`` chooses between the shared-memory direct kernel
+and the FFT path with a cost model (``cupyconv._signal_cost``).
+
+Differences from SciPy: empty inputs raise ``ValueError`` (except in ``fftconvolve``); a float16
+result under ``method="auto"`` takes the FFT path (SciPy's direct loops refuse float16); integer
+inputs under ``"auto"`` always take the exact direct path.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ._arrays import require_array, same_device
+from ._signal_cost import choose
+from ._signal_direct import run_direct
+from ._signal_fft import fft_work_dtype, run_fft
+from ._signal_plan import (check_boundary, check_direct_dtype, check_fillvalue, check_method,
+                           check_mode, compute_dtype, plan_filter)
+
+__all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve",
+           "choose_conv_method"]
+
+
+@lru_cache(maxsize=512)
+def _plan(shape1, shape2, dtype1, dtype2, func, mode, boundary, axes):
+    return plan_filter(shape1, shape2, dtype1, dtype2, func=func, mode=mode, boundary=boundary,
+                       axes=axes, prefer_small_kernel=True)
+
+
+def _hashable_axes(axes):
+    if axes is None or np.ndim(axes) == 0:
+        return axes
+    return tuple(axes)
+
+
+def _operands(in1, in2):
+    in1, in2 = require_array(in1, "in1"), require_array(in2, "in2")
+    same_device({"in1": in1, "in2": in2})
+    return in1, in2
+
+
+def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=None):
+    """Validate everything, then run the planned correlation by the chosen method."""
+    mode, method = check_mode(mode), check_method(method)
+    check_boundary(boundary)
+    if func in ("correlate2d", "convolve2d"):
+        check_fillvalue(fillvalue, np.dtype(np.complex128))  # shape and type now, dtype below
+    in1, in2 = _operands(in1, in2)
+    if in1.ndim == in2.ndim == 0 and func in ("correlate", "convolve"):
+        return in1 * (in2.conj() if func == "correlate" else in2)
+    plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, func, mode, boundary,
+                 _hashable_axes(axes))
+    fill = check_fillvalue(fillvalue, plan.result_dtype)
+    compute = compute_dtype(plan.result_dtype)
+    if method == "auto":
+        method = choose(plan, compute)
+    if method == "direct":
+        check_direct_dtype(plan.result_dtype, func)
+        with in1.device:
+            z = run_direct(plan, in1, in2, fill, compute)
+    else:
+        with in1.device:
+            z = run_fft(plan, in1, in2, fill, fft_work_dtype(plan))
+        if plan.result_dtype.kind in "iu":
+            # via int64: wraps like SciPy's integer loops instead of an undefined float cast
+            z = (z.real if z.dtype.kind == "c" else z).round().astype(np.int64)
+        elif plan.result_dtype.kind == "b":
+            z = z.round() != 0
+    return z.astype(plan.result_dtype, copy=False)
+
+
+def correlate(in1, in2, mode="full", method="auto", *, axes=None):
+    """Cross-correlate two N-d arrays: ``z[k] = sum_l in1[l] * conj(in2[l - k + ...])``.
+
+    Parameters
+    ----------
+    in1, in2 : cupy.ndarray
+        Same number of dimensions; bool, integer, float or complex.
+    mode : {'full', 'valid', 'same'}
+        'full': every overlap; 'valid': only full overlaps (the larger operand must be at least
+        the other on every axis); 'same': ``in1``'s shape, centred as SciPy does.
+    method : {'auto', 'direct', 'fft'}
+        'direct': the shared-memory tiled kernel (exact for integers); 'fft': ``cupy.fft``;
+        'auto': the faster of the two by the cost model.
+    axes : int or sequence of int, optional (cupyconv extension)
+        Axes to correlate over, as in ``fftconvolve``; the others broadcast, so a stack of
+        signals or images is filtered in one launch.  Default: every axis.
+
+    Returns
+    -------
+    cupy.ndarray
+        SciPy's output shape; dtype ``numpy.result_type(in1, in2)``.
+    """
+    return _filter("correlate", in1, in2, mode, method, axes=axes)
+
+
+def convolve(in1, in2, mode="full", method="auto", *, axes=None):
+    """Convolve two N-d arrays (``correlate`` with ``in2`` reversed and not conjugated).
+
+    Arguments, output shape and dtype as :func:`correlate`; in 'valid' mode the operands swap
+    when ``in2`` is the larger (convolution is commutative).
+    """
+    return _filter("convolve", in1, in2, mode, method, axes=axes)
+
+
+def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0, *, method="auto"):
+    """Cross-correlate two 2-d arrays with a boundary condition, as ``scipy.signal.correlate2d``.
+
+    Parameters
+    ----------
+    in1, in2 : cupy.ndarray
+        2-d arrays.
+    mode : {'full', 'valid', 'same'}
+        As :func:`correlate`; 'same' centres an even kernel one element later than
+        :func:`correlate` does (SciPy's behaviour).
+    boundary : {'fill', 'wrap', 'symm'}
+        How ``in1`` extends past its edges: ``fillvalue``, periodic, or mirrored (edge repeated);
+        aliases 'pad', 'circular', 'symmetric'.  Applied while the kernel stages its tiles.
+    fillvalue : scalar
+        Value outside ``in1`` for ``boundary='fill'``, cast to the output dtype.
+    method : {'auto', 'direct', 'fft'} (cupyconv extension)
+        Every boundary mode is exact on both paths.
+    """
+    return _filter("correlate2d", in1, in2, mode, method, boundary, fillvalue)
+
+
+def convolve2d(in1, in2, mode="full", boundary="fill", fillvalue=0, *, method="auto"):
+    """Convolve two 2-d arrays with a boundary condition, as ``scipy.signal.convolve2d``."""
+    return _filter("convolve2d", in1, in2, mode, method, boundary, fillvalue)
+
+
+def fftconvolve(in1, in2, mode="full", axes=None):
+    """Convolve two N-d arrays by FFT, as ``scipy.signal.fftconvolve``.
+
+    The result is floating point (integers and bool give float64, float16 gives float32);
+    ``axes`` convolve, the other axes broadcast.  Empty inputs give an empty float64 array.
+    """
+    mode = check_mode(mode)
+    in1, in2 = _operands(in1, in2)
+    if in1.ndim == in2.ndim == 0:
+        return in1 * in2
+    if in1.ndim == in2.ndim and (in1.size == 0 or in2.size == 0):
+        import cupy
+
+        return cupy.asarray([], dtype=np.float64)
+    plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, "fftconvolve", mode, "fill",
+                 _hashable_axes(axes))
+    with in1.device:
+        z = run_fft(plan, in1, in2, 0, fft_work_dtype(plan))
+    return z.astype(plan.result_dtype, copy=False)
+
+
+def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
+    """'direct' or 'fft', whichever :func:`convolve` should use for these inputs.
+
+    With ``measure=True`` both methods are timed on the GPU (CUDA/HIP events, median after
+    warm-up) and ``(method, {'direct': seconds, 'fft': seconds})`` is returned, as in SciPy.
+    """
+    mode = check_mode(mode)
+    in1, in2 = _operands(in1, in2)
+    if in1.ndim == in2.ndim == 0:
+        return ("direct", {}) if measure else "direct"
+    plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, "convolve", mode, "fill",
+                 _hashable_axes(axes))
+    if not measure:
+        return choose(plan, compute_dtype(plan.result_dtype))
+    from ._timing import time_gpu
+
+    methods = ["fft"]
+    try:
+        check_direct_dtype(plan.result_dtype, "convolve")
+        if len(plan.axes) <= 3:
+            methods.append("direct")
+    except ValueError:
+        pass  # bool x bool and float16: only the FFT can run
+    times = {m: time_gpu(lambda m=m: convolve(in1, in2, mode, m, axes=axes), repeat=10) / 1e3
+             for m in methods}
+    return min(times, key=times.get), times
