@@ -40,6 +40,7 @@ def _full_correlation(x, g, axes, work_dtype):
     """``corr(x, g)`` over ``axes`` in 'full' extent (other axes broadcast), by FFT."""
     import cupy
 
+    axes = tuple(axes)  # CuPy's flip wants a tuple of axes, not a list
     sizes = [x.shape[a] + g.shape[a] - 1 for a in axes]
     fast = [next_fast_len(n) for n in sizes]
     h = cupy.flip(g, axis=axes)  # correlation is convolution with the reversed kernel
