@@ -1,9 +1,10 @@
 """``method="auto"`` of the signal API: a cost model of the direct kernel and the FFT path.
 
 Both estimates are milliseconds from shapes alone (pure Python), so the choice costs no device
-work and can be tested on the CPU.  The constants are UNCALIBRATED placeholders derived from the
+work and can be tested on the CPU.  The constants were first placeholders derived from the
 anchors table (docs: benchmarks/NOTES.md, "issue 6"); ``benchmarks/calibrate_signal.py`` measures
-both paths on a grid of problems on the GPU and prints fitted values to paste here.
+both paths on a grid of problems on the GPU and prints fitted values to paste here.  The values
+below were fitted on an NVIDIA H100 (session 2026-11-22, commit 4c917e6; uint64 is not fitted).
 
 direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
             + bytes moved / BANDWIDTH
@@ -14,6 +15,7 @@ fft_ms    = FFT_FIXED_MS + transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[d
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -22,15 +24,15 @@ from ._signal_plan import FilterPlan
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).
-DIRECT_FIXED_MS = 0.012
+DIRECT_FIXED_MS = 0.0748
 ROW_OVERHEAD = 4
-DIRECT_MS_PER_GTAP = {"float32": 0.084, "float64": 0.17, "complex64": 0.34, "complex128": 0.70,
-                      "uint64": 0.50}
+DIRECT_MS_PER_GTAP = {"float32": 0.0726, "float64": 0.0464, "complex64": 0.1977,
+                      "complex128": 0.3772, "uint64": 0.50}
 BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
 # FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
 # problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
-FFT_FIXED_MS = 0.50
-FFT_MS_PER_GUNIT = {"float32": 0.46, "float64": 0.92, "complex64": 0.92, "complex128": 1.84}
+FFT_FIXED_MS = 0.2713
+FFT_MS_PER_GUNIT = {"float32": 0.8391, "float64": 1.4452, "complex64": 0.9923, "complex128": 2.8005}
 FFT_TRANSFORMS = 3
 
 
@@ -51,12 +53,15 @@ def fft_ms(plan: FilterPlan) -> float:
     return FFT_FIXED_MS + units * FFT_MS_PER_GUNIT[fft_work_dtype(plan)] / 1e9
 
 
+@lru_cache(maxsize=1024)
 def choose(plan: FilterPlan, compute: str) -> str:
     """'direct' or 'fft' for ``plan`` computed in ``compute`` (a kernel dtype name).
 
     Integer and bool results always go direct: it is exact, while the FFT rounds (SciPy makes the
     same call whenever the integer products could exceed float64's mantissa).  More than three
-    convolved axes go to the FFT: the direct kernel filters at most three.
+    convolved axes go to the FFT: the direct kernel filters at most three.  Cached per plan: the
+    FFT estimate searches fast lengths in Python, which cost ~0.1 ms per call on the GPU host
+    (auto measured 1.9x the direct kernel it picked before the cache).
     """
     if compute == "uint64":
         return "direct"
