@@ -147,18 +147,8 @@ depthwise_tile(const T* __restrict__ src,
       if (threadIdx.x == 0 && threadIdx.y == 0)
         zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
       __syncthreads();
-      if (cols <= nt)
-        cc::stage_rows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
+      cc::stage_planes(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
                        SHs, SWs, ssh, ssw, tid, nt);
-      else
-        cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
-            [&](int z, int r, int col) -> A {
-              const cc::index_t o = zoff[z];
-              const int ih = r0 + r, iw = c0 + col;
-              return (o >= 0 && (unsigned)ih < (unsigned)SHs && (unsigned)iw < (unsigned)SWs)
-                         ? cc::load_as<A>(src[o + ih * ssh + iw * ssw]) : A(0);
-            },
-            [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
       __syncthreads();
       if (sd < 0) continue;
       const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
@@ -320,18 +310,8 @@ depthwise_wgrad_tile(const T* __restrict__ x,
           if (threadIdx.x == 0 && threadIdx.y == 0)
             zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
           __syncthreads();
-          if (cols <= nt)
-            cc::stage_rows(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
-                           IH, IW, xsh, xsw, tid, nt);
-          else
-            cc::stage_box(windows, (int)blockDim.z, rows, cols, tid, nt,
-                [&](int z, int r, int col) -> A {
-                  const cc::index_t o = zoff[z];
-                  const int ih = r0 + r, iw = c0 + col;
-                  return (o >= 0 && (unsigned)ih < (unsigned)IH && (unsigned)iw < (unsigned)IW)
-                             ? cc::load_as<A>(xk[o + ih * xsh + iw * xsw]) : A(0);
-                },
-                [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
+          cc::stage_planes(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0,
+                           c0, IH, IW, xsh, xsw, tid, nt);
           __syncthreads();
           const int ow = ow0 + threadIdx.x;
           if (id < 0) continue;

@@ -93,22 +93,17 @@ separable_fused(const T* __restrict__ x,
     for (int e = t; e < cc * taps; e += SEP_THREADS)
       wd[e] = cc::load_as<A>(w_dw[(cc::index_t)m0 * taps + e]);
     __syncthreads();
-    if (!channels_last && cols <= SEP_THREADS) {
-      cc::stage_rows(win, xn, zoff, cc, rows, cols, rows_max, pitch, r0, c0, H, W, xsh, xsw, t,
-                     SEP_THREADS);
+    if (!channels_last) {
+      cc::stage_planes(win, xn, zoff, cc, rows, cols, rows_max, pitch, r0, c0, H, W, xsh, xsw, t,
+                       SEP_THREADS);
     } else {
-      auto load = [&](int c, int r, int col) -> A {
-        const int ih = r0 + r, iw = c0 + col;
-        return ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                   ? cc::load_as<A>(xn[zoff[c] + ih * xsh + iw * xsw]) : A(0);
-      };
-      if (!channels_last)
-        cc::stage_box(win, cc, rows, cols, t, SEP_THREADS, load,
-                      [&](int c, int r, int col) { return (c * rows_max + r) * pitch + col; });
-      else
-        cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
-                      [&](int r, int col, int c) { return load(c, r, col); },
-                      [&](int r, int col, int c) { return (c * rows_max + r) * pitch + col; });
+      cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
+          [&](int r, int col, int c) -> A {
+            const int ih = r0 + r, iw = c0 + col;
+            return ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                       ? cc::load_as<A>(xn[zoff[c] + ih * xsh + iw * xsw]) : A(0);
+          },
+          [&](int r, int col, int c) { return (c * rows_max + r) * pitch + col; });
     }
     // the chunk's pointwise weights, transposed to [channel][output] for broadcast reads
     for (int e = t; e < cc * 8 * KT; e += SEP_THREADS) {

@@ -92,4 +92,25 @@ __device__ __forceinline__ void stage_rows(A* win, const T* __restrict__ src, co
   }
 }
 
+// stage_rows where each thread can own a column (cols <= nt), else the generic box walk: the
+// same windows either way.
+template <typename A, typename T>
+__device__ __forceinline__ void stage_planes(A* win, const T* __restrict__ src, const index_t* zoff,
+                                             int planes, int rows, int cols, int rows_max, int pitch,
+                                             int r0, int c0, int H, int W, index_t sh, index_t sw,
+                                             int tid, int nt) {
+  if (cols <= nt) {
+    stage_rows(win, src, zoff, planes, rows, cols, rows_max, pitch, r0, c0, H, W, sh, sw, tid, nt);
+    return;
+  }
+  stage_box(win, planes, rows, cols, tid, nt,
+      [&](int z, int r, int col) -> A {
+        const index_t o = zoff[z];
+        const int ih = r0 + r, iw = c0 + col;
+        return (o >= 0 && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+                   ? load_as<A>(src[o + ih * sh + iw * sw]) : A(0);
+      },
+      [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
+}
+
 }  // namespace cc
