@@ -75,7 +75,8 @@ def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=Fal
     by = math.ceil(rows_per_tile / min(DW_ROWS, rows_per_tile))
     vr = math.ceil(rows_per_tile / by)
     rows_max = _window(by * vr, kh, sh, dh, transposed)
-    pitch = _window(bx, kw, sw, dw_, transposed)
+    # room for the vector staging's shift of up to 3 columns, rows 4-aligned (stage.cuh)
+    pitch = 4 * math.ceil((_window(bx, kw, sw, dw_, transposed) + 3) / 4)
     per_plane = rows_max * pitch * _acc_bytes(dtype)
     bz = max(1, min(THREADS // (bx * by), MAX_Z, planes, SMEM_LIMIT // max(per_plane, 1)))
     smem = bz * per_plane + bx * by * bz * extra_per_thread
@@ -124,9 +125,18 @@ def _strides(a, geom: ConvGeometry) -> tuple[int, ...]:
     return element_strides(a, geom.channels_last)
 
 
+def vector_rows(a, strides: tuple[int, ...]) -> bool:
+    """Can the tile kernels stage ``a``'s rows 4 elements at a time: contiguous rows whose width,
+    every other stride and the base address are multiples of 4 elements (stage_rows4)."""
+    *outer, unit = strides[:1] + strides[2:]  # lead, d, h strides; w stride
+    width = a.shape[-1]
+    return (unit == 1 and width % 4 == 0 and strides[1] % 4 == 0
+            and all(v % 4 == 0 for v in outer) and a.data.ptr % (4 * a.itemsize) == 0)
+
+
 @lru_cache(maxsize=2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
-                 device: int) -> Launch:
+                 vec: bool, device: int) -> Launch:
     """Forward (or backward-data) launch: the tile kernel where its window fits, else gather."""
     mult = geom.out_channels // geom.in_channels
     chans = geom.in_channels if transposed else geom.out_channels
@@ -145,7 +155,7 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
     planes = geom.batch * chans * geom.as_3d()["spatial" if transposed else "out_spatial"][0]
     return Launch(fn, (math.ceil(planes / t.bz), t.tiles), (t.bx, t.by, t.bz),
                   ints((has_bias, chans, mult, planes)) + tail
-                  + ints((t.vr, t.tiles_w, t.rows_max, t.pitch)), t.smem, packed=True)
+                  + ints((t.vr, t.tiles_w, t.rows_max, t.pitch, vec)), t.smem, packed=True)
 
 
 def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
@@ -153,8 +163,9 @@ def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool)
 
     if not w.flags.c_contiguous:  # (K, taps) in memory for both layouts (one channel per group)
         w = cupy.ascontiguousarray(w)
-    launch = _pass_launch(geom, transposed, bias is not None, _strides(src, geom),
-                          dst.data.device_id)
+    strides = _strides(src, geom)
+    launch = _pass_launch(geom, transposed, bias is not None, strides,
+                          not geom.channels_last and vector_rows(src, strides), dst.data.device_id)
     with dst.device:
         launch(src, w, bias if bias is not None else dst, dst)
 
@@ -203,7 +214,7 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
 
 
 @lru_cache(maxsize=2048)
-def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple,
+def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: bool,
                     device: int) -> tuple[Launch, Launch, int]:
     """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight; the
     tile kernel takes dy contiguous (its strides are not used)."""
@@ -217,7 +228,8 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple,
         planes = geom.batch * geom.as_3d()["out_spatial"][0]
         main = Launch(fn, (k, chunks), (t.bx, t.by, t.bz),
                       ints((k, mult, planes, per_chunk)) + _common_args(geom, x_strides)
-                      + ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch)), t.smem, packed=True)
+                      + ints((t.vr, t.tiles_w, t.tiles, t.rows_max, t.pitch, vec)), t.smem,
+                      packed=True)
     else:
         fn = jit.get_function(DEPTHWISE_WGRAD_GATHER, "depthwise_wgrad_gather", geom.dtype)
         grid, block = launch_grid(chunks * k)
@@ -239,8 +251,9 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     tiled = wgrad_plan(geom)[0] is not None
     if tiled and not dy.flags.c_contiguous:
         dy = cupy.ascontiguousarray(dy)
-    main, reduce, count = _wgrad_launches(geom, _strides(x, geom),
-                                          () if tiled else _strides(dy, geom), dw.data.device_id)
+    xs = _strides(x, geom)
+    main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
+                                          tiled and vector_rows(x, xs), dw.data.device_id)
     with dw.device:
         partial = cupy.empty(count, dtype="float64" if geom.dtype == "float64" else "float32")
         main(x, dy, partial)

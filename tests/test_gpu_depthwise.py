@@ -29,6 +29,10 @@ DW_CASES = [
     (2, 7, 2, (50,), (5,), dict(padding=4, dilation=2)),
     (1, 3, 1, (4, 9, 10), (3, 3, 3), dict(padding=1, stride=(1, 2, 1))),
     (1, 2, 2, (5, 6, 7), (2, 3, 3), dict(padding="same", dilation=(2, 1, 1))),
+    # widths that are multiples of 4: the tile kernels stage rows with vector loads
+    (2, 8, 1, (20, 24), (3, 3), dict(padding=1)),
+    (1, 4, 2, (16, 32), (5, 5), dict(padding=2)),
+    (2, 6, 1, (12, 16), (3, 3), dict(padding=(0, 3), dilation=(1, 2))),
     # a window too large for shared memory: the channels-first gather kernels
     (1, 2, 1, (9, 11), (7, 7), dict(padding=60, dilation=20)),
 ]
@@ -252,3 +256,28 @@ def test_backward_method_is_checked():
         cupyconv.conv_backward_data(dy, w, (1, 4, 8, 8), padding=1, groups=2, method="depthwise")
     with pytest.raises(ValueError, match="method must be one of"):
         cupyconv.conv_backward_weight(dy, dy, w.shape, padding=1, groups=2, method="fft")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_depthwise_reads_views_through_strides(dtype):
+    """Offset and strided views (rows not 4-aligned in memory: no vector staging) give the same
+    results as contiguous copies, in every pass."""
+    import cupy
+
+    rng = rng_for("dw-views", dtype)
+    big = random_array(rng, (2, 10, 18, 33), dtype)
+    xh = big[:, ::2, 1:17, 1:33]                 # (2, 5, 16, 32), offset by one element
+    wh = random_array(rng, (5, 1, 3, 3), dtype)
+    opts = dict(padding=1, groups=5)
+    dyh = random_array(rng, (2, 5, 16, 32), dtype)
+    x = cupy.asarray(big)[:, ::2, 1:17, 1:33]
+    w, dy = cupy.asarray(wh), cupy.asarray(dyh)
+    ref = reference.conv(xh, wh, **opts)
+    assert rel_error(cupyconv.conv(x, w, method="depthwise", **opts), ref) <= tolerance(dtype, ref)
+    ref = reference.conv_backward_weight(xh, dyh, wh.shape, **opts)
+    got = cupyconv.conv_backward_weight(x, dy, wh.shape, method="depthwise", **opts)
+    assert rel_error(got, ref) <= tolerance(dtype, ref)
+    dyv = cupy.asarray(big)[:, ::2, 1:17, 1:33]  # a strided dy for backward-data
+    ref = reference.conv_backward_data(xh, wh, xh.shape, **opts)
+    got = cupyconv.conv_backward_data(dyv, w, xh.shape, method="depthwise", **opts)
+    assert rel_error(got, ref) <= tolerance(dtype, ref)

@@ -111,7 +111,7 @@ depthwise_tile(const T* __restrict__ src,
       DW = (int)prm[18], PD = (int)prm[19], PH = (int)prm[20], PW = (int)prm[21];
   const cc::index_t ssn = prm[22], ssc = prm[23], ssd = prm[24], ssh = prm[25], ssw = prm[26];
   const int vr = (int)prm[27], tiles_w = (int)prm[28], rows_max = (int)prm[29],
-      pitch = (int)prm[30];
+      pitch = (int)prm[30], vec = (int)prm[31];
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (-1: none this pass)
@@ -138,6 +138,7 @@ depthwise_tile(const T* __restrict__ src,
   A acc[DW_ROWS];
 #pragma unroll
   for (int j = 0; j < DW_ROWS; ++j) acc[j] = A(0);
+  int shift = 0;  // column of the window's first element in its smem row (vector staging)
   for (int m = 0; m < M; ++m) {
     const int sc = TRANSPOSED ? c * mult + m : c / mult;  // source channel
     const int fc = TRANSPOSED ? c * mult + m : c;         // filter
@@ -147,8 +148,8 @@ depthwise_tile(const T* __restrict__ src,
       if (threadIdx.x == 0 && threadIdx.y == 0)
         zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
       __syncthreads();
-      cc::stage_planes(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
-                       SHs, SWs, ssh, ssw, tid, nt);
+      shift = cc::stage_windows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch,
+                                r0, c0, SHs, SWs, ssh, ssw, vec, tid, nt);
       __syncthreads();
       if (sd < 0) continue;
       const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
@@ -158,7 +159,7 @@ depthwise_tile(const T* __restrict__ src,
         A wr[KF > 0 ? KF * KF : 1];
 #pragma unroll
         for (int t = 0; t < KF * KF; ++t) wr[t] = cc::load_as<A>(wt[TRANSPOSED ? KF * KF - 1 - t : t]);
-        const A* base = tile + row0 * pitch + threadIdx.x;
+        const A* base = tile + row0 * pitch + threadIdx.x + shift;
 #pragma unroll
         for (int kw = 0; kw < KF; ++kw) {
           A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
@@ -175,7 +176,7 @@ depthwise_tile(const T* __restrict__ src,
       for (int kw = 0; kw < KW; ++kw) {
         const int tc = dw::tile_coord<TRANSPOSED>(ow, ow0, kw, SW, DW, PW, c0);
         if (tc < 0) continue;
-        const A* col = tile + tc;
+        const A* col = tile + tc + shift;
         for (int kh = 0; kh < KH; ++kh) {
           const A wv = cc::load_as<A>(wt[kh * KW + kw]);
 #pragma unroll
@@ -269,7 +270,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
       PH = (int)prm[20], PW = (int)prm[21];
   const cc::index_t xsn = prm[22], xsc = prm[23], xsd = prm[24], xsh = prm[25], xsw = prm[26];
   const int vr = (int)prm[27], tiles_w = (int)prm[28], tiles = (int)prm[29],
-      rows_max = (int)prm[30], pitch = (int)prm[31];
+      rows_max = (int)prm[30], pitch = (int)prm[31], vec = (int)prm[32];
   typedef typename cc::acc_type<T>::type A;
   constexpr int NA = KF > 0 ? KF * KF : DW_TAPS;  // accumulators: taps of one pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -310,8 +311,9 @@ depthwise_wgrad_tile(const T* __restrict__ x,
           if (threadIdx.x == 0 && threadIdx.y == 0)
             zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
           __syncthreads();
-          cc::stage_planes(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0,
-                           c0, IH, IW, xsh, xsw, tid, nt);
+          const int shift = cc::stage_windows(windows, xk, zoff, (int)blockDim.z, rows, cols,
+                                              rows_max, pitch, r0, c0, IH, IW, xsh, xsw, vec,
+                                              tid, nt);
           __syncthreads();
           const int ow = ow0 + threadIdx.x;
           if (id < 0) continue;
@@ -322,7 +324,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
             g[j] = (j < vr && oh < OH && ow < OW) ? cc::load_as<A>(dyp[oh * OW + ow]) : A(0);
           }
           if (KF > 0) {
-            const A* base = tile + row0 * pitch + threadIdx.x;
+            const A* base = tile + row0 * pitch + threadIdx.x + shift;
 #pragma unroll
             for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw) {
               A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
@@ -340,7 +342,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
             if (j < vr) {
-              const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW;
+              const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW + shift;
 #pragma unroll
               for (int t = 0; t < (KF > 0 ? 1 : DW_TAPS); ++t)
                 if (t < ntp) acc[t] += g[j] * win[off[t]];
