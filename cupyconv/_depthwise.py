@@ -51,10 +51,15 @@ class Tiling:
     rows_max: int
     pitch: int
     smem: int
+    cw: int = 1  # columns per thread (4 for the 3x3 variant)
 
     @property
     def tiles(self) -> int:
         return self.tiles_h * self.tiles_w
+
+    @property
+    def tile_w(self) -> int:
+        return self.bx * self.cw
 
 
 def _window(span: int, k: int, s: int, d: int, transposed: bool) -> int:
@@ -65,25 +70,26 @@ def _window(span: int, k: int, s: int, d: int, transposed: bool) -> int:
 
 
 def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=False,
-            extra_per_thread=0) -> Tiling | None:
+            extra_per_thread=0, cw=1) -> Tiling | None:
     """Tile shape for a (dst_h x dst_w) destination plane, or None if no block fits in shared
-    memory.  Width: at most 32 threads, splitting W evenly (no mostly-idle edge tiles); height: up to
-    DW_ROWS rows per thread; small planes put several planes (BZ) in one block."""
-    bx = math.ceil(dst_w / math.ceil(dst_w / 32))
+    memory.  Width: at most 32 threads of ``cw`` columns, splitting W evenly (no mostly-idle edge
+    tiles); height: up to DW_ROWS rows per thread; small planes put several planes (BZ) in one
+    block."""
+    bx = math.ceil(math.ceil(dst_w / math.ceil(dst_w / (32 * cw))) / cw)
     by_max = THREADS // bx
     rows_per_tile = math.ceil(dst_h / math.ceil(dst_h / (by_max * DW_ROWS)))
     by = math.ceil(rows_per_tile / min(DW_ROWS, rows_per_tile))
     vr = math.ceil(rows_per_tile / by)
     rows_max = _window(by * vr, kh, sh, dh, transposed)
     # room for the vector staging's shift of up to 3 columns, rows 4-aligned (stage.cuh)
-    pitch = 4 * math.ceil((_window(bx, kw, sw, dw_, transposed) + 3) / 4)
+    pitch = 4 * math.ceil((_window(bx * cw, kw, sw, dw_, transposed) + 3) / 4)
     per_plane = rows_max * pitch * _acc_bytes(dtype)
     bz = max(1, min(THREADS // (bx * by), MAX_Z, planes, SMEM_LIMIT // max(per_plane, 1)))
     smem = bz * per_plane + bx * by * bz * extra_per_thread
     if smem > SMEM_LIMIT:
         return None
-    return Tiling(bx, by, bz, vr, math.ceil(dst_h / (by * vr)), math.ceil(dst_w / bx), rows_max,
-                  pitch, smem)
+    return Tiling(bx, by, bz, vr, math.ceil(dst_h / (by * vr)), math.ceil(dst_w / (bx * cw)),
+                  rows_max, pitch, smem, cw)
 
 
 @lru_cache(maxsize=1024)
@@ -95,8 +101,9 @@ def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
     dst = g3["spatial"] if transposed else g3["out_spatial"]
     chans = geom.in_channels if transposed else geom.out_channels
     planes = geom.batch * chans * dst[0]
+    cw = 4 if fixed_kernel(geom, DEPTHWISE_KF[1:]) == 3 else 1  # the kernel's CW
     t = _tiling(dst[1], dst[2], planes, *g3["kernel"][1:], *g3["stride"][1:], *g3["dilation"][1:],
-                geom.dtype, transposed)
+                geom.dtype, transposed, cw=cw)
     if t is None or t.tiles > GRID_Y_MAX or planes >= 2 ** 31:
         return None
     return t
@@ -204,7 +211,7 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
                 bz = min(t.bz, per_chunk)
                 t = Tiling(t.bx, t.by, bz, t.vr, t.tiles_h, t.tiles_w, t.rows_max, t.pitch,
                            bz * t.rows_max * t.pitch * _acc_bytes(geom.dtype)
-                           + t.bx * t.by * bz * _acc_bytes(geom.dtype))
+                           + t.bx * t.by * bz * _acc_bytes(geom.dtype), t.cw)
                 return t, chunks, per_chunk
     pixels = geom.batch * od * oh * ow
     threads_wanted = 64 * 1024

@@ -75,7 +75,7 @@ def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
     if t is None:
         return _bytes(g) / _DEPTHWISE_GATHER_BANDWIDTH
     oh, ow = g.as_3d()["out_spatial"][1:]
-    fill = oh * ow / (t.tiles_h * t.by * t.vr * t.tiles_w * t.bx)  # idle threads of edge tiles
+    fill = oh * ow / (t.tiles_h * t.by * t.vr * t.tiles_w * t.tile_w)  # idle edge-tile threads
     return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
 
 

@@ -32,11 +32,12 @@ def test_tile_plan_covers_the_plane_and_fits(sp, stride, dilation, k, transposed
     t = tile_plan(g, transposed)
     assert t is not None
     h, w = (g.spatial if transposed else g.out_spatial)
-    assert t.tiles_h * t.by * t.vr >= h and t.tiles_w * t.bx >= w
-    assert (t.tiles_h - 1) * t.by * t.vr < h and (t.tiles_w - 1) * t.bx < w  # no empty tile
+    assert t.tiles_h * t.by * t.vr >= h and t.tiles_w * t.tile_w >= w
+    assert (t.tiles_h - 1) * t.by * t.vr < h and (t.tiles_w - 1) * t.tile_w < w  # no empty tile
+    assert t.cw == (4 if (k, stride, dilation) == (3, 1, 1) else 1)
     assert t.bx * t.by * t.bz <= THREADS and 1 <= t.vr <= 8 and t.bz <= MAX_Z
     assert t.smem <= SMEM_LIMIT and t.smem == t.bz * t.rows_max * t.pitch * 4
-    assert t.pitch % 4 == 0 and t.pitch >= _window(t.bx, k, stride, dilation, transposed) + 3
+    assert t.pitch % 4 == 0 and t.pitch >= _window(t.tile_w, k, stride, dilation, transposed) + 3
 
 
 def _device_extent(o0, span, s, d, p, k):

@@ -23,7 +23,7 @@
 #define DW_MAX_Z 64 // most planes per block
 // Blocks per multiprocessor the register budget is set for: the 3x3 variants are short-lived
 // blocks whose loads need many resident blocks to overlap; the others keep their registers.
-#define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 5 : 2)
+#define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 4 : 2)
 
 namespace dw {
 
@@ -125,20 +125,24 @@ depthwise_tile(const T* __restrict__ src,
   const int SHs = TRANSPOSED ? OH : IH, SWs = TRANSPOSED ? OW : IW, SDs = TRANSPOSED ? OD : ID;
   const int DHd = TRANSPOSED ? IH : OH, DWd = TRANSPOSED ? IW : OW, DDd = TRANSPOSED ? ID : OD;
   const int od = live ? p % DDd : 0, c = live ? (p / DDd) % Cd : 0, n = live ? p / (DDd * Cd) : 0;
-  const int TH = blockDim.y * vr;
-  const int oh0 = (blockIdx.y / tiles_w) * TH, ow0 = (blockIdx.y % tiles_w) * blockDim.x;
-  const int ow = ow0 + threadIdx.x, row0 = threadIdx.y * vr;  // this thread: rows row0 + j
+  // Columns per thread: the 3x3 variant computes a 4-wide x vr-tall block per thread (its window
+  // rows are read as 16-byte vectors); the others one column.
+  constexpr int CW = KF == 3 ? 4 : 1;
+  const int TH = blockDim.y * vr, TW = blockDim.x * CW;
+  const int oh0 = (blockIdx.y / tiles_w) * TH, ow0 = (blockIdx.y % tiles_w) * TW;
+  const int ow = ow0 + threadIdx.x * CW, row0 = threadIdx.y * vr;  // rows row0 + j, columns ow + i
   const int r0 = dw::tile_origin<TRANSPOSED>(oh0, SH, DH, PH, KH);
   const int c0 = dw::tile_origin<TRANSPOSED>(ow0, SW, DW, PW, KW);
   const int rows = dw::tile_extent<TRANSPOSED>(oh0, TH, SH, DH, PH, KH, r0);
-  const int cols = dw::tile_extent<TRANSPOSED>(ow0, blockDim.x, SW, DW, PW, KW, c0);
+  const int cols = dw::tile_extent<TRANSPOSED>(ow0, TW, SW, DW, PW, KW, c0);
   const int taps = KD * KH * KW;
   const int M = TRANSPOSED ? mult : 1;
   const A* tile = windows + threadIdx.z * rows_max * pitch;
-  A acc[DW_ROWS];
+  A acc[DW_ROWS][CW];
 #pragma unroll
-  for (int j = 0; j < DW_ROWS; ++j) acc[j] = A(0);
-  int shift = 0;  // column of the window's first element in its smem row (vector staging)
+  for (int j = 0; j < DW_ROWS; ++j)
+#pragma unroll
+    for (int i = 0; i < CW; ++i) acc[j][i] = A(0);
   for (int m = 0; m < M; ++m) {
     const int sc = TRANSPOSED ? c * mult + m : c / mult;  // source channel
     const int fc = TRANSPOSED ? c * mult + m : c;         // filter
@@ -148,18 +152,46 @@ depthwise_tile(const T* __restrict__ src,
       if (threadIdx.x == 0 && threadIdx.y == 0)
         zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
       __syncthreads();
-      shift = cc::stage_windows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch,
-                                r0, c0, SHs, SWs, ssh, ssw, vec, tid, nt);
+      cc::stage_windows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
+                        SHs, SWs, ssh, ssw, vec, tid, nt);
       __syncthreads();
       if (sd < 0) continue;
       const T* wt = w + (cc::index_t)fc * taps + kd * KH * KW;
       if (KF > 0) {
-        // Unit stride: both mappings read window row row0 + j + kh' and column tx + kw' for
-        // tap (kh', kw'), with the taps flipped for the transposed one.
+        // Unit stride: both mappings read window row row0 + j + kh' and column (ow - ow0) + kw'
+        // for tap (kh', kw'), with the taps flipped for the transposed one.
         A wr[KF > 0 ? KF * KF : 1];
 #pragma unroll
         for (int t = 0; t < KF * KF; ++t) wr[t] = cc::load_as<A>(wt[TRANSPOSED ? KF * KF - 1 - t : t]);
-        const A* base = tile + row0 * pitch + threadIdx.x + shift;
+        const A* base = tile + row0 * pitch + (ow - ow0);
+        if (CW == 4) {
+          // Slide down the thread's 4 columns: each window row (6 values, two aligned 4-vectors)
+          // feeds up to 3 output rows x 4 columns x 3 taps.
+#pragma unroll
+          for (int r = 0; r < DW_ROWS + 2; ++r) {
+            A v[8];
+            if (r < vr + 2) {
+              A lo[4], hi[4];
+              cc::lds4(base + r * pitch, lo);
+              cc::lds4(base + r * pitch + 4, hi);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
+            } else {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) v[i] = A(0);
+            }
+#pragma unroll
+            for (int kh = 0; kh < 3; ++kh) {
+              const int j = r - kh;
+              if (j < 0 || j >= DW_ROWS) continue;
+#pragma unroll
+              for (int i = 0; i < CW; ++i)
+#pragma unroll
+                for (int kw = 0; kw < 3; ++kw) acc[j][i] += v[i + kw] * wr[kh * 3 + kw];
+            }
+          }
+          continue;
+        }
 #pragma unroll
         for (int kw = 0; kw < KF; ++kw) {
           A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
@@ -169,21 +201,21 @@ depthwise_tile(const T* __restrict__ src,
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j)
 #pragma unroll
-            for (int kh = 0; kh < KF; ++kh) acc[j] += colv[j + kh] * wr[kh * KF + kw];
+            for (int kh = 0; kh < KF; ++kh) acc[j][0] += colv[j + kh] * wr[kh * KF + kw];
         }
         continue;
       }
       for (int kw = 0; kw < KW; ++kw) {
         const int tc = dw::tile_coord<TRANSPOSED>(ow, ow0, kw, SW, DW, PW, c0);
         if (tc < 0) continue;
-        const A* col = tile + tc + shift;
+        const A* col = tile + tc;
         for (int kh = 0; kh < KH; ++kh) {
           const A wv = cc::load_as<A>(wt[kh * KW + kw]);
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
             if (j < vr) {
               const int tr = dw::tile_coord<TRANSPOSED>(oh0 + row0 + j, oh0, kh, SH, DH, PH, r0);
-              if (tr >= 0) acc[j] += col[tr * pitch] * wv;
+              if (tr >= 0) acc[j][0] += col[tr * pitch] * wv;
             }
           }
         }
@@ -196,7 +228,11 @@ depthwise_tile(const T* __restrict__ src,
 #pragma unroll
   for (int j = 0; j < DW_ROWS; ++j) {
     const int oh = oh0 + row0 + j;
-    if (j < vr && oh < DHd) out[(cc::index_t)oh * DWd] = cc::store_as<T>(acc[j] + b);
+    if (j < vr && oh < DHd) {
+#pragma unroll
+      for (int i = 0; i < CW; ++i)
+        if (ow + i < DWd) out[(cc::index_t)oh * DWd + i] = cc::store_as<T>(acc[j][i] + b);
+    }
   }
 }
 
@@ -311,9 +347,8 @@ depthwise_wgrad_tile(const T* __restrict__ x,
           if (threadIdx.x == 0 && threadIdx.y == 0)
             zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
           __syncthreads();
-          const int shift = cc::stage_windows(windows, xk, zoff, (int)blockDim.z, rows, cols,
-                                              rows_max, pitch, r0, c0, IH, IW, xsh, xsw, vec,
-                                              tid, nt);
+          cc::stage_windows(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0,
+                            c0, IH, IW, xsh, xsw, vec, tid, nt);
           __syncthreads();
           const int ow = ow0 + threadIdx.x;
           if (id < 0) continue;
@@ -324,7 +359,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
             g[j] = (j < vr && oh < OH && ow < OW) ? cc::load_as<A>(dyp[oh * OW + ow]) : A(0);
           }
           if (KF > 0) {
-            const A* base = tile + row0 * pitch + threadIdx.x + shift;
+            const A* base = tile + row0 * pitch + threadIdx.x;
 #pragma unroll
             for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw) {
               A colv[DW_ROWS + (KF > 0 ? KF : 1) - 1];
@@ -342,7 +377,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
             if (j < vr) {
-              const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW + shift;
+              const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW;
 #pragma unroll
               for (int t = 0; t < (KF > 0 ? 1 : DW_TAPS); ++t)
                 if (t < ntp) acc[t] += g[j] * win[off[t]];

@@ -130,16 +130,18 @@ __device__ __forceinline__ void load4(const __half* p, float (&o)[4]) {
   o[2] = __half2float(h[2]); o[3] = __half2float(h[3]);
 }
 
-// stage_rows with 4-element vector loads: the window starts at column c0a (a multiple of 4) and
-// spans `quads` groups of 4 columns; W, the row strides and the plane offsets are multiples of 4
-// and the rows contiguous (the host checks), so each group is wholly inside or outside the image.
+// stage_rows with 4-element vector loads: the loads start at column c0a = c0 - shift (a multiple
+// of 4) and span `quads` groups of 4 columns; W, the row strides and the plane offsets are
+// multiples of 4 and the rows contiguous (the host checks), so each group is wholly inside or
+// outside the image.  Stored without the shift: window column c is smem column c, as with
+// stage_rows, so 4-aligned window columns stay 4-aligned in shared memory.
 // A block's window then takes a quarter of the load instructions and, for the tile sizes used,
 // a single round trip to memory.  Needs quads <= nt.
 template <typename A, typename T>
 __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, const index_t* zoff,
                                             int planes, int rows, int quads, int rows_max,
-                                            int pitch, int r0, int c0a, int H, int W, index_t sh,
-                                            int tid, int nt) {
+                                            int pitch, int r0, int c0a, int shift, int H, int W,
+                                            index_t sh, int tid, int nt) {
   const int rstep = nt / quads;
   if (tid >= rstep * quads) return;
   const int q = tid % quads, iw = c0a + 4 * q;
@@ -167,29 +169,38 @@ __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, c
     for (int u = 0; u < STAGE_BATCH; ++u)
       if (at[u] >= 0) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) win[at[u] + c] = v[u][c];
+        for (int c = 0; c < 4; ++c)  // window column 4 q + c - shift
+          if (4 * q + c >= shift && 4 * q + c - shift < pitch) win[at[u] + c - shift] = v[u][c];
       }
   }
 }
 
 // The windows of `planes` planes: vector loads where the host allowed them (vec) and a thread
-// per column group fits, else stage_planes.  Returns the column shift of the staged window
-// (element (r, c) of the window is at column c + shift of its smem row).
+// per column group fits, else stage_planes.
 template <typename A, typename T>
-__device__ __forceinline__ int stage_windows(A* win, const T* __restrict__ src, const index_t* zoff,
+__device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src, const index_t* zoff,
                                              int planes, int rows, int cols, int rows_max,
                                              int pitch, int r0, int c0, int H, int W, index_t sh,
                                              index_t sw, int vec, int tid, int nt) {
   if (vec) {
     const int shift = ((c0 % 4) + 4) % 4, quads = (cols + shift + 3) / 4;
-    if (quads <= nt && 4 * quads <= pitch) {
-      stage_rows4(win, src, zoff, planes, rows, quads, rows_max, pitch, r0, c0 - shift, H, W, sh,
-                  tid, nt);
-      return shift;
+    if (quads <= nt) {
+      stage_rows4(win, src, zoff, planes, rows, quads, rows_max, pitch, r0, c0 - shift, shift, H,
+                  W, sh, tid, nt);
+      return;
     }
   }
   stage_planes(win, src, zoff, planes, rows, cols, rows_max, pitch, r0, c0, H, W, sh, sw, tid, nt);
-  return 0;
+}
+
+// Four consecutive shared-memory values at a 4-aligned address (one 16-byte access for float).
+__device__ __forceinline__ void lds4(const float* p, float (&o)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
+}
+__device__ __forceinline__ void lds4(const double* p, double (&o)[4]) {
+  const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
+  o[0] = a.x; o[1] = a.y; o[2] = b.x; o[3] = b.y;
 }
 
 }  // namespace cc
