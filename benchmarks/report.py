@@ -6,6 +6,8 @@
 Markdown (stdout or ``--out``): forward problems with ms, TFLOP/s, GB/s, the fractions of the
 device ceilings and the ratio to each peer (cuDNN fp32 / TF32, im2col + cupy.matmul; > 1:
 cupyconv faster); backward-data and backward-weight against cuDNN; the GEMM against cuBLAS.
+Results of bench_depthwise.py (GB/s of the copy rate, ratios to cuDNN), bench_signal.py (ratios
+to CuPy's routines) and calibrate_signal.py render too.
 Plots (``DIR``, default: next to the JSON): ``<name>-peers.png`` (ratio to each peer per problem)
 and ``<name>-ceilings.png`` (achieved fraction of the FLOP and copy-bandwidth ceilings).
 
@@ -32,10 +34,30 @@ from cupyconv._geometry import ConvGeometry  # noqa: E402
 PEERS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32", "im2col_matmul": "im2col+matmul"}
 
 
+def kind_of(data) -> str | None:
+    """Which benchmark wrote ``data``: "bench" (bench.py), "depthwise" (bench_depthwise.py),
+    "signal" (bench_signal.py), "calibration" (calibrate_signal.py), or None."""
+    if not isinstance(data, dict):
+        return None
+    if {"forward", "backward", "gemm"} & set(data):
+        return "bench"
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+        return None
+    if "fitted" in data:
+        return "calibration"
+    if "pass" in rows[0] and "copy_bandwidth_Bps" in data:
+        return "depthwise"
+    if "in1" in rows[0] and isinstance(rows[0].get("ms"), dict):
+        return "signal"
+    return None
+
+
 def load(path) -> dict:
     data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or not ({"forward", "backward", "gemm"} & set(data)):
-        raise ValueError(f"{path} is not a benchmarks/bench.py results file")
+    if kind_of(data) is None:
+        raise ValueError(f"{path} is not a results file of benchmarks/bench*.py or "
+                         "calibrate_signal.py")
     return data
 
 
@@ -76,8 +98,61 @@ def _fmt(v, spec=".2f") -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _depthwise_markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+    """bench_depthwise.py: each pass against cuDNN, in GB/s of the measured copy bandwidth."""
+    bw = data["copy_bandwidth_Bps"]
+    lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", "",
+             f"Depthwise and separable layers against cuDNN (PyTorch {data.get('torch')}, cuDNN "
+             f"{data.get('cudnn')}); copy bandwidth {bw / 1e12:.2f} TB/s measured in the run; "
+             "ratios > 1: cupyconv faster.", "",
+             "| problem | pass | dtype | ours ms | GB/s | % copy | peers (x ours) |", "|---|---|---|---|---|---|---|"]
+    rows = []
+    for r in data["rows"]:
+        ratios = {k: v for k, v in r.get("speedup", {}).items()}
+        rows.append({"problem": f"{r['problem']} {r['pass']} {r['dtype']}", "ratios": ratios})
+        peers = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+        lines.append(f"| {r['problem']} | {r['pass']} | {r['dtype']} | {r['ms']['ours']:.4f} | "
+                     f"{r['GBps']:.0f} | {100 * r['frac_copy']:.1f} | {peers} |")
+    return "\n".join(lines + [""]), [], rows
+
+
+def _signal_markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+    """bench_signal.py: our direct / FFT / auto against CuPy's routines."""
+    lines = [f"### {name}: {data.get('device')}, commit {data.get('commit')}", "",
+             f"{data.get('note', '')}".strip(), "",
+             "| problem | direct ms | fft ms | auto ms | auto picked | auto / fastest | peers (x direct) |",
+             "|---|---|---|---|---|---|---|"]
+    rows = []
+    for r in data["rows"]:
+        ms = r["ms"]
+        peers = {k: v / ms["direct"] for k, v in ms.items()
+                 if k not in ("direct", "fft", "auto") and ms.get("direct")}
+        rows.append({"problem": r["problem"], "ratios": peers})
+        lines.append(f"| {r['problem']} | {_fmt(ms.get('direct'), '.3f')} | {_fmt(ms.get('fft'), '.3f')} | "
+                     f"{_fmt(ms.get('auto'), '.3f')} | {r.get('auto_picked', '—')} | "
+                     f"{_fmt(r.get('auto_vs_fastest'))} | "
+                     + ", ".join(f"{k} {v:.2f}" for k, v in peers.items()) + " |")
+    return "\n".join(lines + [""]), [], rows
+
+
+def _calibration_markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+    """calibrate_signal.py: the measured grid and the fitted cost constants (no plot)."""
+    lines = [f"### {name}: signal cost-model calibration", "",
+             "| dtype | in1 | in2 | direct ms | fft ms |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['dtype']} | {r['in1']} | {r['in2']} | {r['direct_ms']:.3f} | "
+                     f"{r['fft_ms']:.3f} |")
+    lines += ["", "Fitted: " + ", ".join(f"{k} = {v}" for k, v in data["fitted"].items()), ""]
+    return "\n".join(lines), [], []
+
+
 def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
-    """The Markdown of one results file, with the forward and backward metrics for the plots."""
+    """The Markdown of one results file, with the forward metrics and the other per-problem peer
+    ratios (backward passes, depthwise, signal) for the plots."""
+    kind = kind_of(data)
+    if kind != "bench":
+        return {"depthwise": _depthwise_markdown, "signal": _signal_markdown,
+                "calibration": _calibration_markdown}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "
