@@ -18,7 +18,10 @@ from ._kernels import (DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF
                        depthwise_gather_module, depthwise_tile_module, depthwise_wgrad_module)
 from ._launch import Launch, element_strides, int64s, ints, launch_grid, spatial_args
 
-SMEM_LIMIT = 48 * 1024  # static-launch shared-memory limit
+# Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
+# kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
+# launch (CUDA_ERROR_INVALID_VALUE) on the GPU.
+SMEM_LIMIT = 48 * 1024 - 1024
 GRID_Y_MAX = 65535
 THREADS = 256
 DW_ROWS = 8    # kernel's DW_ROWS: most output rows per thread
