@@ -203,8 +203,9 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
         planes = geom.batch * od
         # kernel rows per pass (the fixed-size variant takes all of them in one pass)
         per_pass = kh if fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:]) else min(kh, max(1, DW_TAPS // kw))
+        cw = 4 if fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:]) == 3 else 1  # the kernel's CW
         t = _tiling(oh, ow, planes, per_pass, kw, *g3["stride"][1:], *g3["dilation"][1:],
-                    geom.dtype, extra_per_thread=_acc_bytes(geom.dtype))
+                    geom.dtype, extra_per_thread=_acc_bytes(geom.dtype), cw=cw)
         if t is not None:
             chunks = max(1, min(planes, math.ceil(_TARGET_BLOCKS / k)))
             per_chunk = math.ceil(planes / chunks)

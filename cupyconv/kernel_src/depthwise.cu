@@ -319,7 +319,8 @@ depthwise_wgrad_tile(const T* __restrict__ x,
   const A* tile = windows + threadIdx.z * rows_max * pitch;
   const int q_begin = chunk * planes_per_chunk;
   const int q_end = min(planes, q_begin + planes_per_chunk);
-  const int TH = blockDim.y * vr, taps = KD * KH * KW, row0 = threadIdx.y * vr;
+  constexpr int CW = KF == 3 ? 4 : 1;  // columns per thread, as in depthwise_tile
+  const int TH = blockDim.y * vr, TW = blockDim.x * CW, taps = KD * KH * KW, row0 = threadIdx.y * vr;
   const int rows_per_pass = KF > 0 ? KF : max(1, DW_TAPS / KW);
   const T* xk = x + (cc::index_t)(k / mult) * xsc;
   for (int kd = 0; kd < KD; ++kd) {
@@ -339,10 +340,10 @@ depthwise_wgrad_tile(const T* __restrict__ x,
         const int id = live ? dw::src_coord<false>(od, kd, SD, DD, PD, ID) : -1;
         const T* dyp = dy + ((cc::index_t)n * K + k) * OD * OH * OW + (cc::index_t)od * OH * OW;
         for (int tile_i = 0; tile_i < tiles; ++tile_i) {
-          const int oh0 = (tile_i / tiles_w) * TH, ow0 = (tile_i % tiles_w) * blockDim.x;
+          const int oh0 = (tile_i / tiles_w) * TH, ow0 = (tile_i % tiles_w) * TW;
           const int r0 = oh0 * SH - PH + kh0 * DH, c0 = ow0 * SW - PW;
           const int rows = (TH - 1) * SH + (nkh - 1) * DH + 1;
-          const int cols = (blockDim.x - 1) * SW + (KW - 1) * DW + 1;
+          const int cols = (TW - 1) * SW + (KW - 1) * DW + 1;
           __syncthreads();
           if (threadIdx.x == 0 && threadIdx.y == 0)
             zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
@@ -350,13 +351,45 @@ depthwise_wgrad_tile(const T* __restrict__ x,
           cc::stage_windows(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0,
                             c0, IH, IW, xsh, xsw, vec, tid, nt);
           __syncthreads();
-          const int ow = ow0 + threadIdx.x;
+          const int ow = ow0 + threadIdx.x * CW;
           if (id < 0) continue;
-          A g[DW_ROWS];
+          A g[DW_ROWS][CW];
 #pragma unroll
           for (int j = 0; j < DW_ROWS; ++j) {
             const int oh = oh0 + row0 + j;
-            g[j] = (j < vr && oh < OH && ow < OW) ? cc::load_as<A>(dyp[oh * OW + ow]) : A(0);
+#pragma unroll
+            for (int i = 0; i < CW; ++i)
+              g[j][i] = (j < vr && oh < OH && ow + i < OW) ? cc::load_as<A>(dyp[oh * OW + ow + i])
+                                                          : A(0);
+          }
+          if (CW == 4) {
+            // As in depthwise_tile: each window row (two aligned 4-vectors) meets up to 3 rows of
+            // the thread's 4 x vr block of dy, for all 9 taps.
+            const A* base = tile + row0 * pitch + threadIdx.x * CW;
+#pragma unroll
+            for (int r = 0; r < DW_ROWS + 2; ++r) {
+              A v[8];
+              if (r < vr + 2) {
+                A lo[4], hi[4];
+                cc::lds4(base + r * pitch, lo);
+                cc::lds4(base + r * pitch + 4, hi);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
+              } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[i] = A(0);
+              }
+#pragma unroll
+              for (int kh = 0; kh < 3; ++kh) {
+                const int j = r - kh;
+                if (j < 0 || j >= DW_ROWS) continue;
+#pragma unroll
+                for (int i = 0; i < CW; ++i)
+#pragma unroll
+                  for (int kw = 0; kw < 3; ++kw) acc[kh * 3 + kw] += g[j][i] * v[i + kw];
+              }
+            }
+            continue;
           }
           if (KF > 0) {
             const A* base = tile + row0 * pitch + threadIdx.x;
@@ -369,7 +402,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
 #pragma unroll
               for (int j = 0; j < DW_ROWS; ++j)
 #pragma unroll
-                for (int kh = 0; kh < KF; ++kh) acc[kh * KF + kw] += g[j] * colv[j + kh];
+                for (int kh = 0; kh < KF; ++kh) acc[kh * KF + kw] += g[j][0] * colv[j + kh];
             }
             continue;
           }
@@ -380,7 +413,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
               const A* win = tile + (row0 + j) * SH * pitch + threadIdx.x * SW;
 #pragma unroll
               for (int t = 0; t < (KF > 0 ? 1 : DW_TAPS); ++t)
-                if (t < ntp) acc[t] += g[j] * win[off[t]];
+                if (t < ntp) acc[t] += g[j][0] * win[off[t]];
             }
           }
         }
