@@ -88,7 +88,7 @@ def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=Fal
     pitch = 4 * math.ceil((_window(bx * cw, kw, sw, dw_, transposed) + 3) / 4)
     per_plane = rows_max * pitch * _acc_bytes(dtype)
     bz = max(1, min(THREADS // (bx * by), MAX_Z, planes, SMEM_LIMIT // max(per_plane, 1)))
-    smem = bz * per_plane + bx * by * bz * extra_per_thread
+    smem = bz * per_plane + 4 * math.ceil(bx * by * bz / 4) * extra_per_thread  # red: 4-aligned
     if smem > SMEM_LIMIT:
         return None
     return Tiling(bx, by, bz, vr, math.ceil(dst_h / (by * vr)), math.ceil(dst_w / (bx * cw)),
@@ -215,7 +215,7 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
                 bz = min(t.bz, per_chunk)
                 t = Tiling(t.bx, t.by, bz, t.vr, t.tiles_h, t.tiles_w, t.rows_max, t.pitch,
                            bz * t.rows_max * t.pitch * _acc_bytes(geom.dtype)
-                           + t.bx * t.by * bz * _acc_bytes(geom.dtype), t.cw)
+                           + 4 * math.ceil(t.bx * t.by * bz / 4) * _acc_bytes(geom.dtype), t.cw)
                 return t, chunks, per_chunk
     pixels = geom.batch * od * oh * ow
     threads_wanted = 64 * 1024

@@ -315,7 +315,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int nt = blockDim.x * blockDim.y * blockDim.z;
   A* red = reinterpret_cast<A*>(smem_raw);
-  A* const windows = red + nt;
+  A* const windows = red + ((nt + 3) & ~3);  // 4-aligned: the 3x3 variant reads 4-vectors
   const A* tile = windows + threadIdx.z * rows_max * pitch;
   const int q_begin = chunk * planes_per_chunk;
   const int q_end = min(planes, q_begin + planes_per_chunk);
