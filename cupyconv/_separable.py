@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
-from ._depthwise import SMEM_LIMIT, run_depthwise, vector_rows
+from ._depthwise import SMEM_LIMIT, run_depthwise
 from ._geometry import ConvGeometry
 from ._kernels import SEPARABLE_KT, separable_module
 from ._launch import Launch, element_strides, int64s, ints
@@ -48,8 +48,7 @@ def fused_plan(dw: ConvGeometry, kp: int) -> FusedPlan | None:
     _, dh, dwl = g3["dilation"]
     kt = next((k for k in SEPARABLE_KT if 8 * k >= kp), SEPARABLE_KT[-1])
     rows_max = (math.ceil((SEP_P - 1) / ow) + 1) * sh + (kh - 1) * dh + 1
-    # room for the vector staging's shift, rows 4-aligned (stage.cuh)
-    pitch = 4 * math.ceil(((ow - 1) * sw + (kw - 1) * dwl + 1 + 3) / 4)
+    pitch = (ow - 1) * sw + (kw - 1) * dwl + 1
     acc = 8 if dw.dtype == "float64" else 4
     fixed = (SEP_CC * SEP_P + SEP_CC * 8 * kt + SEP_CC * kh * kw) * acc
     for cc in (SEP_CC, 8, 4):
@@ -72,7 +71,7 @@ def fused_pays(dw: ConvGeometry, kp: int) -> bool:
 
 @lru_cache(maxsize=1024)
 def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act, x_strides: tuple,
-                  vec: bool, device: int) -> Launch:
+                  device: int) -> Launch:
     plan = fused_plan(dw, kp)
     g3 = dw.as_3d()
     fn = jit.get_function(separable_module(dw.dtype, plan.kt), "separable_fused", dw.dtype,
@@ -83,8 +82,8 @@ def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act
                         *g3["out_spatial"][1:], *g3["kernel"][1:], *g3["stride"][1:],
                         *g3["dilation"][1:], *g3["pad_lo"][1:]))
                   + int64s((x_strides[0], x_strides[1], x_strides[3], x_strides[4]))
-                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch, vec)),
-                  plan.smem, packed=True)
+                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)), plan.smem,
+                  packed=True)
 
 
 def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
@@ -92,9 +91,8 @@ def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -
 
     w_dw = w_dw if w_dw.flags.c_contiguous else cupy.ascontiguousarray(w_dw)
     w_pw = w_pw if w_pw.flags.c_contiguous else cupy.ascontiguousarray(w_pw)
-    strides = element_strides(x, dw.channels_last)
-    launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act, strides,
-                           not dw.channels_last and vector_rows(x, strides), y.data.device_id)
+    launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act,
+                           element_strides(x, dw.channels_last), y.data.device_id)
     with y.device:
         launch(x, w_dw, b_dw if b_dw is not None else y, w_pw, b_pw if b_pw is not None else y, y)
 

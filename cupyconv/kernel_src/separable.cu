@@ -49,7 +49,7 @@ separable_fused(const T* __restrict__ x,
       DW = (int)prm[16], PH = (int)prm[17], PW = (int)prm[18];
   const cc::index_t xsn = prm[19], xsc = prm[20], xsh = prm[21], xsw = prm[22];
   const int pixel_tiles = (int)prm[23], cc_chunk = (int)prm[24], rows_max = (int)prm[25],
-      pitch = (int)prm[26], vec = (int)prm[27];
+      pitch = (int)prm[26];
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ cc::index_t zoff[SEP_CC];                   // each chunk channel's input plane
@@ -94,9 +94,8 @@ separable_fused(const T* __restrict__ x,
       wd[e] = cc::load_as<A>(w_dw[(cc::index_t)m0 * taps + e]);
     __syncthreads();
     if (!channels_last) {
-      // 8 vector loads in flight: a chunk's windows (16 channels) in one round trip to memory
-      cc::stage_windows<A, T, 8>(win, xn, zoff, cc, rows, cols, rows_max, pitch, r0, c0, H, W,
-                                 xsh, xsw, vec, t, SEP_THREADS);
+      cc::stage_planes(win, xn, zoff, cc, rows, cols, rows_max, pitch, r0, c0, H, W, xsh, xsw, t,
+                       SEP_THREADS);
     } else {
       cc::stage_box(win, rows, cols, cc, t, SEP_THREADS,
           [&](int r, int col, int c) -> A {

@@ -137,7 +137,7 @@ __device__ __forceinline__ void load4(const __half* p, float (&o)[4]) {
 // stage_rows, so 4-aligned window columns stay 4-aligned in shared memory.
 // A block's window then takes a quarter of the load instructions and, for the tile sizes used,
 // a single round trip to memory.  Needs quads <= nt.
-template <typename A, typename T, int BATCH = STAGE_BATCH>
+template <typename A, typename T>
 __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, const index_t* zoff,
                                             int planes, int rows, int quads, int rows_max,
                                             int pitch, int r0, int c0a, int shift, int H, int W,
@@ -148,11 +148,11 @@ __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, c
   const bool col_in = iw >= 0 && iw < W;
   int r = tid / quads, z = 0;
   while (r >= rows) { r -= rows; ++z; }
-  for (int rr = tid / quads; rr < planes * rows; rr += BATCH * rstep) {
-    A v[BATCH][4];
-    int at[BATCH];
+  for (int rr = tid / quads; rr < planes * rows; rr += STAGE_BATCH * rstep) {
+    A v[STAGE_BATCH][4];
+    int at[STAGE_BATCH];
 #pragma unroll
-    for (int u = 0; u < BATCH; ++u) {
+    for (int u = 0; u < STAGE_BATCH; ++u) {
       const bool in = z < planes;
       const index_t o = in ? zoff[z] : -1;
       const int ih = r0 + r;
@@ -166,7 +166,7 @@ __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, c
       while (r >= rows) { r -= rows; ++z; }
     }
 #pragma unroll
-    for (int u = 0; u < BATCH; ++u)
+    for (int u = 0; u < STAGE_BATCH; ++u)
       if (at[u] >= 0) {
 #pragma unroll
         for (int c = 0; c < 4; ++c)  // window column 4 q + c - shift
@@ -176,8 +176,8 @@ __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, c
 }
 
 // The windows of `planes` planes: vector loads where the host allowed them (vec) and a thread
-// per column group fits, else stage_planes.  BATCH: vector loads in flight per thread.
-template <typename A, typename T, int BATCH = STAGE_BATCH>
+// per column group fits, else stage_planes.
+template <typename A, typename T>
 __device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src, const index_t* zoff,
                                              int planes, int rows, int cols, int rows_max,
                                              int pitch, int r0, int c0, int H, int W, index_t sh,
@@ -185,8 +185,8 @@ __device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src,
   if (vec) {
     const int shift = ((c0 % 4) + 4) % 4, quads = (cols + shift + 3) / 4;
     if (quads <= nt) {
-      stage_rows4<A, T, BATCH>(win, src, zoff, planes, rows, quads, rows_max, pitch, r0,
-                               c0 - shift, shift, H, W, sh, tid, nt);
+      stage_rows4(win, src, zoff, planes, rows, quads, rows_max, pitch, r0, c0 - shift, shift, H,
+                  W, sh, tid, nt);
       return;
     }
   }
