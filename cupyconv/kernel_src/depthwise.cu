@@ -170,16 +170,7 @@ depthwise_tile(const T* __restrict__ src,
 #pragma unroll
           for (int r = 0; r < DW_ROWS + 2; ++r) {
             A v[8];
-            if (r < vr + 2) {
-              A lo[4], hi[4];
-              cc::lds4(base + r * pitch, lo);
-              cc::lds4(base + r * pitch + 4, hi);
-#pragma unroll
-              for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
-            } else {
-#pragma unroll
-              for (int i = 0; i < 8; ++i) v[i] = A(0);
-            }
+            cc::window_row8(base, r, vr + 2, pitch, v);
 #pragma unroll
             for (int kh = 0; kh < 3; ++kh) {
               const int j = r - kh;
@@ -369,16 +360,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
 #pragma unroll
             for (int r = 0; r < DW_ROWS + 2; ++r) {
               A v[8];
-              if (r < vr + 2) {
-                A lo[4], hi[4];
-                cc::lds4(base + r * pitch, lo);
-                cc::lds4(base + r * pitch + 4, hi);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
-              } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) v[i] = A(0);
-              }
+              cc::window_row8(base, r, vr + 2, pitch, v);
 #pragma unroll
               for (int kh = 0; kh < 3; ++kh) {
                 const int j = r - kh;

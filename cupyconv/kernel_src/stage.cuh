@@ -113,8 +113,8 @@ __device__ __forceinline__ void stage_planes(A* win, const T* __restrict__ src, 
       [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
 }
 
-// Four consecutive elements of one row as accumulator values (16-byte float4, two double2, or
-// four halves in 8 bytes); `p` must be aligned to four elements.
+// Four consecutive elements as accumulator values (16-byte float4, two double2, or four halves
+// in 8 bytes), from global or shared memory; `p` must be aligned to four elements.
 __device__ __forceinline__ void load4(const float* p, float (&o)[4]) {
   const float4 v = *reinterpret_cast<const float4*>(p);
   o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
@@ -193,14 +193,20 @@ __device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src,
   stage_planes(win, src, zoff, planes, rows, cols, rows_max, pitch, r0, c0, H, W, sh, sw, tid, nt);
 }
 
-// Four consecutive shared-memory values at a 4-aligned address (one 16-byte access for float).
-__device__ __forceinline__ void lds4(const float* p, float (&o)[4]) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  o[0] = v.x; o[1] = v.y; o[2] = v.z; o[3] = v.w;
-}
-__device__ __forceinline__ void lds4(const double* p, double (&o)[4]) {
-  const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
-  o[0] = a.x; o[1] = a.y; o[2] = b.x; o[3] = b.y;
+// Row r of a thread's 8-column slice of a staged window (two aligned 4-vectors at base + r *
+// pitch), or zeros for r >= rows: the 3x3 depthwise variants slide this down their columns.
+template <typename A>
+__device__ __forceinline__ void window_row8(const A* base, int r, int rows, int pitch, A (&v)[8]) {
+  if (r < rows) {
+    A lo[4], hi[4];
+    load4(base + r * pitch, lo);
+    load4(base + r * pitch + 4, hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = A(0);
+  }
 }
 
 }  // namespace cc
