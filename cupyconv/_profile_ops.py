@@ -154,6 +154,22 @@ def _fwd(prob, rng) -> OpRun:
 
 
 _PHASES = "stride-phase implicit GEMM (one forward conv per stride phase, no atomics)"
+_DESCRIPTIONS = {
+    ("data", "implicit_gemm"): _PHASES,
+    ("weight", "implicit_gemm"): "implicit-GEMM backward-weight (channels-last im2col view, "
+                                 "deterministic split-K)",
+    ("data", "depthwise"): "depthwise transposed tile/gather kernel (each dx element gathered once)",
+    ("weight", "depthwise"): "depthwise per-chunk partial sums + fixed-order reduce",
+}
+
+
+def _backward_algorithm(geom, kind: str, name: str, prefix: str = "") -> dict:
+    """What the backward pass ``kind`` ("data" / "weight") runs for ``geom``: the same choice as
+    the public functions' ``method="auto"`` (depthwise problems take the depthwise kernels)."""
+    from ._backward import backward_method
+
+    method = backward_method(geom, "auto")
+    return {"algorithm": f"{name} ({method})", "description": prefix + _DESCRIPTIONS[kind, method]}
 
 
 def _bwd_data(prob, rng) -> OpRun:
@@ -168,7 +184,7 @@ def _bwd_data(prob, rng) -> OpRun:
         gpu_reference=lambda: gpu_backward_data64(geom, dy, w),
         flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
         shapes={"dy": geom.output_shape, "w": geom.weight_shape, "dx": geom.input_shape},
-        algorithm={"algorithm": "backward_data", "description": _PHASES})
+        algorithm=_backward_algorithm(geom, "data", "backward_data"))
 
 
 def _bwd_weight(prob, rng) -> OpRun:
@@ -184,8 +200,7 @@ def _bwd_weight(prob, rng) -> OpRun:
         gpu_reference=lambda: gpu_backward_weight64(geom, x, dy),
         flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
         shapes={"x": geom.input_shape, "dy": geom.output_shape, "dw": geom.weight_shape},
-        algorithm={"algorithm": "backward_weight", "description": "implicit-GEMM backward-weight "
-                   "(channels-last im2col view, deterministic split-K)"})
+        algorithm=_backward_algorithm(geom, "weight", "backward_weight"))
 
 
 def _transpose(prob, rng) -> OpRun:
@@ -213,8 +228,8 @@ def _transpose(prob, rng) -> OpRun:
         cpu_reference=lambda: cc.reference.conv_transpose(xh, wh, bh, **opts),
         gpu_reference=gpu_ref, flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
         shapes={"x": prob.x_shape, "w": prob.w_shape, "y": geom.input_shape},
-        algorithm={"algorithm": "transpose", "description": "backward-data of the matching "
-                   "forward conv: " + _PHASES})
+        algorithm=_backward_algorithm(geom, "data", "transpose",
+                                      "backward-data of the matching forward conv: "))
 
 
 def _separable(prob, rng) -> OpRun:

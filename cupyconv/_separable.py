@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
-from ._depthwise import SMEM_LIMIT, run_depthwise
+from ._depthwise import GRID_Y_MAX, SMEM_LIMIT, run_depthwise
 from ._geometry import ConvGeometry
 from ._kernels import SEPARABLE_KT, separable_module
 from ._launch import Launch, element_strides, int64s, ints
@@ -21,7 +21,6 @@ from ._launch import Launch, element_strides, int64s, ints
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 SEP_P, SEP_CC = 128, 16                  # kernel constants: pixels per block, channels per chunk
 FUSED_MAX_KP_BLOCKS = 2                  # more pointwise blocks: the depthwise recompute outweighs
-GRID_Y_MAX = 65535
 
 
 @dataclass(frozen=True)
