@@ -118,7 +118,9 @@ SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
 
 
 def separable_module(dtype: str, kt: int) -> KernelModule:
-    return KernelModule("separable.cu", ("separable_fused",), (dtype,), variants=((kt,),))
+    """The fused separable kernel with ``kt`` pointwise outputs per thread: any-kernel and fixed
+    3x3 variants (KF = 0, 3)."""
+    return KernelModule("separable.cu", ("separable_fused",), (dtype,), variants=((kt, 0), (kt, 3)))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.

@@ -2,7 +2,7 @@
 
 The fused kernel (``kernel_src/separable.cu``) keeps the depthwise result in shared memory and
 feeds it straight into the pointwise GEMM; it recomputes the depthwise tile once per block of
-``8 * KT`` pointwise outputs, so it pays while those are few (MobileNet's projections) and the
+``KG * KT`` pointwise outputs (up to 256 / (pixels / 4) groups of up to 8), so it pays while those are few (MobileNet's projections) and the
 unfused path (depthwise kernel, then the pointwise GEMM) takes over beyond.
 """
 
@@ -13,25 +13,49 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
-from ._depthwise import GRID_Y_MAX, SMEM_LIMIT, run_depthwise
+from ._depthwise import GRID_Y_MAX, SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
 from ._geometry import ConvGeometry
 from ._kernels import SEPARABLE_KT, separable_module
 from ._launch import Launch, element_strides, int64s, ints
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
-SEP_P, SEP_CC = 128, 16                  # kernel constants: pixels per block, channels per chunk
-FUSED_MAX_KP_BLOCKS = 2                  # more pointwise blocks: the depthwise recompute outweighs
+THREADS = 256            # kernel's SEP_THREADS
+SEP_CC = 16              # kernel's SEP_CC: most intermediate channels per chunk
+MAX_PIXELS = 256         # output pixels per block: 4 per thread in the pointwise step
+MAX_TILE_W = 64          # widest tile of a 2-d problem (1-d: MAX_PIXELS)
+FUSED_MAX_KP_BLOCKS = 2  # more pointwise blocks: the depthwise recompute outweighs
 
 
 @dataclass(frozen=True)
 class FusedPlan:
-    kt: int          # pointwise outputs per thread (8 * kt per block)
+    """Launch shape of ``separable_fused``: TH x TW output tiles (TW a multiple of 4), KG x KT
+    pointwise outputs per block (KG groups of KT per thread), ``cc_chunk`` channels staged at a
+    time in windows of at most ``rows_max`` x ``pitch``."""
+
+    kf: int          # 3: the fixed 3x3 unit-stride variant, 0: any kernel
+    kt: int
+    kg: int
     kp_blocks: int
-    pixel_tiles: int
-    cc_chunk: int    # intermediate channels per chunk
+    th: int
+    tw: int
+    tiles_h: int
+    tiles_w: int
+    cc_chunk: int
     rows_max: int
     pitch: int
     smem: int
+
+
+def _round4(v: int) -> int:
+    return 4 * math.ceil(v / 4)
+
+
+def _split(extent: int, most: int, multiple: int = 1) -> tuple[int, int]:
+    """(tile, tiles): ``extent`` split into equal tiles of at most ``most`` (a multiple of
+    ``multiple``) so no edge tile is mostly idle."""
+    tiles = math.ceil(extent / most)
+    tile = math.ceil(extent / tiles)
+    return multiple * math.ceil(tile / multiple), tiles
 
 
 @lru_cache(maxsize=1024)
@@ -45,22 +69,28 @@ def fused_plan(dw: ConvGeometry, kp: int) -> FusedPlan | None:
     _, kh, kw = g3["kernel"]
     _, sh, sw = g3["stride"]
     _, dh, dwl = g3["dilation"]
-    kt = next((k for k in SEPARABLE_KT if 8 * k >= kp), SEPARABLE_KT[-1])
-    rows_max = (math.ceil((SEP_P - 1) / ow) + 1) * sh + (kh - 1) * dh + 1
-    pitch = (ow - 1) * sw + (kw - 1) * dwl + 1
+    tw, tiles_w = _split(ow, MAX_TILE_W if oh > 1 else MAX_PIXELS, 4)
+    th, tiles_h = _split(oh, max(1, MAX_PIXELS // tw))
+    pixel_groups = th * tw // 4
+    kg_most = THREADS // pixel_groups
+    kt = next((k for k in SEPARABLE_KT if k * kg_most >= kp), SEPARABLE_KT[-1])
+    kg = min(kg_most, math.ceil(kp / kt))
+    rows_max = (th - 1) * sh + (kh - 1) * dh + 1
+    # room for the vector staging's shift of up to 3 columns and the 3x3 step's 8-column reads
+    pitch = _round4((tw - 1) * sw + (kw - 1) * dwl + 1 + 3) + (4 if kh == kw == 3 else 0)
     acc = 8 if dw.dtype == "float64" else 4
-    fixed = (SEP_CC * SEP_P + SEP_CC * 8 * kt + SEP_CC * kh * kw) * acc
-    for cc in (SEP_CC, 8, 4):
-        smem = fixed + cc * rows_max * pitch * acc
+    for cc in (SEP_CC, 8, 4, 2, 1):
+        smem = (cc * th * tw + _round4(cc * kg * kt) + _round4(cc * kh * kw)
+                + cc * rows_max * pitch) * acc
         if smem <= SMEM_LIMIT:
             break
     else:
         return None
-    tiles = math.ceil(oh * ow / SEP_P)
-    kp_blocks = math.ceil(kp / (8 * kt))
-    if dw.batch * tiles >= 2 ** 31 or kp_blocks > GRID_Y_MAX:
+    kp_blocks = math.ceil(kp / (kg * kt))
+    if dw.batch * tiles_h * tiles_w >= 2 ** 31 or kp_blocks > GRID_Y_MAX:
         return None
-    return FusedPlan(kt, kp_blocks, tiles, cc, rows_max, pitch, smem)
+    kf = fixed_kernel(dw, (3,))
+    return FusedPlan(kf, kt, kg, kp_blocks, th, tw, tiles_h, tiles_w, cc, rows_max, pitch, smem)
 
 
 def fused_pays(dw: ConvGeometry, kp: int) -> bool:
@@ -70,19 +100,19 @@ def fused_pays(dw: ConvGeometry, kp: int) -> bool:
 
 @lru_cache(maxsize=1024)
 def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act, x_strides: tuple,
-                  device: int) -> Launch:
+                  vec: bool, device: int) -> Launch:
     plan = fused_plan(dw, kp)
     g3 = dw.as_3d()
     fn = jit.get_function(separable_module(dw.dtype, plan.kt), "separable_fused", dw.dtype,
-                          (plan.kt,))
-    return Launch(fn, (dw.batch * plan.pixel_tiles, plan.kp_blocks), (256,),
+                          (plan.kt, plan.kf))
+    return Launch(fn, (dw.batch * plan.tiles_h * plan.tiles_w, plan.kp_blocks), (THREADS,),
                   ints((has_b_dw, has_b_pw, ACTIVATIONS[act], dw.channels_last, dw.out_channels,
                         dw.out_channels // dw.in_channels, kp, *g3["spatial"][1:],
                         *g3["out_spatial"][1:], *g3["kernel"][1:], *g3["stride"][1:],
                         *g3["dilation"][1:], *g3["pad_lo"][1:]))
                   + int64s((x_strides[0], x_strides[1], x_strides[3], x_strides[4]))
-                  + ints((plan.pixel_tiles, plan.cc_chunk, plan.rows_max, plan.pitch)), plan.smem,
-                  packed=True)
+                  + ints((plan.th, plan.tw, plan.tiles_h, plan.tiles_w, plan.kg, plan.cc_chunk,
+                          plan.rows_max, plan.pitch, vec)), plan.smem, packed=True)
 
 
 def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
@@ -90,8 +120,9 @@ def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -
 
     w_dw = w_dw if w_dw.flags.c_contiguous else cupy.ascontiguousarray(w_dw)
     w_pw = w_pw if w_pw.flags.c_contiguous else cupy.ascontiguousarray(w_pw)
-    launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act,
-                           element_strides(x, dw.channels_last), y.data.device_id)
+    strides = element_strides(x, dw.channels_last)
+    launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act, strides,
+                           not dw.channels_last and vector_rows(x, strides), y.data.device_id)
     with y.device:
         launch(x, w_dw, b_dw if b_dw is not None else y, w_pw, b_pw if b_pw is not None else y, y)
 

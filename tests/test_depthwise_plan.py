@@ -76,13 +76,39 @@ def test_wgrad_plan_splits_planes_evenly(sp, c):
 def test_fused_plan_fits_and_auto_fuses_only_few_pointwise_outputs():
     g = _geom((56, 56), c=144, padding=1)
     plan = fused_plan(g, 24)
-    assert plan.kt == 3 and plan.kp_blocks == 1 and plan.smem <= SMEM_LIMIT
-    assert plan.pixel_tiles == math.ceil(56 * 56 / 128)
+    # whole 56-wide rows, 4 of them (224 pixels, 56 groups of 4), 4 groups of 6 outputs: all 24
+    # pointwise outputs in one block, the 3x3 variant
+    assert (plan.tw, plan.th, plan.tiles_w, plan.tiles_h) == (56, 4, 1, 14)
+    assert (plan.kt, plan.kg, plan.kp_blocks, plan.kf) == (6, 4, 1, 3)
+    assert plan.smem <= SMEM_LIMIT
     assert fused_pays(g, 24) and not fused_pays(g, 1000)
     assert fused_plan(_geom((4, 5, 6), padding=1), 8) is None  # 3-d: unfused only
     wide = _geom((8, 4000), 7, dilation=4, padding=12, dtype="float64")
     plan = fused_plan(wide, 8)
     assert plan is None or plan.smem <= SMEM_LIMIT
+    assert fused_plan(_geom((20, 17), 5, stride=2, padding=2), 5).kf == 0
+
+
+@pytest.mark.parametrize("spatial,kernel,opts,kp", [
+    ((56, 56), 3, dict(padding=1), 24), ((7, 7), 3, dict(padding=1), 8),
+    ((30, 29), 3, dict(padding=1), 40), ((9, 150), 3, dict(padding=(0, 2)), 70),
+    ((40,), 5, dict(padding=2, stride=3), 6), ((5000,), 3, dict(), 1),
+    ((112, 112), 3, dict(padding=1, stride=2), 16), ((15, 15), 7, dict(padding=3), 200),
+])
+def test_fused_plan_tiles_cover_the_output_and_threads_fit(spatial, kernel, opts, kp):
+    g = _geom(spatial, kernel, **opts)
+    plan = fused_plan(g, kp)
+    g3 = g.as_3d()
+    _, oh, ow = g3["out_spatial"]
+    assert plan.tw % 4 == 0 and plan.th * plan.tw <= 256
+    assert plan.tiles_w * plan.tw >= ow > (plan.tiles_w - 1) * plan.tw
+    assert plan.tiles_h * plan.th >= oh > (plan.tiles_h - 1) * plan.th
+    assert (plan.th * plan.tw // 4) * plan.kg <= 256  # pointwise threads
+    assert plan.kp_blocks * plan.kg * plan.kt >= kp > (plan.kp_blocks - 1) * plan.kg * plan.kt
+    (_, kh, kw), (_, sh, sw), (_, dh, dw) = g3["kernel"], g3["stride"], g3["dilation"]
+    assert plan.rows_max == (plan.th - 1) * sh + (kh - 1) * dh + 1  # the kernel's window rows
+    assert plan.pitch >= (plan.tw - 1) * sw + (kw - 1) * dw + 1 + 3  # + the vector shift
+    assert plan.pitch % 4 == 0 and plan.smem <= SMEM_LIMIT
 
 
 def test_backward_method_choice_and_errors():

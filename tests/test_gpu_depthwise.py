@@ -146,6 +146,12 @@ SEP_CASES = [
     (1, 8, 1, 200, (6, 6), (7, 7), dict(padding=3)),
     (3, 5, 1, 6, (40,), (5,), dict(padding=2, stride=3)),
     (1, 4, 1, 9, (4, 5, 6), (3, 3, 3), dict(padding=1)),
+    # the fused kernel's tiles: partial quads and rows (29 columns), rows too ragged for vector
+    # staging (58), several tiles across (150), asymmetric padding, 1-d with many tiles
+    (2, 20, 1, 24, (30, 29), (3, 3), dict(padding=1)),
+    (1, 19, 1, 16, (21, 58), (3, 3), dict(padding=1)),
+    (1, 6, 2, 40, (9, 150), (3, 3), dict(padding=((0, 1), (2, 1)))),
+    (2, 5, 1, 7, (300,), (3,), dict(padding=1)),
 ]
 SEP_METHODS = ("auto", "fused", "unfused")
 

@@ -73,4 +73,18 @@ struct Dims3 {
   int d, h, w;
 };
 
+// Four accumulator values stored as four consecutive elements of T (one vector store, global or
+// shared memory); `p` aligned to four elements.
+__device__ __forceinline__ void stg4(float* p, const float* v) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void stg4(double* p, const double* v) {
+  reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+  reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+}
+__device__ __forceinline__ void stg4(__half* p, const float* v) {
+  reinterpret_cast<__half2*>(p)[0] = __floats2half2_rn(v[0], v[1]);
+  reinterpret_cast<__half2*>(p)[1] = __floats2half2_rn(v[2], v[3]);
+}
+
 }  // namespace cc

@@ -13,19 +13,6 @@ struct OutMap {
   index_t L, s_outer, s_inner, s_n;
 };
 
-// Four accumulator values stored as four consecutive elements of T (one vector store).
-__device__ __forceinline__ void stg4(float* p, const float* v) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void stg4(double* p, const double* v) {
-  reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
-  reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
-}
-__device__ __forceinline__ void stg4(__half* p, const float* v) {
-  reinterpret_cast<__half2*>(p)[0] = __floats2half2_rn(v[0], v[1]);
-  reinterpret_cast<__half2*>(p)[1] = __floats2half2_rn(v[2], v[3]);
-}
-
 // Writes the block's tile.  A thread's accumulators come in 4x4 chunks of consecutive rows and
 // columns; where 4 consecutive columns (s_n == 1, channels-last and row-major C) or 4 consecutive
 // rows (s_inner == 1 and L a multiple of 4, channels-first) are adjacent in memory, each goes out
