@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -43,6 +44,20 @@ def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
     return (max(1, min(math.ceil(total / block), 1 << 20)),), (block,)
 
 
+DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a launch gets without opting in
+
+
+@lru_cache(maxsize=None)
+def device_smem_limit(device: int, most: int) -> int:
+    """Dynamic shared memory a kernel may ask for on ``device`` (opting in beyond 48 KB where the
+    device allows it: 227 KB on H100), at most ``most``, less 1 KB for the kernels' static arrays
+    (a block at exactly the limit failed to launch)."""
+    import cupy
+
+    optin = cupy.cuda.Device(device).attributes.get("MaxSharedMemoryPerBlockOptin", DEFAULT_SMEM)
+    return min(max(optin, DEFAULT_SMEM), most) - 1024
+
+
 class Launch:
     """A kernel launch prepared once per problem: function, grid, block, shared memory and the
     scalar arguments, which follow the array arguments.  CuPy converts every argument on every
@@ -54,6 +69,8 @@ class Launch:
 
     def __init__(self, fn, grid, block, scalars, smem: int = 0, packed: bool = False):
         self.fn, self.grid, self.block, self.smem = fn, tuple(grid), tuple(block), smem
+        if smem > DEFAULT_SMEM:  # opt in (the caller sized smem by device_smem_limit)
+            fn.max_dynamic_shared_size_bytes = smem
         if packed:
             import cupy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._arrays import prepare_out, require_array, require_float_dtype, same_device
 from ._geometry import ConvGeometry, normalize_layout
-from ._separable import ACTIVATIONS, fused_pays, fused_plan, run_fused, run_unfused
+from ._separable import ACTIVATIONS, fused_pays, fused_plan, run_fused, run_unfused, smem_limit
 
 __all__ = ["separable_conv"]
 
@@ -72,7 +72,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
         raise ValueError("w_pw must have at least one output channel")
     b_dw = _bias(bias_dw, "bias_dw", dw.out_channels, dtype)
     b_pw = _bias(bias_pw, "bias_pw", kp, dtype)
-    if method == "fused" and fused_plan(dw, kp) is None:
+    budget = smem_limit(x.data.device_id)
+    if method == "fused" and fused_plan(dw, kp, budget) is None:
         raise ValueError("method 'fused' runs 1-d and 2-d problems whose input window fits in "
                          "shared memory; use method='auto' or 'unfused'")
     if out is not None:
@@ -80,7 +81,7 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     same_device({"x": x, "w_dw": w_dw, "w_pw": w_pw, "bias_dw": b_dw, "bias_pw": b_pw,
                  "out": out})
     out_shape = dw.layout_shape(dw.batch, kp, dw.out_spatial)
-    fused = method == "fused" or (method == "auto" and fused_pays(dw, kp))
+    fused = method == "fused" or (method == "auto" and fused_pays(dw, kp, budget))
     with x.device:
         y = prepare_out(out, out_shape, dtype)
         (run_fused if fused else run_unfused)(dw, x, w_dw, b_dw, w_pw, b_pw, activation, y)

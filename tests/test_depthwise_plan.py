@@ -80,7 +80,9 @@ def test_fused_plan_fits_and_auto_fuses_only_few_pointwise_outputs():
     # pointwise outputs in one block, the 3x3 variant
     assert (plan.tw, plan.th, plan.tiles_w, plan.tiles_h) == (56, 4, 1, 14)
     assert (plan.kt, plan.kg, plan.kp_blocks, plan.kf) == (6, 4, 1, 3)
-    assert plan.smem <= SMEM_LIMIT
+    assert plan.smem <= SMEM_LIMIT and plan.cc_chunk == 8
+    big = fused_plan(g, 24, 95 * 1024)  # a device that opts in beyond 48 KB: 16 channels a chunk
+    assert big.cc_chunk == 16 and SMEM_LIMIT < big.smem <= 95 * 1024
     assert fused_pays(g, 24) and not fused_pays(g, 1000)
     assert fused_plan(_geom((4, 5, 6), padding=1), 8) is None  # 3-d: unfused only
     wide = _geom((8, 4000), 7, dilation=4, padding=12, dtype="float64")

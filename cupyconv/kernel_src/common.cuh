@@ -38,6 +38,10 @@ template <> struct acc_type<__half> { typedef float type; };
 template <typename A, typename T> __device__ __forceinline__ A load_as(const T v) { return static_cast<A>(v); }
 template <> __device__ __forceinline__ float load_as<float, __half>(const __half v) { return __half2float(v); }
 
+// Zero of a storage or accumulator type (no int constructor is relied on for __half).
+template <typename T> __device__ __forceinline__ T zero() { return T(0); }
+template <> __device__ __forceinline__ __half zero<__half>() { return __float2half(0.0f); }
+
 template <typename T, typename A> __device__ __forceinline__ T store_as(const A v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __half store_as<__half, float>(const float v) { return __float2half_rn(v); }
 

@@ -169,8 +169,8 @@ depthwise_tile(const T* __restrict__ src,
           // feeds up to 3 output rows x 4 columns x 3 taps.
 #pragma unroll
           for (int r = 0; r < DW_ROWS + 2; ++r) {
-            A v[8];
-            cc::window_row8(base, r, vr + 2, pitch, v);
+            A v[6];
+            cc::window_row6<0>(base, r, vr + 2, pitch, v);
 #pragma unroll
             for (int kh = 0; kh < 3; ++kh) {
               const int j = r - kh;
@@ -359,8 +359,8 @@ depthwise_wgrad_tile(const T* __restrict__ x,
             const A* base = tile + row0 * pitch + threadIdx.x * CW;
 #pragma unroll
             for (int r = 0; r < DW_ROWS + 2; ++r) {
-              A v[8];
-              cc::window_row8(base, r, vr + 2, pitch, v);
+              A v[6];
+              cc::window_row6<0>(base, r, vr + 2, pitch, v);
 #pragma unroll
               for (int kh = 0; kh < 3; ++kh) {
                 const int j = r - kh;

@@ -43,7 +43,7 @@ __device__ __forceinline__ void stage_box(A* smem, int n0, int n1, int n2, int t
     for (int u = 0; u < STAGE_BATCH; ++u) {
       const bool in = e + u * nt < total;
       at[u] = in ? index(p.i0, p.i1, p.i2) : -1;
-      v[u] = in ? load(p.i0, p.i1, p.i2) : A(0);
+      v[u] = in ? load(p.i0, p.i1, p.i2) : zero<A>();
       p.next();
     }
 #pragma unroll
@@ -81,7 +81,7 @@ __device__ __forceinline__ void stage_rows(A* win, const T* __restrict__ src, co
       const bool in = z < planes;
       const index_t o = in ? zoff[z] : -1;
       const int ih = r0 + r;
-      v[u] = (o >= 0 && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw]) : A(0);
+      v[u] = (o >= 0 && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw]) : zero<A>();
       at[u] = in ? (z * rows_max + r) * pitch + col : -1;
       r += rstep;
       while (r >= rows) { r -= rows; ++z; }
@@ -108,7 +108,7 @@ __device__ __forceinline__ void stage_planes(A* win, const T* __restrict__ src, 
         const index_t o = zoff[z];
         const int ih = r0 + r, iw = c0 + col;
         return (o >= 0 && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-                   ? load_as<A>(src[o + ih * sh + iw * sw]) : A(0);
+                   ? load_as<A>(src[o + ih * sh + iw * sw]) : zero<A>();
       },
       [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
 }
@@ -193,20 +193,123 @@ __device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src,
   stage_planes(win, src, zoff, planes, rows, cols, rows_max, pitch, r0, c0, H, W, sh, sw, tid, nt);
 }
 
-// Row r of a thread's 8-column slice of a staged window (two aligned 4-vectors at base + r *
-// pitch), or zeros for r >= rows: the 3x3 depthwise variants slide this down their columns.
-template <typename A>
-__device__ __forceinline__ void window_row8(const A* base, int r, int rows, int pitch, A (&v)[8]) {
+// The 6 values a thread's 4 output columns read from row r of a staged window (3 taps wide):
+// v[i] = base[r * pitch + SHIFT + i], from aligned 4-vectors (two, or three where SHIFT = 3),
+// or zeros for r >= rows.  The 3x3 depthwise variants slide this down their columns; SHIFT is
+// where the window starts in its first 4-vector (stage_quads_async keeps the source alignment).
+template <int SHIFT, typename S, typename A>
+__device__ __forceinline__ void window_row6(const S* base, int r, int rows, int pitch, A (&v)[6]) {
   if (r < rows) {
-    A lo[4], hi[4];
-    load4(base + r * pitch, lo);
-    load4(base + r * pitch + 4, hi);
+    A q[3][4];
+    load4(base + r * pitch, q[0]);
+    load4(base + r * pitch + 4, q[1]);
+    if (SHIFT == 3) load4(base + r * pitch + 8, q[2]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) { v[i] = lo[i]; v[i + 4] = hi[i]; }
+    for (int i = 0; i < 6; ++i) v[i] = q[(SHIFT + i) / 4][(SHIFT + i) % 4];
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = A(0);
+    for (int i = 0; i < 6; ++i) v[i] = A(0);  // A: an accumulator type
   }
+}
+
+// Asynchronous copy of 4 consecutive elements from global to shared memory (16 bytes of floats,
+// 8 of halves, 2 x 16 of doubles; both addresses aligned to 4 elements); `valid` false writes
+// zeros.  On sm_80+ this is cp.async: no registers, and the copy runs while the block computes
+// on the previous buffer (stage_quads_async + async_wait).  Elsewhere (HIP, older NVIDIA) it is a
+// plain load and store, so the same double-buffered kernel runs, just without the overlap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define CC_CP_ASYNC 1
+#endif
+
+template <typename T>
+__device__ __forceinline__ void copy4_async(T* dst, const T* src, bool valid) {
+  constexpr int bytes = 4 * (int)sizeof(T);
+#ifdef CC_CP_ASYNC
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  const int n = valid ? (bytes == 8 ? 8 : 16) : 0;
+  if (bytes == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+    if (bytes == 32)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s + 16), "l"(src + 2),
+                   "r"(n));
+  }
+#else
+  if (bytes == 8) {
+    *reinterpret_cast<uint2*>(dst) = valid ? *reinterpret_cast<const uint2*>(src) : make_uint2(0, 0);
+  } else {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    reinterpret_cast<uint4*>(dst)[0] = valid ? reinterpret_cast<const uint4*>(src)[0] : z;
+    if (bytes == 32) reinterpret_cast<uint4*>(dst)[1] = valid ? reinterpret_cast<const uint4*>(src)[1] : z;
+  }
+#endif
+}
+
+// Close the group of copies issued so far (one group per staged buffer).
+__device__ __forceinline__ void async_commit() {
+#ifdef CC_CP_ASYNC
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Wait until at most N of this thread's groups are still in flight (then a barrier makes every
+// thread's copies visible to the block).
+template <int N>
+__device__ __forceinline__ void async_wait() {
+#ifdef CC_CP_ASYNC
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Stage `planes` windows of rows x (4 * quads) elements with copy4_async: window z reads the
+// plane at src + plane_off(z), rows r0 + r and columns c0a + 4 q (c0a a multiple of 4; W, the row
+// stride and plane offsets multiples of 4, rows contiguous: the host checks, so each group lies
+// wholly inside or outside the image).  Group (z, r, q) lands at win + (z * rows_max + r) * pitch
+// + 4 q: shared memory keeps the source's 4-alignment, so a conv window starting at column c0
+// begins `c0 - c0a` elements into each row.
+template <typename T, typename PlaneOff>
+__device__ __forceinline__ void stage_quads_async(T* win, const T* __restrict__ src,
+                                                  PlaneOff plane_off, int planes, int rows,
+                                                  int quads, int rows_max, int pitch, int r0,
+                                                  int c0a, int H, int W, index_t sh, int tid,
+                                                  int nt) {
+  const int total = planes * rows * quads;
+  BoxWalk p(tid, nt, rows, quads);
+  for (int e = tid; e < total; e += nt) {
+    const int ih = r0 + p.i1, iw = c0a + 4 * p.i2;
+    const bool in = (unsigned)ih < (unsigned)H && iw >= 0 && iw < W;
+    const T* g = src + plane_off(p.i0) + (in ? ih * sh + iw : 0);
+    copy4_async(win + (p.i0 * rows_max + p.i1) * pitch + 4 * p.i2, g, in);
+    p.next();
+  }
+}
+
+
+// stage_quads_async where each thread owns one (row, 4-vector) position of every window (rows *
+// quads <= nt): its bounds test and offsets are computed once and it steps across the planes, a
+// few instructions per copy; otherwise the box walk.
+template <typename T, typename PlaneOff>
+__device__ __forceinline__ void stage_planes_async(T* win, const T* __restrict__ src,
+                                                   PlaneOff plane_off, int planes, int rows,
+                                                   int quads, int rows_max, int pitch, int r0,
+                                                   int c0a, int H, int W, index_t sh, int tid,
+                                                   int nt) {
+  const int per_plane = rows * quads;
+  if (per_plane > nt) {
+    stage_quads_async(win, src, plane_off, planes, rows, quads, rows_max, pitch, r0, c0a, H, W,
+                      sh, tid, nt);
+    return;
+  }
+  const int zs = nt / per_plane, z0 = tid / per_plane;
+  if (z0 >= zs) return;
+  const int pos = tid - z0 * per_plane, r = pos / quads, q = pos - r * quads;
+  const int ih = r0 + r, iw = c0a + 4 * q;
+  const bool in = (unsigned)ih < (unsigned)H && iw >= 0 && iw < W;
+  const index_t g = in ? ih * sh + iw : 0;
+  T* s = win + (z0 * rows_max + r) * pitch + 4 * q;
+  const int s_step = zs * rows_max * pitch;
+  for (int z = z0; z < planes; z += zs, s += s_step) copy4_async(s, src + plane_off(z) + g, in);
 }
 
 }  // namespace cc
