@@ -128,16 +128,27 @@ def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act
                           plan.rows_max, plan.pitch, vec)), plan.smem, packed=True)
 
 
-def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
+def fused_launcher(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y):
+    """``f(x, w_dw, b_dw, w_pw, b_pw, y)`` running the fused kernel on these operands' layout
+    (and on any later ones of the same shapes, strides and alignment)."""
     import cupy
 
-    w_dw = w_dw if w_dw.flags.c_contiguous else cupy.ascontiguousarray(w_dw)
-    w_pw = w_pw if w_pw.flags.c_contiguous else cupy.ascontiguousarray(w_pw)
     strides = element_strides(x, dw.channels_last)
     launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act, strides,
                            not dw.channels_last and vector_rows(x, strides), y.data.device_id)
+    contiguous = w_dw.flags.c_contiguous and w_pw.flags.c_contiguous
+
+    def run(x, w_dw, b_dw, w_pw, b_pw, y):
+        if not contiguous:  # (Cm, taps) and (Kp, Cm) rows in memory
+            w_dw, w_pw = cupy.ascontiguousarray(w_dw), cupy.ascontiguousarray(w_pw)
+        launch(x, w_dw, y if b_dw is None else b_dw, w_pw, y if b_pw is None else b_pw, y)
+
+    return run
+
+
+def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
     with y.device:
-        launch(x, w_dw, b_dw if b_dw is not None else y, w_pw, b_pw if b_pw is not None else y, y)
+        fused_launcher(dw, x, w_dw, b_dw, w_pw, b_pw, act, y)(x, w_dw, b_dw, w_pw, b_pw, y)
 
 
 def run_unfused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._arrays import check_bias, prepare_out, require_array, require_float_dtype, same_device
 from ._backward import backward_method, run_backward_data, run_backward_weight
+from ._fastpath import call_key, lookup, remember
 from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
@@ -45,13 +46,28 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
     ``input_shape`` to write into.
     """
+    key = call_key("conv_backward_data", (dy, w, out),
+                   (input_shape, stride, padding, dilation, groups, layout, method))
+    run = lookup(key)
+    if run is not None:
+        return run(dy, w, out)
     dy, w = require_array(dy, "dy"), require_array(w, "w")
     geom, out = _gradient_operands(("dy", dy), ("w", w), input_shape, w.shape, dy, out, stride,
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
+
+    def run(dy, w, out):
+        import cupy
+
+        with dy.device:
+            dx = cupy.empty(geom.input_shape, dtype=geom.dtype) if out is None else out
+            run_backward_data(geom, dy, w, dx, method)
+        return dx
+
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype)
         run_backward_data(geom, dy, w, dx, method)
+    remember(key, run)
     return dx
 
 
@@ -66,13 +82,28 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     (per-chunk partial sums, reduced in a fixed order; ``method``: "auto", "implicit_gemm" or
     "depthwise").  ``out``: C-contiguous array of ``weight_shape``.
     """
+    key = call_key("conv_backward_weight", (x, dy, out),
+                   (weight_shape, stride, padding, dilation, groups, layout, method))
+    run = lookup(key)
+    if run is not None:
+        return run(x, dy, out)
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
+
+    def run(x, dy, out):
+        import cupy
+
+        with x.device:
+            dw = cupy.empty(geom.weight_shape, dtype=geom.dtype) if out is None else out
+            run_backward_weight(geom, x, dy, dw, method)
+        return dw
+
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype)
         run_backward_weight(geom, x, dy, dw, method)
+    remember(key, run)
     return dw
 
 

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 from ._arrays import conv_operands
-from ._plan import check_method, choose
+from ._fastpath import call_key, lookup, remember
+from ._plan import autotune_enabled, check_method, choose
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d"]
 
 
 def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out):
+    key = call_key("conv", (x, w, bias, out),
+                   (ndim, stride, padding, dilation, groups, layout, method, autotune_enabled()))
+    run = lookup(key)
+    if run is not None:
+        return run(x, w, bias, out)
     method = check_method(method)
     geom, x, w, bias, y = conv_operands(
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                               layout=layout), ndim=ndim)
-    choose(geom, method).run(geom, x, w, bias, y)
+    with x.device:
+        algo = choose(geom, method)
+        algo.run(geom, x, w, bias, y)
+
+    def run(x, w, bias, out):  # the same call again: allocate and launch
+        import cupy
+
+        with x.device:
+            y = cupy.empty(geom.output_shape, dtype=geom.dtype) if out is None else out
+            algo.run(geom, x, w, bias, y)
+        return y
+
+    remember(key, run)
     return y
 
 

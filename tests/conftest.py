@@ -18,3 +18,13 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     return f"cupyconv: GPU {'available' if HAS_GPU else 'NOT available: gpu tests skip'}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fast_path():
+    """Each test plans its calls afresh: a runner prepared by an earlier test (under other
+    monkeypatched plans or tuning settings) must not answer for it."""
+    from cupyconv import _fastpath
+
+    _fastpath.clear()
+    yield

@@ -24,7 +24,7 @@ struct alignas(2 * sizeof(R)) complex {
   R re, im;
 };
 
-template <typename T> __device__ __forceinline__ T zero() { return T(0); }
+// (cc::zero, from common.cuh, for the complex types)
 template <> __device__ __forceinline__ complex<float> zero<complex<float> >() { return {0.f, 0.f}; }
 template <> __device__ __forceinline__ complex<double> zero<complex<double> >() { return {0.0, 0.0}; }
 

@@ -32,12 +32,19 @@
 
 namespace sep {
 
+// The activation as a clamp to [lo, hi] (relu: [0, inf], relu6: [0, 6]; NaN passes through as
+// in PyTorch); `on` false: none.  Two min/max instructions per value, no per-value branches.
 template <typename A>
-__device__ __forceinline__ A activate(A v, int act) {
-  if (act == 1) return v > A(0) ? v : A(0);
-  if (act == 2) return v < A(0) ? A(0) : (v > A(6) ? A(6) : v);
-  return v;
-}
+struct Clamp {
+  bool on;
+  A lo, hi;
+  __device__ __forceinline__ Clamp(int act)
+      : on(act != 0), lo(A(0)), hi(act == 2 ? A(6) : A(1) / A(0)) {}
+  __device__ __forceinline__ A operator()(A v) const {
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
+  }
+};
 
 __host__ __device__ __forceinline__ int round4(int v) { return (v + 3) & ~3; }
 
@@ -51,17 +58,30 @@ __device__ __forceinline__ void load2(const double* p, double& a, double& b) {
   a = v.x; b = v.y;
 }
 
+// A depthwise item of the 3x3 step: channel c, rows rb * SEP_VR.., columns 4 q..
+struct Item {
+  int c, rb, q;
+  __device__ __forceinline__ Item(int item, int quads, int rblocks) {
+    c = item / (quads * rblocks);
+    const int rest = item - c * (quads * rblocks);
+    rb = rest / quads;
+    q = rest - rb * quads;
+  }
+};
+
 // Depthwise step, 3x3 unit stride: the chunk's `cc` windows (each `rows_max` x `pitch`, the
 // window starting SHIFT elements into its rows) -> tile [cc][TH][TW] for the live th x TW part.
-// Each item is a 4-column x SEP_VR-row block of one channel.
+// Each item is a 4-column x SEP_VR-row block of one channel; a thread's first item (`first`,
+// the same every chunk) is decomposed once by the caller.
 template <int SHIFT, typename T, typename A>
 __device__ __forceinline__ void depthwise3x3(const T* win, const A* wd, A* tile, const T* b_dw,
-                                             int has_b_dw, int act, int m0, int cc, int th,
-                                             int TH, int TW, int rows_max, int pitch) {
+                                             int has_b_dw, const Clamp<A>& clamp, int m0, int cc,
+                                             int th, int TH, int TW, int rows_max, int pitch,
+                                             const Item& first) {
   const int quads = TW / 4, rblocks = (th + SEP_VR - 1) / SEP_VR;
   for (int item = threadIdx.x; item < cc * quads * rblocks; item += SEP_THREADS) {
-    const int c = item / (quads * rblocks), rest = item - c * (quads * rblocks);
-    const int rb = rest / quads, q = rest - rb * quads;
+    const Item it = item == (int)threadIdx.x ? first : Item(item, quads, rblocks);
+    const int c = it.c, rb = it.rb, q = it.q;
     const int vr = min(SEP_VR, th - rb * SEP_VR);
     A wr[9];
 #pragma unroll
@@ -87,14 +107,20 @@ __device__ __forceinline__ void depthwise3x3(const T* win, const A* wd, A* tile,
       }
     }
     const A b = has_b_dw ? cc::load_as<A>(b_dw[m0 + c]) : A(0);
+#pragma unroll
+    for (int j = 0; j < SEP_VR; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[j][i] += b;
+    if (clamp.on) {
+#pragma unroll
+      for (int j = 0; j < SEP_VR; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[j][i] = clamp(d[j][i]);
+    }
     A* out = tile + (c * TH + rb * SEP_VR) * TW + 4 * q;
 #pragma unroll
     for (int j = 0; j < SEP_VR; ++j)
-      if (j < vr) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[j][i] = activate(d[j][i] + b, act);
-        cc::stg4(out + j * TW, d[j]);
-      }
+      if (j < vr) cc::stg4(out + j * TW, d[j]);
   }
 }
 
@@ -200,6 +226,8 @@ separable_fused(const T* __restrict__ x,
     for (int u = 0; u < SEP_WPF; ++u) wreg[u] = weight(t + u * SEP_THREADS, woff[u], wch[u], m0, cc);
   };
 
+  const sep::Clamp<A> clamp(act);
+  const sep::Item first(t, TW / 4, (th + SEP_VR - 1) / SEP_VR);  // (3x3 step) fixed per thread
   fetch(0);
   if (vec) {
     stage_async(0);
@@ -248,10 +276,10 @@ separable_fused(const T* __restrict__ x,
     // 2. the chunk's depthwise outputs for the tile (+ bias_dw, activation) into `tile`
     if (KF == 3) {
       switch (shift) {
-        case 0: sep::depthwise3x3<0>(win, wd, tile, b_dw, has_b_dw, act, m0, cc, th, TH, TW, rows_max, pitch); break;
-        case 1: sep::depthwise3x3<1>(win, wd, tile, b_dw, has_b_dw, act, m0, cc, th, TH, TW, rows_max, pitch); break;
-        case 2: sep::depthwise3x3<2>(win, wd, tile, b_dw, has_b_dw, act, m0, cc, th, TH, TW, rows_max, pitch); break;
-        default: sep::depthwise3x3<3>(win, wd, tile, b_dw, has_b_dw, act, m0, cc, th, TH, TW, rows_max, pitch); break;
+        case 0: sep::depthwise3x3<0>(win, wd, tile, b_dw, has_b_dw, clamp, m0, cc, th, TH, TW, rows_max, pitch, first); break;
+        case 1: sep::depthwise3x3<1>(win, wd, tile, b_dw, has_b_dw, clamp, m0, cc, th, TH, TW, rows_max, pitch, first); break;
+        case 2: sep::depthwise3x3<2>(win, wd, tile, b_dw, has_b_dw, clamp, m0, cc, th, TH, TW, rows_max, pitch, first); break;
+        default: sep::depthwise3x3<3>(win, wd, tile, b_dw, has_b_dw, clamp, m0, cc, th, TH, TW, rows_max, pitch, first); break;
       }
     } else {
       for (int item = t; item < cc * P; item += SEP_THREADS) {
@@ -265,18 +293,19 @@ separable_fused(const T* __restrict__ x,
             for (int kw = 0; kw < KW; ++kw)
               v += cc::load_as<A>(wc[kh * DH * pitch + kw * DW]) * f[kh * KW + kw];
           if (has_b_dw) v += cc::load_as<A>(b_dw[m0 + c]);
-          v = sep::activate(v, act);
+          if (clamp.on) v = clamp(v);
         }
         tile[item] = v;
       }
     }
     __syncthreads();
-    // 3. pointwise GEMM on the chunk
+    // 3. pointwise GEMM on the chunk (a full chunk unrolled: constant offsets, no loop overhead)
     if (pw_live) {
       const A* fw = wt + kg * KT;
-      for (int c = 0; c < cc; ++c) {
+      const A* tp = tile + 4 * pg;
+      auto channel = [&](int c) {
         A d[4], f[KT];
-        cc::load4(tile + c * P + 4 * pg, d);
+        cc::load4(tp + c * P, d);
         if (KT % 2 == 0) {  // 8-byte (16 for double) aligned pairs
 #pragma unroll
           for (int i = 0; i < KT; i += 2) sep::load2(fw + c * KB + i, f[i], f[(i + 1) % KT]);
@@ -288,6 +317,12 @@ separable_fused(const T* __restrict__ x,
         for (int i = 0; i < KT; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[i][j] += f[i] * d[j];
+      };
+      if (cc == SEP_CC) {
+#pragma unroll
+        for (int c = 0; c < SEP_CC; ++c) channel(c);
+      } else {
+        for (int c = 0; c < cc; ++c) channel(c);
       }
     }
   }
