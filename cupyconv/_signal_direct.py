@@ -8,6 +8,7 @@ The filter is shared across the batch (batch stride 0) unless it has batch exten
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -55,6 +56,29 @@ def launch_config(itemsize: int, out3: tuple[int, int, int], kernel3: tuple[int,
     return (tx, ty), kwc, khc, smem
 
 
+@lru_cache(maxsize=1024)
+def _launch(plan: FilterPlan, compute: str, fv, nbatch: int, spatial3, kernel3, out3, shared: bool):
+    """(width bucket, grid, block, scalar arguments, shared bytes) of one launch: everything that
+    does not depend on the operands' data or the device, worked out once per problem (tens of
+    microseconds of Python otherwise)."""
+    real = np.dtype(compute).type(0).real.dtype  # the kernel's real_of<T>
+    fv = np.asarray(fv).astype(compute)[()]
+    fill = (np.asarray(fv.real, real)[()], np.asarray(fv.imag, real)[()])
+    item = np.dtype(compute).itemsize
+    (tx, ty), kwc, khc, smem = launch_config(item, out3, kernel3)
+    rx = outputs_per_thread(item)
+    tiles_w = math.ceil(out3[2] / (tx * rx))
+    tiles = tiles_w * math.ceil(out3[1] / ty)
+    planes = nbatch * out3[0]
+    pad3 = (0,) * (3 - len(plan.axes)) + plan.pad_lo
+    xs = int64s([math.prod(spatial3), spatial3[1] * spatial3[2], spatial3[2], 1])
+    gsb = 0 if shared else math.prod(kernel3)
+    scalars = (*fill, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
+                            + (BOUNDARY_CODE[plan.boundary],)),
+               *xs, np.int64(gsb), *ints((khc, tiles_w)))
+    return kwc, (tiles, min(planes, GRID_Y_MAX)), (tx, ty), scalars, smem
+
+
 def run_direct(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     """The plan's result computed in ``compute`` (a kernel dtype), not yet cast to the result."""
     import cupy
@@ -79,24 +103,12 @@ def run_direct(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     spatial3 = (1,) * (3 - k) + a.shape[nd - k:]
     kernel3 = (1,) * (3 - k) + g.shape[g.ndim - k:]
     out3 = (1,) * (3 - k) + tuple(plan.out_shape[i] for i in plan.axes)
-    pad3 = (0,) * (3 - k) + plan.pad_lo
-    y = cupy.empty((nbatch,) + out3, dtype=compute)
     fv = np.asarray(fillvalue).astype(plan.result_dtype).astype(compute)[()]
-    real = np.dtype(compute).type(0).real.dtype  # the kernel's real_of<T>
-    fill = (np.asarray(fv.real, real)[()], np.asarray(fv.imag, real)[()])
-    item = np.dtype(compute).itemsize
-    (tx, ty), kwc, khc, smem = launch_config(item, out3, kernel3)
-    rx = outputs_per_thread(item)
-    tiles_w = math.ceil(out3[2] / (tx * rx))
-    tiles = tiles_w * math.ceil(out3[1] / ty)
-    planes = nbatch * out3[0]
-    xs = int64s([math.prod(spatial3), spatial3[1] * spatial3[2], spatial3[2], 1])
-    gsb = 0 if shared else math.prod(kernel3)
+    kwc, grid, block, scalars, smem = _launch(plan, compute, fv.item(), nbatch, spatial3, kernel3,
+                                              out3, shared)
     fn = jit.get_function(FILTER_DIRECT[compute], "filter_direct", compute, (kwc,))
+    y = cupy.empty((nbatch,) + out3, dtype=compute)
     # (the caller holds the device context of the operands)
-    fn((tiles, min(planes, GRID_Y_MAX)), (tx, ty),
-       (a, g, *fill, y, *ints((planes,) + out3 + spatial3 + kernel3 + pad3
-                             + (BOUNDARY_CODE[plan.boundary],)),
-        *xs, np.int64(gsb), *ints((khc, tiles_w))), shared_mem=smem)
+    fn(grid, block, (a, g, scalars[0], scalars[1], y) + scalars[2:], shared_mem=smem)
     z = cupy.moveaxis(y.reshape(batch + out3[3 - k:]), dest, plan.axes)
     return finish(plan, z, cupy)
