@@ -24,6 +24,12 @@
 // Blocks per multiprocessor the register budget is set for: the 3x3 variants are short-lived
 // blocks whose loads need many resident blocks to overlap; the others keep their registers.
 #define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 4 : 2)
+// The forward/backward-data tile kernel's budget: 3 blocks (80 registers) for float32 3x3
+// measured 0.067 ms against 0.073 ms at 4 blocks; float16 is best at 4 (0.071 vs 0.079 ms)
+// (benchmarks/sweep_depthwise.py, which overrides this through a module define).
+#ifndef DW_TILE_MIN_BLOCKS
+#define DW_TILE_MIN_BLOCKS(KF, T) ((KF) == 3 ? (sizeof(T) == 4 ? 3 : 4) : 2)
+#endif
 
 namespace dw {
 
@@ -97,7 +103,7 @@ __device__ __forceinline__ A block_sum(A v, A* red) {
 // taps and rows it feeds (KF + vr - 1 shared loads per column instead of KF * vr).
 // Grid: x = ceil(planes / BZ), y = tiles_h * tiles_w.  Shared memory: BZ * rows_max * pitch.
 template <typename T, int TRANSPOSED, int KF>
-__global__ void __launch_bounds__(256, DW_MIN_BLOCKS(KF))
+__global__ void __launch_bounds__(256, DW_TILE_MIN_BLOCKS(KF, T))
 depthwise_tile(const T* __restrict__ src,
                const T* __restrict__ w,
                const T* __restrict__ bias,
