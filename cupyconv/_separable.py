@@ -2,8 +2,9 @@
 
 The fused kernel (``kernel_src/separable.cu``) keeps the depthwise result in shared memory and
 feeds it straight into the pointwise GEMM; it recomputes the depthwise tile once per block of
-``KG * KT`` pointwise outputs (up to 256 / (pixels / 4) groups of up to 8), so it pays while those are few (MobileNet's projections) and the
-unfused path (depthwise kernel, then the pointwise GEMM) takes over beyond.
+``KG * KT`` pointwise outputs (up to 256 / (pixels / 4) groups of up to 8), so it pays while
+those are few (MobileNet's projections) and the unfused path (depthwise kernel, then the
+pointwise GEMM) takes over beyond.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
 
-    def run(dy, w, out):
+    def run(dy, w, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with dy.device:
@@ -66,7 +66,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
 
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype)
-        run_backward_data(geom, dy, w, dx, method)
+    run(dy, w, dx)
     remember(key, run)
     return dx
 
@@ -92,7 +92,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
 
-    def run(x, dy, out):
+    def run(x, dy, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with x.device:
@@ -102,7 +102,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
 
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype)
-        run_backward_weight(geom, x, dy, dw, method)
+    run(x, dy, dw)
     remember(key, run)
     return dw
 

@@ -21,9 +21,8 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
                               layout=layout), ndim=ndim)
     with x.device:
         algo = choose(geom, method)
-        algo.run(geom, x, w, bias, y)
 
-    def run(x, w, bias, out):  # the same call again: allocate and launch
+    def run(x, w, bias, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with x.device:
@@ -31,6 +30,7 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
             algo.run(geom, x, w, bias, y)
         return y
 
+    run(x, w, bias, y)
     remember(key, run)
     return y
 

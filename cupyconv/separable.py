@@ -93,9 +93,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
         launch = (fused_launcher(dw, x, w_dw, b_dw, w_pw, b_pw, activation, y) if fused else
                   lambda x, w_dw, b_dw, w_pw, b_pw, y: run_unfused(dw, x, w_dw, b_dw, w_pw, b_pw,
                                                                    activation, y))
-        launch(x, w_dw, b_dw, w_pw, b_pw, y)
 
-    def run(x, w_dw, w_pw, b_dw, b_pw, out):  # the same call again: allocate and launch
+    def run(x, w_dw, w_pw, b_dw, b_pw, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with x.device:
@@ -103,6 +102,7 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
             launch(x, w_dw, b_dw, w_pw, b_pw, y)
         return y
 
+    run(x, w_dw, w_pw, b_dw, b_pw, y)
     remember(key, run)
     return y
 

@@ -268,6 +268,15 @@ __device__ __forceinline__ void async_wait() {
 // wholly inside or outside the image).  Group (z, r, q) lands at win + (z * rows_max + r) * pitch
 // + 4 q: shared memory keeps the source's 4-alignment, so a conv window starting at column c0
 // begins `c0 - c0a` elements into each row.
+// Offset in its plane of the 4-vector group at row r0 + r, column c0a + 4 q, and whether it lies
+// in the H x W image (`in`; offset 0 where not).
+__device__ __forceinline__ index_t quad_offset(int r0, int r, int c0a, int q, int H, int W,
+                                               index_t sh, bool& in) {
+  const int ih = r0 + r, iw = c0a + 4 * q;
+  in = (unsigned)ih < (unsigned)H && iw >= 0 && iw < W;
+  return in ? ih * sh + iw : 0;
+}
+
 template <typename T, typename PlaneOff>
 __device__ __forceinline__ void stage_quads_async(T* win, const T* __restrict__ src,
                                                   PlaneOff plane_off, int planes, int rows,
@@ -277,10 +286,9 @@ __device__ __forceinline__ void stage_quads_async(T* win, const T* __restrict__ 
   const int total = planes * rows * quads;
   BoxWalk p(tid, nt, rows, quads);
   for (int e = tid; e < total; e += nt) {
-    const int ih = r0 + p.i1, iw = c0a + 4 * p.i2;
-    const bool in = (unsigned)ih < (unsigned)H && iw >= 0 && iw < W;
-    const T* g = src + plane_off(p.i0) + (in ? ih * sh + iw : 0);
-    copy4_async(win + (p.i0 * rows_max + p.i1) * pitch + 4 * p.i2, g, in);
+    bool in;
+    const index_t g = quad_offset(r0, p.i1, c0a, p.i2, H, W, sh, in);
+    copy4_async(win + (p.i0 * rows_max + p.i1) * pitch + 4 * p.i2, src + plane_off(p.i0) + g, in);
     p.next();
   }
 }
@@ -304,9 +312,8 @@ __device__ __forceinline__ void stage_planes_async(T* win, const T* __restrict__
   const int zs = nt / per_plane, z0 = tid / per_plane;
   if (z0 >= zs) return;
   const int pos = tid - z0 * per_plane, r = pos / quads, q = pos - r * quads;
-  const int ih = r0 + r, iw = c0a + 4 * q;
-  const bool in = (unsigned)ih < (unsigned)H && iw >= 0 && iw < W;
-  const index_t g = in ? ih * sh + iw : 0;
+  bool in;
+  const index_t g = quad_offset(r0, r, c0a, q, H, W, sh, in);
   T* s = win + (z0 * rows_max + r) * pitch + 4 * q;
   const int s_step = zs * rows_max * pitch;
   for (int z = z0; z < planes; z += zs, s += s_step) copy4_async(s, src + plane_off(z) + g, in);
