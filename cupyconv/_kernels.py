@@ -164,9 +164,14 @@ FILTER_WIDTHS = (4, 8, 16, 32)
 FILTER_DTYPES = ("float32", "float64", "complex64", "complex128", "uint64")
 FILTER_DIRECT = {d: KernelModule("filter_direct.cu", ("filter_direct",), (d,),
                                  variants=tuple((w,) for w in FILTER_WIDTHS)) for d in FILTER_DTYPES}
+# Its fast special case for real 2-D planes (filter_plane.cu): one instantiation per width bucket.
+PLANE_WIDTHS = (4, 8, 16)
+PLANE_DTYPES = ("float32", "float64")
+FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,),
+                                variants=tuple((w,) for w in PLANE_WIDTHS)) for d in PLANE_DTYPES}
 
 
-REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + (
+REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + (
     DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),

@@ -26,7 +26,7 @@ import numpy as np
 from ._arrays import require_array, same_device
 from ._fastpath import call_key, lookup, remember
 from ._signal_cost import choose
-from ._signal_direct import run_direct
+from ._signal_direct import direct_runner
 from ._signal_fft import fft_work_dtype, run_fft
 from ._signal_plan import (check_boundary, check_direct_dtype, check_fillvalue, check_method,
                            check_mode, compute_dtype, plan_filter)
@@ -77,10 +77,12 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
     if method == "direct":
         check_direct_dtype(plan.result_dtype, func)
 
+    direct = direct_runner(plan, in1, in2, fill, compute) if method == "direct" else None
+
     def run(in1, in2):
         if method == "direct":
             with in1.device:
-                z = run_direct(plan, in1, in2, fill, compute)
+                z = direct(in1, in2)
         else:
             with in1.device:
                 z = run_fft(plan, in1, in2, fill, fft_work_dtype(plan))

@@ -87,6 +87,49 @@ def test_mixed_dtypes_and_integer_wraparound():
     check(cs.correlate(cupy.asarray(a), cupy.asarray(c)), signal.correlate(a, c, method="direct"))
 
 
+# Images large enough for filter_plane's interior tiles (32 x 128 outputs) as well as its edge
+# tiles: widths with and without 4-aligned rows, so both staging paths and both store paths run.
+PLANE_IMAGES = [(70, 260), (67, 261), (45, 302)]
+PLANE_KERNELS = [(3, 3), (7, 7), (4, 6), (2, 9), (15, 15), (1, 16)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("boundary", ["fill", "wrap", "symm"])
+@pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
+def test_plane_kernel_tiles_match_scipy(func, boundary, dtype):
+    import cupy
+
+    rng = np.random.default_rng([len(func), len(boundary), len(dtype)])
+    for s1 in PLANE_IMAGES:
+        for s2 in PLANE_KERNELS:
+            a, b = rand(rng, s1, dtype), rand(rng, s2, dtype)
+            for mode in ("full", "valid", "same"):
+                ref = getattr(signal, func)(a, b, mode=mode, boundary=boundary, fillvalue=-0.75)
+                check(getattr(cs, func)(cupy.asarray(a), cupy.asarray(b), mode=mode,
+                                        boundary=boundary, fillvalue=-0.75, method="direct"), ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_plane_kernel_unaligned_input_and_batched_planes(dtype):
+    """A contiguous input that starts off a 16-byte boundary takes the scalar staging path; a stack
+    of planes with a filter per plane is one launch."""
+    import cupy
+
+    rng = np.random.default_rng(len(dtype))
+    a, b = rand(rng, (66, 300), dtype), rand(rng, (5, 5), dtype)
+    flat = cupy.asarray(rand(rng, (66 * 300 + 1,), dtype))
+    flat[1:] = cupy.asarray(a.ravel())
+    view = flat[1:].reshape(66, 300)
+    assert view.flags.c_contiguous and view.data.ptr % 16 != 0
+    for mode in ("full", "same"):
+        check(cs.correlate(view, cupy.asarray(b), mode=mode, method="direct"),
+              signal.correlate(a, b, mode=mode, method="direct"))
+    stack, ks = rand(rng, (3, 70, 260), dtype), rand(rng, (3, 7, 7), dtype)
+    ref = np.stack([signal.convolve(s, k, mode="same", method="direct") for s, k in zip(stack, ks)])
+    check(cs.convolve(cupy.asarray(stack), cupy.asarray(ks), mode="same", method="direct",
+                      axes=(1, 2)), ref)
+
+
 @pytest.mark.parametrize("method", ["auto"] + METHODS)
 @pytest.mark.parametrize("mode", ["full", "valid", "same"])
 def test_batched_stack_matches_fftconvolve_in_one_call(mode, method):

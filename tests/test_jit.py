@@ -6,7 +6,7 @@ import time
 import pytest
 
 from cupyconv import jit
-from cupyconv._kernels import (CTYPES, DIRECT_CONV, FILTER_DTYPES, REGISTRY, KernelModule,
+from cupyconv._kernels import (CTYPES, DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, KernelModule,
                                load_source)
 
 
@@ -32,7 +32,7 @@ def test_registry_covers_every_dtype_and_is_unique():
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
     # the signal API's filter kernel has its own compute types (complex, wrapping integers)
-    expected = {"filter_direct.cu": set(FILTER_DTYPES)}
+    expected = {"filter_direct.cu": set(FILTER_DTYPES), "filter_plane.cu": set(PLANE_DTYPES)}
     assert all(d == expected.get(src, set(CTYPES)) for src, d in by_source.items()), by_source
     assert len(set(REGISTRY)) == len(REGISTRY)
 

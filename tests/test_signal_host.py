@@ -23,14 +23,41 @@ CODES = {v: k for k, v in BOUNDARY_CODE.items()}
 def _model_kernel(grid, block, args, shared_mem=0):
     """What filter_direct computes, from its arguments."""
     x, g, fill_re, fill_im, y = args[:5]
-    fill = [fill_re + 1j * fill_im if x.dtype.kind == "c" else fill_re]
+    fill = fill_re + 1j * fill_im if x.dtype.kind == "c" else fill_re
     assert np.asarray(fill_re).dtype == np.asarray(x.real).dtype
     (planes, OD, OH, OW, D, H, W, KD, KH, KW, PD, PH, PW, bnd, xsb, xsd, xsh, xsw, gsb, khc,
      tiles_w) = [int(v) for v in args[5:]]
     assert shared_mem <= _signal_direct.SMEM_LIMIT and 1 <= khc <= KH
     assert grid[0] == tiles_w * -(-OH // block[1]) and tiles_w * block[0] * \
         _signal_direct.outputs_per_thread(x.itemsize) >= OW
-    boundary = CODES[bnd]
+    _model_correlate(x, g, fill, y, planes, (OD, OH, OW), (D, H, W), (KD, KH, KW), (PD, PH, PW),
+                     CODES[bnd], (xsb, xsd, xsh, xsw), gsb)
+
+
+def _model_plane_kernel(grid, block, args, shared_mem=0):
+    """What filter_plane computes, from its arguments (filter_direct's contract on planes)."""
+    x, g, fill, y = args[:4]
+    assert x.dtype.kind == "f" and np.asarray(fill).dtype == x.dtype
+    (planes, OH, OW, H, W, KH, KW, PH, PW, bnd, gsb, flip, tiles_w, d, vec_in, vec_out) = \
+        [int(v) for v in args[4:]]
+    if flip:  # the filter is read reversed on both axes
+        g = np.ascontiguousarray(g.reshape(-1, KH, KW)[:, ::-1, ::-1])
+    rows = 8 * _signal_direct.PLANE_CHUNKS * _signal_direct.plane_rows_per_thread(x.itemsize)
+    assert shared_mem <= _signal_direct.SMEM_LIMIT and block == (256, 1)
+    assert (PW + d) % 4 == 0 and 0 <= d < 4  # every strip's first input column is 4-aligned
+    assert tiles_w * 128 >= OW + d > (tiles_w - 1) * 128
+    assert grid == (tiles_w * -(-OH // rows), min(planes, 65535))
+    # host arrays count as aligned
+    assert vec_in == (W % 4 == 0) and vec_out == (OW % 4 == 0 and d == 0)
+    _model_correlate(x, g, fill, y, planes, (1, OH, OW), (1, H, W), (1, KH, KW), (0, PH, PW),
+                     CODES[bnd], (H * W, 0, W, 1), gsb)
+
+
+def _model_correlate(x, g, fill, y, planes, out3, in3, k3, pad3, boundary, xs, gsb):
+    """The shared formula: y[p] = sum over taps of X(p, o - pad + k) * g[p, k]."""
+    (OD, OH, OW), (D, H, W), (KD, KH, KW), (PD, PH, PW) = out3, in3, k3, pad3
+    xsb, xsd, xsh, xsw = xs
+    fill = [fill]
     xf, gf, yf = x.reshape(-1), g.reshape(-1), y.reshape(-1)
     for p in range(planes):
         b, od = divmod(p, OD)
@@ -59,7 +86,8 @@ def numpy_cupy(monkeypatch):
                  "asarray", "arange", "ix_", "fft"):
         setattr(fake, name, getattr(np, name))
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(jit, "get_function", lambda *a, **k: _model_kernel)
+    models = {"filter_direct": _model_kernel, "filter_plane": _model_plane_kernel}
+    monkeypatch.setattr(jit, "get_function", lambda module, template, *a: models[template])
 
 
 def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None):
@@ -68,6 +96,9 @@ def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None):
     fill = check_fillvalue(fillvalue, plan.result_dtype)
     if method == "direct":
         z = _signal_direct.run_direct(plan, a, b, fill, compute_dtype(plan.result_dtype))
+    elif method == "runner":  # what the public functions call: the lean plane runner where it applies
+        run = _signal_direct.direct_runner(plan, a, b, fill, compute_dtype(plan.result_dtype))
+        z = run(a, b)
     else:
         z = _signal_fft.run_fft(plan, a, b, fill, _signal_fft.fft_work_dtype(plan))
         if plan.result_dtype.kind in "iu":
@@ -94,7 +125,7 @@ def test_nd_paths_match_scipy(numpy_cupy, func, s1, s2, mode, dtype, method):
     assert np.allclose(got, ref, atol=1e-9) if dtype != "int16" else np.array_equal(got, ref)
 
 
-@pytest.mark.parametrize("method", ["direct", "fft"])
+@pytest.mark.parametrize("method", ["direct", "runner", "fft"])
 @pytest.mark.parametrize("boundary", ["fill", "wrap", "symm"])
 @pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
 @pytest.mark.parametrize("s2,mode", [((3, 4), "same"), ((6, 9), "full"), ((2, 2), "valid"),
@@ -128,3 +159,47 @@ def test_launch_config_fits_shared_memory():
                 (tx, ty), kwc, khc, smem = _signal_direct.launch_config(item, out3, k3)
                 assert smem <= _signal_direct.SMEM_LIMIT and tx * ty <= 256 and tx % 32 == 0
                 assert 1 <= khc <= k3[1] and kwc in (4, 8, 16, 32)
+
+
+def test_plane_kernel_takes_real_2d_planes_only():
+    """filter_plane serves float32/64 planes with filters up to 16 columns;
+    everything else (complex, integers, 3-d filters, 1-d rows, wide filters) stays general."""
+    cfg = _signal_direct.plane_config
+    assert cfg("float32", (1, 4096, 4096), (1, 3, 3), (1, 4098, 4098), False)[0] == 4
+    assert cfg("float32", (1, 512, 512), (1, 5, 5), (1, 512, 512), True)[0] == 8
+    assert cfg("float64", (1, 100, 92), (1, 15, 15), (1, 100, 92), True)[0] == 16
+    for args in [("complex64", (1, 64, 64), (1, 3, 3), (1, 64, 64)),
+                 ("uint64", (1, 64, 64), (1, 3, 3), (1, 64, 64)),
+                 ("float32", (5, 64, 64), (3, 3, 3), (3, 64, 64)),
+                 ("float32", (1, 1, 4096), (1, 1, 7), (1, 1, 4096)),
+                 ("float32", (1, 64, 64), (1, 3, 17), (1, 64, 64))]:
+        assert cfg(*args, False) is None, args
+    for item, dtype in ((4, "float32"), (8, "float64")):
+        for kh in range(1, 80):
+            for kw in range(1, 17):
+                got = cfg(dtype, (1, 300, 300), (1, kh, kw), (1, 300, 300), False)
+                assert got is not None and got[1] <= _signal_direct.SMEM_LIMIT and got[0] >= kw
+
+
+@pytest.mark.parametrize("boundary", ["fill", "wrap", "symm"])
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
+def test_lean_plane_runner_matches_scipy(numpy_cupy, func, mode, boundary):
+    """Real contiguous planes take the lean runner (one allocation, one plane launch, the filter
+    reversed by the kernel for convolution); single images and stacks with shared or per-image
+    filters."""
+    rng = np.random.default_rng([len(func), len(mode), len(boundary)])
+    a, b = rng.standard_normal((9, 13)), rng.standard_normal((3, 4))
+    plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode=mode,
+                       boundary=boundary, axes=None, prefer_small_kernel=True)
+    assert _signal_direct._lean_plane_runner(plan, a, b, 0.5, "float64") is not None
+    ref = getattr(signal, func)(a, b, mode=mode, boundary=boundary, fillvalue=0.5)
+    assert np.allclose(_run(func, a, b, mode, "runner", boundary, 0.5), ref, atol=1e-12)
+    if boundary == "fill":
+        stack = rng.standard_normal((3, 9, 13))
+        for ks in (rng.standard_normal((1, 3, 4)), rng.standard_normal((3, 3, 4))):
+            fn = signal.fftconvolve if func == "convolve2d" else \
+                (lambda s, k, **kw: signal.fftconvolve(s, k[:, ::-1, ::-1], **kw))
+            ref = fn(stack, ks, mode=mode, axes=(1, 2))
+            got = _run(func.replace("2d", ""), stack, ks, mode, "runner", axes=(1, 2))
+            assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-9)

@@ -15,6 +15,7 @@
 // bounds the filter columns per pass; wider filters, filter rows that do not fit in shared memory
 // (KHC per pass) and depth taps are processed in several passes over the same tile.
 #include "common.cuh"
+#include "boundary.cuh"
 
 namespace cc {
 
@@ -50,23 +51,6 @@ template <typename R> struct value_of<complex<R> > {
 
 // Outputs per thread: odd (bank-conflict free), fewer for wide types to bound registers.
 template <typename T> struct filter_rx { static const int value = sizeof(T) <= 4 ? 9 : (sizeof(T) <= 8 ? 5 : 3); };
-
-enum { BOUNDARY_FILL = 0, BOUNDARY_WRAP = 1, BOUNDARY_SYMM = 2 };
-
-// Index of coordinate i in [0, n) under the boundary mode, or -1 where the fill value applies.
-// Wrap and symmetric repeat with periods n and 2n, so any overhang (a filter larger than the
-// input) maps like SciPy's convolve2d.
-__device__ __forceinline__ int boundary_index(int i, int n, int mode) {
-  if ((unsigned)i < (unsigned)n) return i;
-  if (mode == BOUNDARY_FILL) return -1;
-  if (mode == BOUNDARY_WRAP) {
-    const int m = i % n;
-    return m < 0 ? m + n : m;
-  }
-  int m = i % (2 * n);
-  if (m < 0) m += 2 * n;
-  return m < n ? m : 2 * n - 1 - m;
-}
 
 }  // namespace cc
 
