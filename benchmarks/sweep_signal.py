@@ -23,7 +23,7 @@ PLANE_CONFIG = _signal_direct.plane_config
 
 # (label, filter_plane module defines); None: the general filter_direct kernel
 CONFIGS = [("direct", None), ("plane default", ())] + [
-    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB)", mb),)) for mb in (2, 3, 4, 5)]
+    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB)", mb),)) for mb in (3, 4)]
 
 
 def use(defines):
@@ -35,7 +35,7 @@ def use(defines):
         _signal_direct.FILTER_PLANE = {
             d: _kernels.KernelModule("filter_plane.cu", ("filter_plane",), (d,),
                                      defines=defines,
-                                     variants=tuple((w,) for w in _kernels.PLANE_WIDTHS))
+                                     variants=_kernels.PLANE_VARIANTS)
             for d in _kernels.PLANE_DTYPES}
     _signal_direct._launch.cache_clear()
     _fastpath.clear()

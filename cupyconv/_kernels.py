@@ -164,11 +164,21 @@ FILTER_WIDTHS = (4, 8, 16, 32)
 FILTER_DTYPES = ("float32", "float64", "complex64", "complex128", "uint64")
 FILTER_DIRECT = {d: KernelModule("filter_direct.cu", ("filter_direct",), (d,),
                                  variants=tuple((w,) for w in FILTER_WIDTHS)) for d in FILTER_DTYPES}
-# Its fast special case for real 2-D planes (filter_plane.cu): one instantiation per width bucket.
+# Its fast special case for real 2-D planes (filter_plane.cu): one instantiation per width bucket
+# (any filter size up to it) and one per common square filter fixed at compile time.
 PLANE_WIDTHS = (4, 8, 16)
+PLANE_SQUARES = (3, 5, 7)
 PLANE_DTYPES = ("float32", "float64")
-FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,),
-                                variants=tuple((w,) for w in PLANE_WIDTHS)) for d in PLANE_DTYPES}
+
+
+def plane_width(kw: int):
+    """The smallest filter_plane width bucket holding ``kw`` columns (None: too wide)."""
+    return next((w for w in PLANE_WIDTHS if w >= kw), None)
+
+
+PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k) for k in PLANE_SQUARES)
+FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
+                for d in PLANE_DTYPES}
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + (

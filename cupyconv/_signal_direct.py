@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import jit
-from ._kernels import FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_WIDTHS
+from ._kernels import FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES, plane_width
 from ._launch import int64s, ints
 from ._signal_plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
@@ -78,7 +78,7 @@ def plane_config(compute: str, spatial3, kernel3, out3, vec_out: bool):
     if compute not in FILTER_PLANE or spatial3[0] != 1 or kernel3[0] != 1 or out3[1] < 2:
         return None
     kh, kw = kernel3[1], kernel3[2]
-    kwb = next((w for w in PLANE_WIDTHS if w >= kw), None)
+    kwb = plane_width(kw)
     if kwb is None:
         return None
     item = np.dtype(compute).itemsize
@@ -113,7 +113,9 @@ def _launch(plan: FilterPlan, compute: str, fv, nbatch: int, spatial3, kernel3, 
         scalars = (*ints((planes,) + out3[1:] + spatial3[1:] + kernel3[1:] + pad3[1:]
                          + (BOUNDARY_CODE[plan.boundary],)),
                    np.int64(gsb), *ints((int(flip), tiles_w, d, int(vec_in), int(vec_out))))
-        kernel = (FILTER_PLANE[compute], "filter_plane", compute, (kwb,))
+        kh, kw = kernel3[1:]
+        square = kh if kh == kw and kh in PLANE_SQUARES else 0
+        kernel = (FILTER_PLANE[compute], "filter_plane", compute, (kwb, square))
         return kernel, grid, (PLANE_THREADS, 1), fill[:1], scalars, smem
     item = np.dtype(compute).itemsize
     (tx, ty), kwc, khc, smem = launch_config(item, out3, kernel3)

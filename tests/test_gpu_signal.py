@@ -90,7 +90,7 @@ def test_mixed_dtypes_and_integer_wraparound():
 # Images large enough for filter_plane's interior tiles (32 x 128 outputs) as well as its edge
 # tiles: widths with and without 4-aligned rows, so both staging paths and both store paths run.
 PLANE_IMAGES = [(70, 260), (67, 261), (45, 302)]
-PLANE_KERNELS = [(3, 3), (7, 7), (4, 6), (2, 9), (15, 15), (1, 16)]
+PLANE_KERNELS = [(3, 3), (5, 5), (7, 7), (4, 6), (2, 9), (15, 15), (1, 16)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

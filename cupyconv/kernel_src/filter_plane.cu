@@ -20,6 +20,7 @@
 //
 // Boundary modes are applied per loaded row (rows) and, only in strips that overhang the image or
 // when rows are not 16-byte aligned (`vec_in` false), per loaded element (columns): never per tap.
+// Template: KWB, the filter-width bucket; KF, a square filter size fixed at compile time (0: any).
 // Taps: KH x KWB in shared memory, read as broadcasts (`flip`: g reversed on both axes).  Stores: 4-element vectors when output
 // quads are aligned (`vec_out`: d == 0, OW % 4 == 0, aligned base); otherwise through a per-warp
 // shared buffer as coalesced rows.  Warps never wait for each other after the taps are staged.
@@ -31,7 +32,7 @@
 // warps.  float: 4 (64 registers) up to 8 filter columns, 3 for 16 (it spills at 64); double: 2
 // (the 2026-11-23 sweep in benchmarks/NOTES.md).  A module define may override it.
 #ifndef FP_MIN_BLOCKS
-#define FP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
+#define FP_MIN_BLOCKS(T, KWB, KF) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
 
 namespace fp {
@@ -71,12 +72,16 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
 
 }  // namespace fp
 
-template <typename T, int KWB>
-__global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB))
+template <typename T, int KWB, int KF>
+__global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB, KF))
 filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* __restrict__ y,
-             int planes, int OH, int OW, int H, int W, int KH, int KW, int PH, int PW, int boundary,
+             int planes, int OH, int OW, int H, int W, int KH_, int KW_, int PH, int PW, int boundary,
              cc::index_t gsb, int flip, int tiles_w, int d, int vec_in, int vec_out) {
   const int RY = fp::rows_per_thread<T>::value, RW = fp::CHUNKS * RY, TW = fp::TW;
+  // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes), so the taps'
+  // column branches resolve: the common 3/5/7 squares.  (Unrolling the row loop as well spilled:
+  // the compiler hoists every row's loads.)
+  const int KH = KF > 0 ? KF : KH_, KW = KF > 0 ? KF : KW_;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* const taps = reinterpret_cast<T*>(smem_raw);  // KH x KWB
   T* const obuf = taps + KH * KWB;                  // WARPS x RY x TW, only without vec_out
@@ -112,6 +117,7 @@ filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* 
       fp::Window<T, KWB> cur, nxt;
       fp::load_row<T, KWB>(cur, xp, cc::boundary_index(oh0 - PH, H, boundary), c0, W, KW,
                            boundary, fast, fill);
+#pragma unroll 1
       for (int r = 0; r < nrows; ++r) {
         if (r + 1 < nrows)  // in flight during this row's multiply-adds
           fp::load_row<T, KWB>(nxt, xp, cc::boundary_index(oh0 - PH + r + 1, H, boundary), c0, W,
