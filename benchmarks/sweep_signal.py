@@ -23,7 +23,7 @@ PLANE_CONFIG = _signal_direct.plane_config
 
 # (label, filter_plane module defines); None: the general filter_direct kernel
 CONFIGS = [("direct", None), ("plane default", ())] + [
-    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB)", mb),)) for mb in (3, 4)]
+    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB, KF)", mb),)) for mb in (3, 4)]
 
 
 def use(defines):
