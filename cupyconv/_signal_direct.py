@@ -92,9 +92,10 @@ def _launch(plan: FilterPlan, compute: str, fv, nbatch: int, spatial3, kernel3, 
             vec_in: bool, out_aligned: bool, flip: bool = False):
     """(kernel, grid, block, fill arguments, scalar arguments, shared bytes) of one launch, the
     kernel as ``jit.get_function``'s arguments: everything that does not depend on the operands'
-    data or the device, worked out once per problem (tens of microseconds of Python otherwise).  ``vec_in``/``vec_out``: the input and
-    output planes allow 16-byte vector access (rows of a multiple of 4 elements, aligned bases).
-    ``flip``: the plane kernel reads the filter reversed (convolution without a copy)."""
+    data or the device, worked out once per problem (tens of microseconds of Python otherwise).
+    ``vec_in``/``out_aligned``: the input/output planes allow 16-byte vector access (rows of a
+    multiple of 4 elements, aligned bases).  ``flip``: the plane kernel reads the filter reversed
+    (convolution without a copy)."""
     real = np.dtype(compute).type(0).real.dtype  # the kernel's real_of<T>
     fv = np.asarray(fv).astype(compute)[()]
     fill = (np.asarray(fv.real, real)[()], np.asarray(fv.imag, real)[()])

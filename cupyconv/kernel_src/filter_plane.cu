@@ -21,9 +21,10 @@
 // Boundary modes are applied per loaded row (rows) and, only in strips that overhang the image or
 // when rows are not 16-byte aligned (`vec_in` false), per loaded element (columns): never per tap.
 // Template: KWB, the filter-width bucket; KF, a square filter size fixed at compile time (0: any).
-// Taps: KH x KWB in shared memory, read as broadcasts (`flip`: g reversed on both axes).  Stores: 4-element vectors when output
-// quads are aligned (`vec_out`: d == 0, OW % 4 == 0, aligned base); otherwise through a per-warp
-// shared buffer as coalesced rows.  Warps never wait for each other after the taps are staged.
+// Taps: KH x KWB in shared memory, read as broadcasts (`flip`: g reversed on both axes).
+// Stores: 4-element vectors when output quads are aligned (`vec_out`: d == 0, OW % 4 == 0,
+// aligned base); otherwise through a per-warp shared buffer as coalesced rows.  Warps never wait
+// for each other after the taps are staged.
 #include "common.cuh"
 #include "boundary.cuh"
 #include "stage.cuh"
@@ -75,7 +76,8 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
 template <typename T, int KWB, int KF>
 __global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB, KF))
 filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* __restrict__ y,
-             int planes, int OH, int OW, int H, int W, int KH_, int KW_, int PH, int PW, int boundary,
+             int planes, int OH, int OW, int H, int W, int KH_, int KW_, int PH, int PW,
+             int boundary,
              cc::index_t gsb, int flip, int tiles_w, int d, int vec_in, int vec_out) {
   const int RY = fp::rows_per_thread<T>::value, RW = fp::CHUNKS * RY, TW = fp::TW;
   // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes), so the taps'
