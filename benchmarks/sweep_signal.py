@@ -6,6 +6,7 @@ kernel, against cupyx.scipy.signal.correlate2d measured in the same run.
     python3 benchmarks/sweep_signal.py
 """
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ PLANE_CONFIG = _signal_direct.plane_config
 
 # (label, filter_plane module defines); None: the general filter_direct kernel
 CONFIGS = [("direct", None), ("plane default", ())] + [
-    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB, KF)", mb),)) for mb in (3, 4)]
+    (f"plane mb{mb}", (("FP_MIN_BLOCKS(T, KWB)", mb),)) for mb in (3, 4)]
 
 
 def use(defines):
@@ -32,11 +33,8 @@ def use(defines):
         _signal_direct.plane_config = lambda *a: None
     else:
         _signal_direct.plane_config = PLANE_CONFIG
-        _signal_direct.FILTER_PLANE = {
-            d: _kernels.KernelModule("filter_plane.cu", ("filter_plane",), (d,),
-                                     defines=defines,
-                                     variants=_kernels.PLANE_VARIANTS)
-            for d in _kernels.PLANE_DTYPES}
+        _signal_direct.FILTER_PLANE = {d: dataclasses.replace(m, defines=defines)
+                                       for d, m in _kernels.FILTER_PLANE.items()}
     _signal_direct._launch.cache_clear()
     _fastpath.clear()
 

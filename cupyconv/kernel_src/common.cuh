@@ -10,8 +10,6 @@
   #endif
   #define CC_SHFL_DOWN(v, d) __shfl_down((v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
-  // lane `src` of the caller's group of 32 lanes (half a 64-wide wavefront)
-  #define CC_SHFL32(v, src) __shfl((v), (src), 32)
   #define CC_SYNCWARP()
   #if defined(__AMDGCN_WAVEFRONT_SIZE)
     #define CC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
@@ -22,7 +20,6 @@
   #include <cuda_fp16.h>
   #define CC_SHFL_DOWN(v, d) __shfl_down_sync(0xffffffffu, (v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor_sync(0xffffffffu, (v), (d))
-  #define CC_SHFL32(v, src) __shfl_sync(0xffffffffu, (v), (src))
   #define CC_SYNCWARP() __syncwarp()
   #define CC_WARP_SIZE 32
 #else

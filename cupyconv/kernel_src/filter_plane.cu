@@ -33,7 +33,7 @@
 // warps.  float: 4 (64 registers) up to 8 filter columns, 3 for 16 (it spills at 64); double: 2
 // (the 2026-11-23 sweep in benchmarks/NOTES.md).  A module define may override it.
 #ifndef FP_MIN_BLOCKS
-#define FP_MIN_BLOCKS(T, KWB, KF) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
+#define FP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
 
 namespace fp {
@@ -74,11 +74,10 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
 }  // namespace fp
 
 template <typename T, int KWB, int KF>
-__global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB, KF))
+__global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB))
 filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* __restrict__ y,
              int planes, int OH, int OW, int H, int W, int KH_, int KW_, int PH, int PW,
-             int boundary,
-             cc::index_t gsb, int flip, int tiles_w, int d, int vec_in, int vec_out) {
+             int boundary, cc::index_t gsb, int flip, int tiles_w, int d, int vec_in, int vec_out) {
   const int RY = fp::rows_per_thread<T>::value, RW = fp::CHUNKS * RY, TW = fp::TW;
   // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes), so the taps'
   // column branches resolve: the common 3/5/7 squares.  (Unrolling the row loop as well spilled:
