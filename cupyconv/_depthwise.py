@@ -1,8 +1,10 @@
 """Depthwise convolution (groups == input channels): forward, backward-data, backward-weight.
 
-Launchers for ``kernel_src/depthwise.cu``.  Channels-first problems run on the tile kernels when
-their window fits in shared memory, everything else on the gather kernels (one thread per output
-element, coalesced across channels for channels-last).  Shapes, strides, paddings and dilations
+Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass of
+contiguous channels-first float32/float64 problems with unit stride and dilation runs on the plane
+kernel (the row walk of the signal API's image filter); other channels-first problems run on the
+tile kernels when their window fits in shared memory, everything else on the gather kernels (one
+thread per output element, coalesced across channels for channels-last).  Shapes, strides, paddings and dilations
 are runtime arguments: one binary per (dtype, kernel family) serves every problem.
 """
 
@@ -14,8 +16,9 @@ from functools import lru_cache
 
 from . import jit
 from ._geometry import ConvGeometry
-from ._kernels import (DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF, DEPTHWISE_KF,
-                       depthwise_gather_module, depthwise_tile_module, depthwise_wgrad_module)
+from ._kernels import (DEPTHWISE_PLANE, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
+                       DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
+                       depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from ._launch import Launch, element_strides, int64s, ints, launch_grid, spatial_args
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
@@ -127,6 +130,95 @@ def depthwise_applicable(geom: ConvGeometry) -> bool:
     return is_depthwise(geom)
 
 
+@dataclass(frozen=True)
+class PlanePlan:
+    """Work split of the plane kernel (depthwise_plane.cu): items of RY rows x a strip of 4 * qw
+    columns, numbered plane by plane (cpp per plane, strips per row); gw lane groups per warp; a
+    block of `warps` warps takes ipb consecutive items (`rounds` per group) and stages the taps of
+    the at most sp planes they touch; strip columns start at s * 4 * qw - d."""
+
+    kwb: int
+    kf: int
+    qw: int
+    gw: int
+    strips: int
+    cpp: int
+    warps: int
+    rounds: int
+    d: int
+    vec_out: bool
+    itemsize: int
+    kh: int
+
+    @property
+    def ipb(self) -> int:
+        return self.rounds * self.warps * self.gw
+
+    @property
+    def sp(self) -> int:
+        return math.ceil(self.ipb / self.cpp) + 1
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared bytes: taps, biases (padded to 4) and, without vec_out, the buffers."""
+        ry = plane_rows_per_thread(self.itemsize)
+        return (self.sp * self.kh * self.kwb + 4 * math.ceil(self.sp / 4)
+                + (0 if self.vec_out else self.warps * ry * 128)) * self.itemsize
+
+    def blocks(self, planes: int) -> int:
+        return math.ceil(planes * self.cpp / self.ipb)
+
+
+PLANE_WARPS = 8
+# Blocks the plane kernel's grid aims for: several waves of resident blocks on the largest GPUs
+# (132 SMs x 4), so that the last wave's idle SMs cost little; blocks take more rounds only past it.
+PLANE_TARGET_BLOCKS = 2048
+PLANE_MAX_ROUNDS = 8
+
+
+def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
+               rounds: int | None = None) -> PlanePlan | None:
+    """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
+    channels-last, float16, a depth extent, stride or dilation in H or W, or filters wider than
+    the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
+    OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
+    ``rounds`` (default: from PLANE_TARGET_BLOCKS) are there for sweeps."""
+    if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
+        return None
+    g3 = geom.as_3d()
+    if (g3["spatial"][0] != 1 or g3["kernel"][0] != 1 or g3["out_spatial"][0] != 1
+            or g3["stride"][1:] != (1, 1) or g3["dilation"][1:] != (1, 1)):
+        return None
+    kh, kw = g3["kernel"][1:]
+    kwb = plane_width(kw)
+    if kwb is None:
+        return None
+    oh, ow = g3["out_spatial"][1:]
+    itemsize = {"float32": 4, "float64": 8}[geom.dtype]
+    d = -g3["pad_lo"][2] % 4
+    strips = math.ceil((ow + d) / 128)
+    qw = math.ceil(math.ceil((ow + d) / strips) / 4)
+    gw = 32 // qw
+    cpp = strips * math.ceil(oh / plane_rows_per_thread(itemsize))
+    items = geom.batch * geom.out_channels * cpp
+    if items >= 2 ** 31:
+        return None
+    if rounds is None:
+        rounds = max(1, min(PLANE_MAX_ROUNDS, items // (warps * gw * PLANE_TARGET_BLOCKS)))
+    kf = kh if kh == kw and kh in PLANE_SQUARES else 0
+    return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
+                     vec_out and d == 0 and ow % 4 == 0, itemsize, kh)
+
+
+def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...]) -> bool:
+    """``strides`` (element_strides of a channels-first activation) lay the (H, W) planes out
+    C-contiguously, one after the other (strides of unit extents do not matter)."""
+    _, h, w = geom.as_3d()["spatial"]
+    lead, chan, _, sh, sw = strides
+    return ((sw == 1 or w == 1) and (sh == w or h == 1) and (chan == h * w or geom.in_channels == 1)
+            and (lead == geom.in_channels * h * w or geom.batch == 1))
+
+
 def _common_args(geom: ConvGeometry, strides) -> list:
     return spatial_args(geom) + int64s(strides)
 
@@ -144,12 +236,32 @@ def vector_rows(a, strides: tuple[int, ...]) -> bool:
             and all(v % 4 == 0 for v in outer) and a.data.ptr % (4 * a.itemsize) == 0)
 
 
+def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: bool) -> Launch:
+    """The plane kernel's forward launch under ``plane``; ``vec_in``: x's rows are 16-byte aligned
+    with a multiple of 4 columns (``vector_rows``)."""
+    g3 = geom.as_3d()
+    fn = jit.get_function(DEPTHWISE_PLANE[geom.dtype], "depthwise_plane", geom.dtype,
+                          (plane.kwb, plane.kf))
+    planes = geom.batch * geom.out_channels
+    return Launch(fn, (plane.blocks(planes),), (32 * plane.warps,),
+                  ints((has_bias, geom.out_channels, geom.out_channels // geom.in_channels, planes)
+                       + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["kernel"][1:]
+                       + g3["pad_lo"][1:] + (plane.qw, plane.gw, plane.strips, plane.cpp,
+                                             plane.ipb, plane.sp, plane.d, vec_in, plane.vec_out)),
+                  plane.smem, packed=True)
+
+
 @lru_cache(maxsize=2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
-                 vec: bool, device: int) -> Launch:
-    """Forward (or backward-data) launch: the tile kernel where its window fits, else gather."""
+                 vec: bool, dst_aligned: bool, device: int) -> Launch:
+    """Forward (or backward-data) launch: the plane kernel where it applies (forward), else the
+    tile kernel where its window fits, else gather."""
     mult = geom.out_channels // geom.in_channels
     chans = geom.in_channels if transposed else geom.out_channels
+    plane = None if transposed or not contiguous_planes(geom, src_strides) else plane_plan(
+        geom, dst_aligned)
+    if plane is not None:
+        return plane_launch(geom, plane, has_bias, vec)
     tail = _common_args(geom, src_strides)
     t = tile_plan(geom, transposed)
     if t is None:
@@ -175,7 +287,8 @@ def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool)
         w = cupy.ascontiguousarray(w)
     strides = _strides(src, geom)
     launch = _pass_launch(geom, transposed, bias is not None, strides,
-                          not geom.channels_last and vector_rows(src, strides), dst.data.device_id)
+                          not geom.channels_last and vector_rows(src, strides),
+                          dst.data.ptr % 16 == 0, dst.data.device_id)
     with dst.device:
         launch(src, w, bias if bias is not None else dst, dst)
 

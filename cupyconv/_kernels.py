@@ -176,12 +176,21 @@ def plane_width(kw: int):
     return next((w for w in PLANE_WIDTHS if w >= kw), None)
 
 
+def plane_rows_per_thread(itemsize: int) -> int:
+    """RY of the plane row walk (``fp::rows_per_thread`` in plane_walk.cuh): keep in step."""
+    return 4 if itemsize <= 4 else 2
+
+
 PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k) for k in PLANE_SQUARES)
 FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
                 for d in PLANE_DTYPES}
+# The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and squares.
+DEPTHWISE_PLANE = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane",), (d,),
+                                   variants=PLANE_VARIANTS) for d in PLANE_DTYPES}
 
 
-REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + (
+REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
+    DEPTHWISE_PLANE.values()) + (
     DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),

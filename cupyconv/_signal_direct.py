@@ -13,7 +13,8 @@ from functools import lru_cache
 import numpy as np
 
 from . import jit
-from ._kernels import FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES, plane_width
+from ._kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
+                       plane_rows_per_thread, plane_width)
 from ._launch import int64s, ints
 from ._signal_plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
@@ -62,11 +63,6 @@ PLANE_WARPS = 8
 PLANE_THREADS = 32 * PLANE_WARPS
 PLANE_TW = 128
 PLANE_CHUNKS = 2
-
-
-def plane_rows_per_thread(itemsize: int) -> int:
-    """RY of filter_plane (``rows_per_thread``): keep in step with filter_plane.cu."""
-    return 4 if itemsize <= 4 else 2
 
 
 def plane_config(compute: str, spatial3, kernel3, out3, vec_out: bool):

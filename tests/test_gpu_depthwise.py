@@ -8,7 +8,9 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._depthwise import tile_plan, wgrad_plan
+from cupyconv._depthwise import (contiguous_planes, plane_launch, plane_plan, tile_plan,
+                                 vector_rows, wgrad_plan)
+from cupyconv._launch import element_strides
 from cupyconv._geometry import ConvGeometry
 from cupyconv._verify import poison, random_array, rel_error, tolerance
 
@@ -95,6 +97,83 @@ def test_grid_reaches_every_kernel():
             kinds |= {("fwd", tile_plan(g, False) is not None), ("dgrad", tile_plan(g, True) is not None),
                       ("wgrad", wgrad_plan(g)[0] is not None)}
     assert kinds == {(p, t) for p in ("fwd", "dgrad", "wgrad") for t in (True, False)}
+
+
+# Forward problems of the plane kernel (depthwise_plane.cu): plane widths from 1 column to three
+# strips, square and generic filters of every width bucket, filters taller than the plane,
+# asymmetric and oversized padding, a pad with d == 0 and OW % 4 == 0 (direct vector stores),
+# channel multipliers.  (n, c, mult, (H, W), (KH, KW), padding)
+PLANE_CASES = [
+    (2, 5, 1, (9, 1), (3, 1), [(1, 1), (0, 0)]),
+    (1, 3, 2, (7, 7), (3, 3), 1),
+    (2, 4, 1, (13, 13), (5, 5), 2),
+    (1, 6, 1, (56, 56), (3, 3), 1),
+    (1, 2, 3, (11, 60), (7, 7), 3),
+    (1, 3, 1, (20, 64), (3, 5), 4),
+    (1, 2, 1, (5, 130), (3, 3), 1),
+    (1, 2, 1, (6, 257), (2, 9), [(0, 2), (4, 1)]),
+    (2, 3, 1, (10, 24), (1, 16), [(0, 0), (8, 7)]),
+    (1, 2, 1, (4, 8), (9, 11), 6),
+    (3, 1, 1, (3, 4), (4, 2), [(3, 0), (1, 2)]),
+]
+
+
+def _plane_id(case):
+    n, c, m, sp, k, p = case
+    return f"c{c}m{m}-{sp[0]}x{sp[1]}-k{k[0]}x{k[1]}-p{p}".replace(" ", "")
+
+
+def _misaligned(cupy, a):
+    """A C-contiguous copy of ``a`` whose base is one element past a 16-byte boundary."""
+    buf = cupy.empty(a.size + 1, a.dtype)
+    out = buf[1:].reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", PLANE_CASES, ids=_plane_id)
+def test_plane_kernel_forward(case, dtype):
+    """conv routes these to the plane kernel; aligned and misaligned input rows and outputs, with
+    and without bias, against the float64 reference."""
+    import cupy
+
+    n, c, m, sp, k, pad = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    opts = dict(padding=pad, groups=c)
+    g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+    assert plane_plan(g) is not None
+    rng = rng_for("dw-plane", _plane_id(case), dtype)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    xh, wh, bh = random_array(rng, xs, dtype), random_array(rng, ws, dtype), random_array(rng, (c * m,), dtype)
+    x, w, b = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh)
+    for bias, bias_h in ((b, bh), (None, None)):
+        ref = reference.conv(xh, wh, bias_h, **opts)
+        for xin, out in ((x, cupy.empty(ys, dtype)), (_misaligned(cupy, x), _misaligned(cupy, cupy.empty(ys, dtype)))):
+            assert contiguous_planes(g, element_strides(xin, False))
+            y = poison(out)
+            cupyconv.conv(xin, w, bias, out=y, **opts)
+            assert rel_error(y, ref) <= tolerance(dtype, ref), (bias is None, xin.data.ptr % 16)
+
+
+@pytest.mark.parametrize("warps,rounds", [(4, 1), (4, 3), (8, 2), (5, 8)])
+@pytest.mark.parametrize("case", [PLANE_CASES[i] for i in (1, 3, 7)], ids=_plane_id)
+def test_plane_kernel_work_splits(case, warps, rounds):
+    """Other warps per block and rounds per block than the default plan (blocks that straddle
+    planes, a last block with idle groups)."""
+    import cupy
+
+    n, c, m, sp, k, pad = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    g = ConvGeometry.from_shapes(xs, ws, padding=pad, groups=c, dtype="float32")
+    rng = rng_for("dw-plane-split", _plane_id(case), warps, rounds)
+    xh, wh, bh = random_array(rng, xs), random_array(rng, ws), random_array(rng, (c * m,))
+    x, w, b = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh)
+    plan = plane_plan(g, True, warps=warps, rounds=rounds)
+    y = poison(cupy.empty(g.output_shape, "float32"))
+    plane_launch(g, plan, True, vector_rows(x, element_strides(x, False)))(x, w, b, y)
+    ref = reference.conv(xh, wh, bh, padding=pad, groups=c)
+    assert rel_error(y, ref) <= tolerance("float32", ref)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

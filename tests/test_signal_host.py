@@ -14,6 +14,7 @@ import pytest
 from scipy import signal
 
 from cupyconv import _signal_direct, _signal_fft, jit
+from cupyconv._kernels import plane_rows_per_thread
 from cupyconv._signal_plan import (BOUNDARY_CODE, boundary_indices, check_fillvalue,
                                    compute_dtype, plan_filter)
 
@@ -42,7 +43,7 @@ def _model_plane_kernel(grid, block, args, shared_mem=0):
         [int(v) for v in args[4:]]
     if flip:  # the filter is read reversed on both axes
         g = np.ascontiguousarray(g.reshape(-1, KH, KW)[:, ::-1, ::-1])
-    rows = 8 * _signal_direct.PLANE_CHUNKS * _signal_direct.plane_rows_per_thread(x.itemsize)
+    rows = 8 * _signal_direct.PLANE_CHUNKS * plane_rows_per_thread(x.itemsize)
     assert shared_mem <= _signal_direct.SMEM_LIMIT and block == (256, 1)
     assert (PW + d) % 4 == 0 and 0 <= d < 4  # every strip's first input column is 4-aligned
     assert tiles_w * 128 >= OW + d > (tiles_w - 1) * 128

@@ -1,0 +1,138 @@
+// Depthwise forward convolution, channels-first, unit stride and dilation in H and W, filters of
+// at most KWB columns, float32/float64: every (image, output channel) plane is a 2-D correlation
+// of its input plane (channel k / mult) with its own filter (k), zero padded:
+//
+//   y[n, k, oh, ow] = bias[k] + sum_{kh, kw} x[n, k / mult, oh - PH + kh, ow - PW + kw] * w[k, kh, kw]
+//
+// It runs the row walk of plane_walk.cuh (no staged window, no block barrier after the taps, loads
+// always in flight), which the tile kernel in depthwise.cu cannot: that one stages windows behind
+// barriers.  The walk's unit of work is an item: RY output rows x one strip of 4 * QW columns of
+// one plane.  Depthwise planes are narrow (56, 28, 14 columns in MobileNets), so a warp is split
+// into GW = 32 / QW lane groups, each walking its own item (lane q of a group owns columns
+// 4q .. 4q+3 of the strip); a wide plane has strips of up to 128 columns, one group per warp.
+// The items are numbered plane by plane (CPP items per plane); a block takes IPB consecutive items
+// (rounds of its lane groups; the host makes IPB a multiple of the groups, so only the grid's
+// last block has idle groups), stages the taps and biases of the planes they touch, then its
+// groups walk them round by round.
+//
+// Strip columns start at s * 4 * QW - d, where d < 4 makes each lane's first input column a
+// multiple of 4, so rows load as aligned 16-byte quads; a quad outside the row is the zero
+// padding (COLS_QUADS), or, when rows are not 16-byte aligned (`vec_in` false), each element is
+// tested.  Stores: 4-element vectors when output quads are aligned (d == 0, OW % 4 == 0, aligned
+// base: `vec_out`), otherwise through a per-warp shared buffer, read back as coalesced rows.
+#include "plane_walk.cuh"
+
+// Resident blocks per SM the register budget is cut for (as filter_plane's FP_MIN_BLOCKS; the
+// depthwise sweep in benchmarks/NOTES.md).  A module define may override it.
+#ifndef DP_MIN_BLOCKS
+#define DP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
+#endif
+
+namespace dp {
+const int MAX_WARPS = 8;
+const int SLOTS = 32;  // most lane groups per warp (QW = 1)
+}  // namespace dp
+
+// Grid: x = ceil(planes * CPP / IPB); block: 32 x warps threads.  Shared memory (the host mirrors
+// it): taps SP x KH x KWB, biases SP (SP: most planes a block touches), then, without vec_out, a
+// RY x 128 buffer per warp.
+template <typename T, int KWB, int KF>
+__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
+depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                T* __restrict__ y, const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int has_bias = (int)prm[0], K = (int)prm[1], mult = (int)prm[2], planes = (int)prm[3],
+      H = (int)prm[4], W = (int)prm[5], OH = (int)prm[6], OW = (int)prm[7], KH_ = (int)prm[8],
+      KW_ = (int)prm[9], PH = (int)prm[10], PW = (int)prm[11], QW = (int)prm[12],
+      GW = (int)prm[13], strips = (int)prm[14], CPP = (int)prm[15], IPB = (int)prm[16],
+      SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20];
+  const int RY = fp::rows_per_thread<T>::value;
+  // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes).
+  const int KH = KF > 0 ? KF : KH_, KW = KF > 0 ? KF : KW_;
+  const int TAPS = KH * KWB;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* const taps = reinterpret_cast<T*>(smem_raw);  // SP x KH x KWB
+  T* const bvals = taps + SP * TAPS;                // SP
+  T* const obuf = bvals + 4 * ((SP + 3) / 4);       // warps x RY x 128, only without vec_out
+  __shared__ cc::index_t meta_base[dp::MAX_WARPS][dp::SLOTS];  // a group's output offset
+  __shared__ int meta_oh[dp::MAX_WARPS][dp::SLOTS], meta_ow[dp::MAX_WARPS][dp::SLOTS];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
+  const int groups = (nthreads >> 5) * GW;
+  const int i0 = blockIdx.x * IPB, i1 = min(i0 + IPB, planes * CPP);  // (< 2^31: host)
+  const int p0 = i0 / CPP, np = (i1 - 1) / CPP - p0 + 1;  // the planes these items touch
+  for (int i = tid; i < np * TAPS; i += nthreads) {
+    const int pp = i / TAPS, t = i - pp * TAPS, r = t / KWB, c = t - r * KWB;
+    taps[i] = c < KW ? w[(cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c] : cc::zero<T>();
+  }
+  for (int i = tid; i < np; i += nthreads) bvals[i] = has_bias ? bias[(p0 + i) % K] : cc::zero<T>();
+  __syncthreads();
+
+  const int grp = lane / QW, q = lane - grp * QW;
+  const bool lane_on = grp < GW;
+  const int cols = vec_in ? fp::COLS_QUADS : fp::COLS_ELEMENTS;
+  // Without vec_out, the buffer element this lane reads back in pass j (of 4): written by lane
+  // e / 4 of group ge[j], column ce[j] of that group's strip.
+  int ge[4], ce[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int e = lane + 32 * j;
+    ge[j] = (e >> 2) / QW;
+    ce[j] = e - 4 * QW * ge[j];
+  }
+
+  for (int base = i0; base < i1; base += groups) {  // block-uniform
+    const int item = base + warp * GW + grp;
+    const bool live = lane_on && item < i1;
+    int pp = 0, oh0 = OH, ow0 = 0;
+    T acc[RY][4];
+    if (live) {
+      const int plane = item / CPP, rem = item - plane * CPP;
+      const int chunk = rem / strips, s = rem - chunk * strips;
+      pp = plane - p0;
+      oh0 = chunk * RY;
+      ow0 = s * 4 * QW - d;
+      const T* xp = x + (cc::index_t)((p0 + pp) / mult) * H * W;
+      fp::walk_chunk<T, KWB, RY, true>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q, H,
+                                       W, KH, KW, cc::BOUNDARY_FILL, cols, cc::zero<T>());
+      const T b = bvals[pp];
+#pragma unroll
+      for (int i = 0; i < RY; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += b;
+    }
+    const cc::index_t obase = ((cc::index_t)(p0 + pp) * OH + oh0) * OW + ow0;
+    if (vec_out) {  // ow0 and OW multiples of 4: a quad is wholly inside or outside the row
+      if (live && ow0 + 4 * q < OW) {
+#pragma unroll
+        for (int i = 0; i < RY; ++i)
+          if (oh0 + i < OH) cc::stg4(y + obase + (cc::index_t)i * OW + 4 * q, acc[i]);
+      }
+    } else {
+      T* ob = obuf + warp * RY * 128;
+      if (lane_on) {
+#pragma unroll
+        for (int i = 0; i < RY; ++i) cc::stg4(ob + i * 128 + 4 * lane, acc[i]);
+        if (q == 0) {
+          meta_base[warp][grp] = obase;
+          meta_oh[warp][grp] = live ? oh0 : OH;
+          meta_ow[warp][grp] = ow0;
+        }
+      }
+      CC_SYNCWARP();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (ge[j] < GW) {
+          const int moh = meta_oh[warp][ge[j]], c = meta_ow[warp][ge[j]] + ce[j];
+          const cc::index_t mb = meta_base[warp][ge[j]];
+          if (c >= 0 && c < OW) {
+#pragma unroll
+            for (int i = 0; i < RY; ++i)
+              if (moh + i < OH) y[mb + (cc::index_t)i * OW + ce[j]] = ob[i * 128 + lane + 32 * j];
+          }
+        }
+      }
+      CC_SYNCWARP();  // the buffer is rewritten by the next round
+    }
+  }
+}

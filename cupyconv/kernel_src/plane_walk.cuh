@@ -1,0 +1,105 @@
+// The row walk of the plane kernels (filter_plane.cu for the signal API, depthwise_plane.cu for
+// depthwise convolution): 2-D correlation of one input plane with KH x KW taps, no window staged.
+//
+// A lane owns 4 consecutive output columns and RY output rows (a "chunk").  It walks down the
+// RY + KH - 1 input rows that feed them, reading the 4 + KW - 1 input columns it needs of a row
+// as 1 + KWB/4 aligned 16-byte loads (neighbouring lanes' reads overlap, and so do the halo rows
+// of neighbouring chunks: L1 serves both), and every input row feeds the output rows it overlaps
+// (acc[i] += row (x) taps[r - i]).  The next row's loads are issued before the current row's
+// multiply-adds, so loads are always in flight without a block barrier (two rows ahead spilled
+// and ran slower: benchmarks/NOTES.md).  Callers choose the first input column c0 a multiple of 4.
+//
+// Boundary modes (boundary.cuh) are applied per loaded row (rows) and per loaded quad or element
+// (columns, only where a strip may overhang the image): never per tap.
+#pragma once
+#include "common.cuh"
+#include "boundary.cuh"
+#include "stage.cuh"
+
+namespace fp {
+
+// Output rows per chunk: 4 x 4 float accumulators, 2 x 4 doubles.
+template <typename T> struct rows_per_thread { static const int value = sizeof(T) <= 4 ? 4 : 2; };
+
+// How a row load treats columns.  INSIDE: every quad of the lane lies inside the row and rows are
+// 16-byte aligned.  QUADS: rows are 16-byte aligned with a multiple of 4 columns and the boundary
+// is the fill value, so a quad is wholly inside or outside the row: one test per quad (narrow
+// planes, whose strips overhang both edges).  ELEMENTS: the boundary mode per element.
+enum { COLS_INSIDE = 0, COLS_QUADS = 1, COLS_ELEMENTS = 2 };
+
+// A lane's window of one input row: columns c0 .. c0 + KWB + 3 (the first 4 + KW - 1 are used).
+template <typename T, int KWB> struct Window {
+  T v[KWB / 4 + 1][4];
+  __device__ __forceinline__ T operator[](int i) const { return v[i / 4][i % 4]; }
+};
+
+// Load input row `ih` (already mapped through the boundary mode; -1: a fill row).  QUADS: the
+// caller may pass COLS_QUADS (a compile-time switch: the branch costs registers where unused).
+template <typename T, int KWB, bool QUADS>
+__device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict__ xp, int ih,
+                                         int c0, int W, int KW, int boundary, int cols, T fill) {
+  const T* row = xp + (cc::index_t)ih * W;
+  if (ih >= 0 && cols == COLS_INSIDE) {
+#pragma unroll
+    for (int q = 0; q <= KWB / 4; ++q) cc::load4(row + c0 + 4 * q, w.v[q]);
+  } else if (QUADS && cols == COLS_QUADS) {
+#pragma unroll
+    for (int q = 0; q <= KWB / 4; ++q) {
+      if (ih >= 0 && (unsigned)(c0 + 4 * q) < (unsigned)W) {
+        cc::load4(row + c0 + 4 * q, w.v[q]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w.v[q][j] = fill;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < KWB + 4; ++e) {
+      if (e < KW + 3) {  // uniform
+        const int a = ih < 0 ? -1 : cc::boundary_index(c0 + e, W, boundary);
+        w.v[e / 4][e % 4] = a < 0 ? fill : row[a];
+      }
+    }
+  }
+}
+
+// acc = the RY x 4 outputs whose input rows start at ih0 and columns at c0, with taps KH x KWB
+// (shared memory, rows padded to KWB with zeros).
+template <typename T, int KWB, int RY, bool QUADS>
+__device__ __forceinline__ void walk_chunk(T (&acc)[RY][4], const T* __restrict__ xp,
+                                           const T* taps, int ih0, int c0, int H, int W, int KH,
+                                           int KW, int boundary, int cols, T fill) {
+#pragma unroll
+  for (int i = 0; i < RY; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = cc::zero<T>();
+
+  const int nrows = RY + KH - 1;
+  Window<T, KWB> cur, nxt;
+  load_row<T, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary, cols, fill);
+#pragma unroll 1
+  for (int r = 0; r < nrows; ++r) {
+    if (r + 1 < nrows)  // in flight during this row's multiply-adds
+      load_row<T, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
+                       boundary, cols, fill);
+#pragma unroll
+    for (int i = 0; i < RY; ++i) {
+      const int kh = r - i;
+      if (kh >= 0 && kh < KH) {  // uniform: input row r feeds output row i through tap row kh
+        T f[KWB / 4][4];
+#pragma unroll
+        for (int q = 0; q < KWB / 4; ++q) cc::load4(taps + kh * KWB + 4 * q, f[q]);
+#pragma unroll
+        for (int kw = 0; kw < KWB; ++kw) {
+          if (kw < KW) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] += cur[j + kw] * f[kw / 4][kw % 4];
+          }
+        }
+      }
+    }
+    if (r + 1 < nrows) cur = nxt;
+  }
+}
+
+}  // namespace fp
