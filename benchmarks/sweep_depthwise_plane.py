@@ -1,11 +1,15 @@
-"""Work-split sweep of the depthwise plane kernel (diagnostic, issue 5): device ms of the forward
-pass on MobileNetV2's depthwise 3x3 layers (batch 32) for the tile kernel (depthwise.cu) and the
-plane kernel (depthwise_plane.cu) at several (warps per block, rounds per block) and register
-budgets (DP_MIN_BLOCKS).  Times the prepared launch (no Python around it) and the `conv` call.
+"""Work-split and register sweep of the depthwise plane kernel (diagnostic, issue 5): device ms of
+the forward pass on MobileNetV2's depthwise 3x3 layers (batch 32) for the tile kernel
+(depthwise.cu) and the plane kernel (depthwise_plane.cu) at several (warps per block, rounds per
+block), rows per item (DP_ROWS) and register budgets (DP_MIN_BLOCKS).  Times the prepared launch
+(no Python around it) and the `conv` call.
 
-    python3 benchmarks/sweep_depthwise_plane.py
+    python3 benchmarks/sweep_depthwise_plane.py [--problems "144 56^2" ...] [--ncu]
+
+--ncu: three `conv` calls of the first problem only (run under ncu -k regex:depthwise_plane).
 """
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -22,54 +26,72 @@ from cupyconv._timing import time_gpu  # noqa: E402
 from cupyconv._verify import rel_error  # noqa: E402
 
 PROBLEMS = {"144 56^2": (32, 144, 56), "960 7^2": (32, 960, 7), "32 112^2": (32, 32, 112)}
-SPLITS = ((8, None), (8, 1), (8, 2), (8, 4), (4, 1), (4, 2), (6, 1))
+# (float32 rows per item, float32 blocks per SM); None: the kernel's defaults
+BUILDS = ((None, None), (8, 3), (8, 2), (2, 4))
+SPLITS = ((8, None), (8, 1), (8, 2), (4, 1), (4, 2), (4, 4))
 MODULES = dict(_kernels.DEPTHWISE_PLANE)
 PLAN = _depthwise.plane_plan
 
 
-def use_min_blocks(mb):
-    defines = () if mb is None else (("DP_MIN_BLOCKS(T, KWB)", f"((sizeof(T) > 4) ? 2 : {mb})"),)
-    _depthwise.DEPTHWISE_PLANE = {d: dataclasses.replace(m, defines=defines) for d, m in MODULES.items()}
+def build(ry, mb):
+    defines = []
+    if ry is not None:
+        defines.append(("DP_ROWS(T)", f"((sizeof(T) > 4) ? 2 : {ry})"))
+    if mb is not None:
+        defines.append(("DP_MIN_BLOCKS(T, KWB)", f"((sizeof(T) > 4) ? 2 : {mb})"))
+    _depthwise.DEPTHWISE_PLANE = {d: dataclasses.replace(m, defines=tuple(defines))
+                                  for d, m in MODULES.items()}
+
+
+def reset():
+    _depthwise._pass_launch.cache_clear()
+    _fastpath.clear()
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--problems", nargs="*", default=list(PROBLEMS))
+    parser.add_argument("--ncu", action="store_true")
+    args = parser.parse_args()
     rng = cupy.random.default_rng(0)
-    for name, (n, c, hw) in PROBLEMS.items():
-        for dtype in ("float32", "float64"):
+    for name in args.problems:
+        n, c, hw = PROBLEMS[name]
+        for dtype in ("float32",) if args.ncu else ("float32", "float64"):
             x = rng.standard_normal((n, c, hw, hw)).astype(dtype)
             w = rng.standard_normal((c, 1, 3, 3)).astype(dtype)
             b = rng.standard_normal((c,)).astype(dtype)
             y = cupy.empty_like(x)
+            call = lambda: cupyconv.conv(x, w, b, padding=1, groups=c, out=y)  # noqa: E731
+            if args.ncu:
+                for _ in range(3):
+                    call()
+                cupy.cuda.Device().synchronize()
+                return
             g = ConvGeometry.from_shapes(x.shape, w.shape, padding=1, groups=c, dtype=dtype)
             gb = 2 * x.nbytes / 1e9
             ref = cupyconv.conv(x, w, b, padding=1, groups=c, method="direct")
 
             _depthwise.plane_plan = lambda *a, **k: None  # the tile kernel
-            _depthwise._pass_launch.cache_clear()
-            _fastpath.clear()
-            call = lambda: cupyconv.conv(x, w, b, padding=1, groups=c, out=y)  # noqa: E731
+            reset()
             t = time_gpu(call, repeat=30)
             print(f"{name} {dtype} tile kernel: conv {t:.4f} ms ({gb / t:.0f} GB/s)", flush=True)
             _depthwise.plane_plan = PLAN
-            _depthwise._pass_launch.cache_clear()
-            _fastpath.clear()
-
-            for mb in ((None, 3, 5) if dtype == "float32" else (None,)):
-                use_min_blocks(mb)
-                for warps, rounds in SPLITS if mb is None else SPLITS[:2]:
-                    plan = _depthwise.plane_plan(g, True, warps=warps, rounds=rounds)
+            for ry, mb in BUILDS if dtype == "float32" else BUILDS[:1]:
+                build(ry, mb)
+                for warps, rounds in SPLITS:
+                    plan = _depthwise.plane_plan(g, True, warps=warps, rounds=rounds,
+                                                 ry=ry if dtype == "float32" else None)
                     launch = _depthwise.plane_launch(
                         g, plan, True, _depthwise.vector_rows(x, element_strides(x, False)))
                     y.fill(cupy.nan)
                     launch(x, w, b, y)
                     err = rel_error(y, ref)
                     t = time_gpu(lambda: launch(x, w, b, y), repeat=30)
-                    print(f"{name} {dtype} plane mb={mb} warps={warps} rounds={plan.rounds} "
-                          f"blocks={plan.blocks(n * c)}: launch {t:.4f} ms ({gb / t:.0f} GB/s) "
-                          f"err {err:.1e}", flush=True)
-            use_min_blocks(None)
-            _depthwise._pass_launch.cache_clear()
-            _fastpath.clear()
+                    print(f"{name} {dtype} plane ry={plan.ry} mb={mb} warps={warps} "
+                          f"rounds={plan.rounds} blocks={plan.blocks(n * c)}: launch {t:.4f} ms "
+                          f"({gb / t:.0f} GB/s) err {err:.1e}", flush=True)
+            build(None, None)
+            reset()
             t = time_gpu(call, repeat=30)
             print(f"{name} {dtype} plane default: conv {t:.4f} ms ({gb / t:.0f} GB/s) "
                   f"err {rel_error(y, ref):.1e}", flush=True)

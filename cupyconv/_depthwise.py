@@ -149,6 +149,7 @@ class PlanePlan:
     vec_out: bool
     itemsize: int
     kh: int
+    ry: int  # output rows per item: the kernel's DP_ROWS
 
     @property
     def ipb(self) -> int:
@@ -161,7 +162,7 @@ class PlanePlan:
     @property
     def smem(self) -> int:
         """Dynamic shared bytes: taps, biases (padded to 4) and, without vec_out, the buffers."""
-        ry = plane_rows_per_thread(self.itemsize)
+        ry = self.ry
         return (self.sp * self.kh * self.kwb + 4 * math.ceil(self.sp / 4)
                 + (0 if self.vec_out else self.warps * ry * 128)) * self.itemsize
 
@@ -177,12 +178,13 @@ PLANE_MAX_ROUNDS = 8
 
 
 def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
-               rounds: int | None = None) -> PlanePlan | None:
+               rounds: int | None = None, ry: int | None = None) -> PlanePlan | None:
     """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
     channels-last, float16, a depth extent, stride or dilation in H or W, or filters wider than
     the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
     OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
-    ``rounds`` (default: from PLANE_TARGET_BLOCKS) are there for sweeps."""
+    ``rounds`` (default: from PLANE_TARGET_BLOCKS) and ``ry`` (rows per item, with a kernel built
+    for it) are there for sweeps."""
     if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
         return None
     g3 = geom.as_3d()
@@ -199,7 +201,8 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     strips = math.ceil((ow + d) / 128)
     qw = math.ceil(math.ceil((ow + d) / strips) / 4)
     gw = 32 // qw
-    cpp = strips * math.ceil(oh / plane_rows_per_thread(itemsize))
+    ry = ry or plane_rows_per_thread(itemsize)
+    cpp = strips * math.ceil(oh / ry)
     items = geom.batch * geom.out_channels * cpp
     if items >= 2 ** 31:
         return None
@@ -207,7 +210,7 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
         rounds = max(1, min(PLANE_MAX_ROUNDS, items // (warps * gw * PLANE_TARGET_BLOCKS)))
     kf = kh if kh == kw and kh in PLANE_SQUARES else 0
     return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
-                     vec_out and d == 0 and ow % 4 == 0, itemsize, kh)
+                     vec_out and d == 0 and ow % 4 == 0, itemsize, kh, ry)
 
 
 def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...]) -> bool:

@@ -28,6 +28,12 @@
 #define DP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
 
+// Output rows per item (RY; default: the walk's rows_per_thread).  A module define may override
+// it (the host's PlanePlan.ry must match).
+#ifndef DP_ROWS
+#define DP_ROWS(T) (fp::rows_per_thread<T>::value)
+#endif
+
 namespace dp {
 const int MAX_WARPS = 8;
 const int SLOTS = 32;  // most lane groups per warp (QW = 1)
@@ -46,7 +52,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       KW_ = (int)prm[9], PH = (int)prm[10], PW = (int)prm[11], QW = (int)prm[12],
       GW = (int)prm[13], strips = (int)prm[14], CPP = (int)prm[15], IPB = (int)prm[16],
       SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20];
-  const int RY = fp::rows_per_thread<T>::value;
+  const int RY = DP_ROWS(T);
   // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes).
   const int KH = KF > 0 ? KF : KH_, KW = KF > 0 ? KF : KW_;
   const int TAPS = KH * KWB;
@@ -56,6 +62,10 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   T* const obuf = bvals + 4 * ((SP + 3) / 4);       // warps x RY x 128, only without vec_out
   __shared__ cc::index_t meta_base[dp::MAX_WARPS][dp::SLOTS];  // a group's output offset
   __shared__ int meta_oh[dp::MAX_WARPS][dp::SLOTS], meta_ow[dp::MAX_WARPS][dp::SLOTS];
+  // Without vec_out, buffer element e of a row was written by lane e / 4 of group g = e / (4 QW),
+  // column c = e - 4 QW g of that group's strip: readback[e] = g << 8 | c (a table, not
+  // registers: the walk needs them).
+  __shared__ int readback[128];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
   const int groups = (nthreads >> 5) * GW;
@@ -66,20 +76,15 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
     taps[i] = c < KW ? w[(cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c] : cc::zero<T>();
   }
   for (int i = tid; i < np; i += nthreads) bvals[i] = has_bias ? bias[(p0 + i) % K] : cc::zero<T>();
+  for (int e = tid; e < 128; e += nthreads) {
+    const int g = (e >> 2) / QW;
+    readback[e] = g << 8 | (e - 4 * QW * g);
+  }
   __syncthreads();
 
   const int grp = lane / QW, q = lane - grp * QW;
   const bool lane_on = grp < GW;
   const int cols = vec_in ? fp::COLS_QUADS : fp::COLS_ELEMENTS;
-  // Without vec_out, the buffer element this lane reads back in pass j (of 4): written by lane
-  // e / 4 of group ge[j], column ce[j] of that group's strip.
-  int ge[4], ce[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int e = lane + 32 * j;
-    ge[j] = (e >> 2) / QW;
-    ce[j] = e - 4 * QW * ge[j];
-  }
 
   for (int base = i0; base < i1; base += groups) {  // block-uniform
     const int item = base + warp * GW + grp;
@@ -122,13 +127,14 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       CC_SYNCWARP();
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if (ge[j] < GW) {
-          const int moh = meta_oh[warp][ge[j]], c = meta_ow[warp][ge[j]] + ce[j];
-          const cc::index_t mb = meta_base[warp][ge[j]];
+        const int rb = readback[lane + 32 * j], g = rb >> 8, ce = rb & 255;
+        if (g < GW) {
+          const int moh = meta_oh[warp][g], c = meta_ow[warp][g] + ce;
+          const cc::index_t mb = meta_base[warp][g];
           if (c >= 0 && c < OW) {
 #pragma unroll
             for (int i = 0; i < RY; ++i)
-              if (moh + i < OH) y[mb + (cc::index_t)i * OW + ce[j]] = ob[i * 128 + lane + 32 * j];
+              if (moh + i < OH) y[mb + (cc::index_t)i * OW + ce] = ob[i * 128 + lane + 32 * j];
           }
         }
       }
