@@ -170,11 +170,13 @@ class PlanePlan:
         return math.ceil(planes * self.cpp / self.ipb)
 
 
-PLANE_WARPS = 8
-# Blocks the plane kernel's grid aims for: several waves of resident blocks on the largest GPUs
-# (132 SMs x 4), so that the last wave's idle SMs cost little; blocks take more rounds only past it.
-PLANE_TARGET_BLOCKS = 2048
-PLANE_MAX_ROUNDS = 8
+# Work split defaults from benchmarks/sweep_depthwise_plane.py (H100, 3x3, batch 32, ms per
+# launch): float32 (144, 56^2) 4 warps x 2 rounds 0.0602 against 8 x 1 0.0642 and 4 x 1 0.0629;
+# float64 4 x 4 0.1196 against 8 x 1 0.1441; (960, 7^2) and (32, 112^2) within 3 % of their best.
+# Fewer rounds where the grid would be small (fewer blocks than a few waves of resident ones).
+PLANE_WARPS = 4
+PLANE_ROUNDS = {4: 2, 8: 4}  # by itemsize
+PLANE_MIN_BLOCKS = 1024
 
 
 def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
@@ -183,7 +185,7 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     channels-last, float16, a depth extent, stride or dilation in H or W, or filters wider than
     the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
     OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
-    ``rounds`` (default: from PLANE_TARGET_BLOCKS) and ``ry`` (rows per item, with a kernel built
+    ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a kernel built
     for it) are there for sweeps."""
     if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
         return None
@@ -207,7 +209,9 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     if items >= 2 ** 31:
         return None
     if rounds is None:
-        rounds = max(1, min(PLANE_MAX_ROUNDS, items // (warps * gw * PLANE_TARGET_BLOCKS)))
+        rounds = PLANE_ROUNDS[itemsize]
+        while rounds > 1 and items < PLANE_MIN_BLOCKS * rounds * warps * gw:
+            rounds //= 2
     kf = kh if kh == kw and kh in PLANE_SQUARES else 0
     return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
                      vec_out and d == 0 and ow % 4 == 0, itemsize, kh, ry)

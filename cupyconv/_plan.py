@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
-from ._depthwise import depthwise_applicable, run_depthwise, tile_plan
+from ._depthwise import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from ._direct import run_direct
 from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
 from ._gemm_launch import BANDWIDTH, GemmPlan, dense_plan, forced_plan, plan_gemm
@@ -71,6 +71,12 @@ def _direct_cost(g: ConvGeometry, device_id: int) -> float:
 
 
 def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
+    p = plane_plan(g)
+    if p is not None:  # (assumes contiguous planes, as conv's inputs usually are)
+        oh, ow = g.as_3d()["out_spatial"][1:]
+        # idle lanes: columns past the plane in the last strip, rows past it in the last item
+        fill = (oh * ow * p.gw * p.qw) / (math.ceil(oh / p.ry) * p.ry * p.strips * 4 * p.qw * 32)
+        return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
     t = tile_plan(g, False)
     if t is None:
         return _bytes(g) / _DEPTHWISE_GATHER_BANDWIDTH
@@ -110,7 +116,8 @@ FORWARD: dict[str, Algorithm] = {
     "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
                              "explicit im2col buffer + one batched tiled GEMM", tiled=True),
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
-                           "groups == channels: halo windows in shared memory (channels-first), "
+                           "groups == channels: row walk per plane (channels-first, unit stride), "
+                           "halo windows in shared memory (other channels-first), "
                            "channel-parallel gather (channels-last)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from cupyconv._backward import backward_method
-from cupyconv._depthwise import MAX_Z, SMEM_LIMIT, THREADS, _window, tile_plan, wgrad_plan
+from cupyconv._depthwise import (MAX_Z, SMEM_LIMIT, THREADS, _window, contiguous_planes,
+                                 plane_plan, tile_plan, wgrad_plan)
 from cupyconv._geometry import ConvGeometry
 from cupyconv._separable import fused_pays, fused_plan
 
@@ -123,3 +124,71 @@ def test_backward_method_choice_and_errors():
         backward_method(dense, "depthwise")
     with pytest.raises(ValueError, match="method must be one of"):
         backward_method(dw, "winograd")
+
+
+def _model_plane_items(geom, plan):
+    """Which outputs the plane kernel's blocks, rounds, lane groups and lanes write (a model of
+    depthwise_plane.cu's loops): a count per output element, and the most planes a block
+    touches."""
+    n, k = geom.batch, geom.out_channels
+    oh, ow = geom.as_3d()["out_spatial"][1:]
+    planes = n * k
+    count = [[[0] * ow for _ in range(oh)] for _ in range(planes)]
+    total, groups, most = planes * plan.cpp, plan.warps * plan.gw, 0
+    for b in range(plan.blocks(planes)):
+        i0, i1 = b * plan.ipb, min(b * plan.ipb + plan.ipb, total)
+        most = max(most, (i1 - 1) // plan.cpp - i0 // plan.cpp + 1)
+        for base in range(i0, i1, groups):
+            for lane_group in range(groups):  # warp * gw + grp
+                item = base + lane_group
+                if item >= i1:
+                    continue
+                plane, rem = divmod(item, plan.cpp)
+                chunk, strip = divmod(rem, plan.strips)
+                oh0, ow0 = chunk * plan.ry, strip * 4 * plan.qw - plan.d
+                assert (ow0 - geom.as_3d()["pad_lo"][2]) % 4 == 0  # aligned input quads
+                for q in range(plan.qw):
+                    for i in range(plan.ry):
+                        for j in range(4):
+                            r, c = oh0 + i, ow0 + 4 * q + j
+                            if r < oh and 0 <= c < ow:
+                                count[plane][r][c] += 1
+    return count, most
+
+
+@pytest.mark.parametrize("sp,k,pad", [((56, 56), (3, 3), 1), ((7, 7), (3, 3), 1),
+                                      ((5, 130), (3, 3), 1), ((6, 257), (2, 5), 4),
+                                      ((9, 1), (3, 1), 0), ((3, 4), (7, 7), 6),
+                                      ((20, 64), (3, 5), 4), ((30, 12), (1, 16), 8)])
+@pytest.mark.parametrize("warps,rounds", [(None, None), (4, 1), (8, 3), (5, 2)])
+def test_plane_plan_covers_every_output_once(sp, k, pad, warps, rounds):
+    g = ConvGeometry.from_shapes((2, 3, *sp), (6, 1, *k), padding=pad, groups=3, dtype="float32")
+    kw = {} if warps is None else dict(warps=warps, rounds=rounds)
+    plan = plane_plan(g, **kw)
+    assert plan is not None
+    assert plan.gw * plan.qw <= 32 and 4 * plan.qw <= 128 and plan.ipb % (plan.warps * plan.gw) == 0
+    assert plan.strips * 4 * plan.qw >= g.out_spatial[1] + plan.d  # strips cover the shifted row
+    count, most = _model_plane_items(g, plan)
+    assert all(v == 1 for plane in count for row in plane for v in row)
+    assert most <= plan.sp  # the staged taps cover every plane a block touches
+    assert plan.smem <= 48 * 1024 - 1024
+
+
+def test_plane_plan_applies_only_where_the_kernel_does():
+    base = dict(padding=1)
+    assert plane_plan(_geom((56, 56), **base)) is not None
+    assert plane_plan(_geom((50,), padding=2)) is not None  # 1-D: one row per plane
+    assert plane_plan(_geom((56, 56), dtype="float64", padding=1)).ry == 2
+    refused = [_geom((56, 56), dtype="float16", padding=1), _geom((56, 56), layout="NHWC", **base),
+               _geom((56, 56), stride=2, padding=1), _geom((56, 56), dilation=2, padding=2),
+               _geom((20, 40), k=17, padding=8), _geom((4, 9, 10), padding=1)]
+    assert all(plane_plan(g) is None for g in refused)
+    g = _geom((9, 12), padding=1)
+    assert contiguous_planes(g, (8 * 108, 108, 0, 12, 1))
+    assert not contiguous_planes(g, (8 * 108, 108, 0, 13, 1))  # padded rows
+    assert not contiguous_planes(g, (108, 2 * 108, 0, 12, 1))  # batch-minor
+    # (144, 56^2) at batch 32 takes two rounds per block, a small grid (batch 2) one
+    large, small = (plane_plan(ConvGeometry.from_shapes((n, 144, 56, 56), (144, 1, 3, 3), padding=1,
+                                                         groups=144, dtype="float32"))
+                    for n in (32, 2))
+    assert (large.rounds, small.rounds) == (2, 1) and large.blocks(32 * 144) >= 1024
