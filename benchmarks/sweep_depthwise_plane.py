@@ -4,9 +4,10 @@ the forward pass on MobileNetV2's depthwise 3x3 layers (batch 32) for the tile k
 block), rows per item (DP_ROWS) and register budgets (DP_MIN_BLOCKS).  Times the prepared launch
 (no Python around it) and the `conv` call.
 
-    python3 benchmarks/sweep_depthwise_plane.py [--problems "144 56^2" ...] [--ncu]
+    python3 benchmarks/sweep_depthwise_plane.py [--problems "144 56^2" ...] [--ncu] [--wgrad]
 
 --ncu: three `conv` calls of the first problem only (run under ncu -k regex:depthwise_plane).
+--wgrad: the backward-weight kernels instead (tile kernel, plane kernel at several splits).
 """
 
 import argparse
@@ -48,11 +49,57 @@ def reset():
     _fastpath.clear()
 
 
+def sweep_wgrad(problems):
+    import dataclasses
+
+    rng = cupy.random.default_rng(1)
+    for name in problems:
+        n, c, hw = PROBLEMS[name]
+        for dtype in ("float32", "float64"):
+            x = rng.standard_normal((n, c, hw, hw)).astype(dtype)
+            dy = rng.standard_normal((n, c, hw, hw)).astype(dtype)
+            g = ConvGeometry.from_shapes(x.shape, (c, 1, 3, 3), padding=1, groups=c, dtype=dtype)
+            gb = 2 * x.nbytes / 1e9
+            call = lambda: cupyconv.conv_backward_weight(x, dy, (c, 1, 3, 3), padding=1, groups=c)  # noqa: E731
+            ref = cupyconv.conv_backward_weight(x, dy, (c, 1, 3, 3), padding=1, groups=c,
+                                                method="direct")
+            plan_fn = _depthwise.plane_wgrad_plan
+            _depthwise.plane_wgrad_plan = lambda *a, **k: None  # the tile kernel
+            _depthwise._wgrad_launches.cache_clear()
+            _fastpath.clear()
+            t = time_gpu(call, repeat=30)
+            print(f"{name} {dtype} wgrad tile kernel: call {t:.4f} ms ({gb / t:.0f} GB/s) "
+                  f"err {rel_error(call(), ref):.1e}", flush=True)
+            _depthwise.plane_wgrad_plan = plan_fn
+            _depthwise._wgrad_launches.cache_clear()
+            _fastpath.clear()
+            vec = _depthwise.vector_rows(x, element_strides(x, False))
+            for warps in (4, 8):
+                for rounds in (1, 2, 4, 8):
+                    plan, _ = plan_fn(g)
+                    plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
+                    chunks = -(-n * plan.cpp // plan.ipb)
+                    partial = cupy.empty((chunks, c, 9), "float64" if dtype == "float64" else "float32")
+                    launch = _depthwise.plane_wgrad_launch(g, plan, chunks, vec)
+                    launch(x, dy, partial)
+                    err = rel_error(partial.sum(axis=0).reshape(c, 1, 3, 3), ref)
+                    t = time_gpu(lambda: launch(x, dy, partial), repeat=30)
+                    print(f"{name} {dtype} wgrad plane warps={warps} rounds={rounds} "
+                          f"blocks={c * chunks}: launch {t:.4f} ms ({gb / t:.0f} GB/s) "
+                          f"err {err:.1e}", flush=True)
+            t = time_gpu(call, repeat=30)
+            print(f"{name} {dtype} wgrad plane default: call {t:.4f} ms ({gb / t:.0f} GB/s) "
+                  f"err {rel_error(call(), ref):.1e}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--problems", nargs="*", default=list(PROBLEMS))
     parser.add_argument("--ncu", action="store_true")
+    parser.add_argument("--wgrad", action="store_true")
     args = parser.parse_args()
+    if args.wgrad:
+        return sweep_wgrad(args.problems)
     rng = cupy.random.default_rng(0)
     for name in args.problems:
         n, c, hw = PROBLEMS[name]

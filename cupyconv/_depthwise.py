@@ -11,12 +11,14 @@ are runtime arguments: one binary per (dtype, kernel family) serves every proble
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
 from ._geometry import ConvGeometry
-from ._kernels import (DEPTHWISE_PLANE, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
+from ._kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIANT,
+                       DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
                        DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
                        depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from ._launch import Launch, element_strides, int64s, ints, launch_grid, spatial_args
@@ -344,15 +346,54 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
     return None, math.ceil(pixels / per_chunk), per_chunk
 
 
+# Backward-weight on the plane kernel: rounds per block from the sweep (H100, 3x3, (144, 56^2)
+# batch 32), fewer where the (K, chunks) grid would be small.
+PLANE_WGRAD_ROUNDS = 4
+
+
+def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
+    """(plan, chunks) of the plane backward-weight kernel (3x3 only), or None: then the tile or
+    gather kernel.  Block (k, chunk) takes plan.ipb of channel k's batch * plan.cpp items."""
+    plan = plane_plan(geom)
+    if plan is None or (plan.kwb, plan.kf) != PLANE_WGRAD_VARIANT:
+        return None
+    items = geom.batch * plan.cpp
+    if rounds is None:
+        rounds = PLANE_WGRAD_ROUNDS
+        while rounds > 1 and geom.out_channels * items < PLANE_MIN_BLOCKS * rounds * plan.warps * plan.gw:
+            rounds //= 2
+    plan = dataclasses.replace(plan, rounds=rounds)
+    chunks = math.ceil(items / plan.ipb)
+    return (plan, chunks) if chunks <= GRID_Y_MAX else None
+
+
+def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool) -> Launch:
+    """The plane backward-weight launch (partial sums per chunk) under ``plan``."""
+    g3 = geom.as_3d()
+    fn = jit.get_function(DEPTHWISE_PLANE_WGRAD[geom.dtype], "depthwise_plane_wgrad", geom.dtype,
+                          PLANE_WGRAD_VARIANT)
+    threads = 32 * plan.warps
+    smem = geom.kernel[-1] ** 2 * (threads + 32) * _acc_bytes(geom.dtype)
+    return Launch(fn, (geom.out_channels, chunks), (threads,),
+                  ints((geom.out_channels, geom.out_channels // geom.in_channels, geom.batch)
+                       + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["pad_lo"][1:]
+                       + (plan.qw, plan.gw, plan.strips, plan.cpp, plan.ipb, plan.d, vec_in)),
+                  smem, packed=True)
+
+
 @lru_cache(maxsize=2048)
 def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: bool,
-                    device: int) -> tuple[Launch, Launch, int]:
-    """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight; the
-    tile kernel takes dy contiguous (its strides are not used)."""
+                    plane: bool, device: int) -> tuple[Launch, Launch, int]:
+    """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight, on the
+    plane kernel if ``plane``; the plane and tile kernels take dy contiguous (its strides are not
+    used)."""
     t, chunks, per_chunk = wgrad_plan(geom)
     k, taps = geom.out_channels, math.prod(geom.kernel)
     mult = k // geom.in_channels
-    if t is not None:
+    if plane:  # (the caller checked that x's planes are contiguous)
+        plan, chunks = plane_wgrad_plan(geom)
+        main = plane_wgrad_launch(geom, plan, chunks, vec)
+    elif t is not None:
         kf = fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:])
         fn = jit.get_function(depthwise_wgrad_module(geom.dtype), "depthwise_wgrad_tile",
                               geom.dtype, (kf,))
@@ -379,12 +420,13 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
     import cupy
 
-    tiled = wgrad_plan(geom)[0] is not None
+    xs = _strides(x, geom)
+    plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
+    tiled = plane or wgrad_plan(geom)[0] is not None
     if tiled and not dy.flags.c_contiguous:
         dy = cupy.ascontiguousarray(dy)
-    xs = _strides(x, geom)
     main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
-                                          tiled and vector_rows(x, xs), dw.data.device_id)
+                                          tiled and vector_rows(x, xs), plane, dw.data.device_id)
     with dw.device:
         partial = cupy.empty(count, dtype="float64" if geom.dtype == "float64" else "float32")
         main(x, dy, partial)

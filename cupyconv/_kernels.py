@@ -187,10 +187,14 @@ FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), vari
 # The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and squares.
 DEPTHWISE_PLANE = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane",), (d,),
                                    variants=PLANE_VARIANTS) for d in PLANE_DTYPES}
+# Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers).
+PLANE_WGRAD_VARIANT = (plane_width(3), 3)
+DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
+                                         variants=(PLANE_WGRAD_VARIANT,)) for d in PLANE_DTYPES}
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
-    DEPTHWISE_PLANE.values()) + (
+    DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + (
     DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),

@@ -3,13 +3,17 @@ unfused) on the GPU: against the float64 reference, composed cupyconv calls, the
 and bitwise repeatability.  Channel counts that are not multiples of any tile, multipliers > 1,
 kernel sizes 3/5/7, strides, dilations, every padding form, both layouts, all dtypes."""
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._depthwise import (contiguous_planes, plane_launch, plane_plan, tile_plan,
-                                 vector_rows, wgrad_plan)
+from cupyconv._depthwise import (contiguous_planes, plane_launch, plane_plan,
+                                 plane_wgrad_launch, plane_wgrad_plan, tile_plan, vector_rows,
+                                 wgrad_plan)
 from cupyconv._launch import element_strides
 from cupyconv._geometry import ConvGeometry
 from cupyconv._verify import poison, random_array, rel_error, tolerance
@@ -174,6 +178,67 @@ def test_plane_kernel_work_splits(case, warps, rounds):
     plane_launch(g, plan, True, vector_rows(x, element_strides(x, False)))(x, w, b, y)
     ref = reference.conv(xh, wh, bh, padding=pad, groups=c)
     assert rel_error(y, ref) <= tolerance("float32", ref)
+
+
+# 3x3 problems of the plane backward-weight kernel: narrow and wide planes (up to three strips),
+# pads that shift the strips by every d (0 .. 3), asymmetric pads, channel multipliers.
+PLANE_WGRAD_CASES = [
+    (2, 3, 1, (7, 7), (3, 3), 1),
+    (1, 4, 2, (13, 9), (3, 3), [(0, 2), (2, 0)]),
+    (2, 5, 1, (56, 56), (3, 3), 1),
+    (1, 2, 3, (6, 60), (3, 3), 4),
+    (1, 2, 1, (9, 130), (3, 3), [(1, 1), (3, 2)]),
+    (1, 1, 1, (5, 257), (3, 3), [(2, 2), (2, 2)]),
+    (3, 2, 1, (1, 3), (3, 3), [(1, 1), (1, 1)]),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", PLANE_WGRAD_CASES, ids=_plane_id)
+def test_plane_kernel_backward_weight(case, dtype):
+    """conv_backward_weight routes these to the plane kernel; aligned and misaligned input rows,
+    against the float64 reference, and bitwise repeatable."""
+    import cupy
+
+    n, c, m, sp, k, pad = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    opts = dict(padding=pad, groups=c)
+    g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+    assert plane_wgrad_plan(g) is not None
+    rng = rng_for("dw-plane-wgrad", _plane_id(case), dtype)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    xh, dyh = random_array(rng, xs, dtype), random_array(rng, ys, dtype)
+    x, dy = cupy.asarray(xh), cupy.asarray(dyh)
+    ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
+    results = []
+    for xin in (x, _misaligned(cupy, x), x):
+        dw = poison(cupy.empty(ws, dtype))
+        cupyconv.conv_backward_weight(xin, dy, ws, out=dw, **opts)
+        assert rel_error(dw, ref) <= tolerance(dtype, ref), xin.data.ptr % 16
+        results.append(dw)
+    assert cupy.array_equal(results[0], results[2])
+
+
+@pytest.mark.parametrize("warps,rounds", [(4, 1), (8, 3), (5, 2)])
+@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 4)], ids=_plane_id)
+def test_plane_wgrad_work_splits(case, warps, rounds):
+    """Other warps and rounds per block than the default plan (chunks whose last block idles)."""
+    import cupy
+
+    n, c, m, sp, k, pad = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    g = ConvGeometry.from_shapes(xs, ws, padding=pad, groups=c, dtype="float32")
+    rng = rng_for("dw-plane-wgrad-split", _plane_id(case), warps, rounds)
+    xh, dyh = random_array(rng, xs), random_array(rng, g.output_shape)
+    x, dy = cupy.asarray(xh), cupy.asarray(dyh)
+    plan, _ = plane_wgrad_plan(g)
+    plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
+    chunks = math.ceil(n * plan.cpp / plan.ipb)
+    partial = poison(cupy.empty((chunks, c * m, 9), "float32"))
+    plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)))(x, dy, partial)
+    ref = reference.conv_backward_weight(xh, dyh, ws, padding=pad, groups=c)
+    dw = partial.sum(axis=0).reshape(ws)
+    assert rel_error(dw, ref) <= tolerance("float32", ref)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -142,3 +142,94 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
     }
   }
 }
+
+// Backward-weight on the same walk, for KF x KF filters fixed at compile time:
+//
+//   partial[chunk, k, kh, kw] = sum over the chunk's items of channel k of
+//                               dy[n, k, oh, ow] * x[n, k / mult, oh - PH + kh, ow - PW + kw]
+//
+// Block (k, chunk) takes items i0 .. i0 + IPB - 1 of channel k (numbered image by image, CPP per
+// plane) in rounds of its lane groups, as the forward kernel.  A lane loads its item's RY x 4 dy
+// values (scalars: the strip's d shift leaves dy quads unaligned), then walks the input rows;
+// input row r meets dy row i through tap row r - i, for all KF columns of taps.  Each lane keeps
+// KF x KF sums over every item it walks; the block adds them in a fixed order (shared memory, no
+// atomics), and the split-K reduce kernel adds the chunks in order: bitwise repeatable.
+// Grid: (K, chunks); shared memory: KF * KF * blockDim.x accumulators.
+template <typename T, int KWB, int KF>
+__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
+depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
+                      typename cc::acc_type<T>::type* __restrict__ partial,
+                      const cc::index_t* __restrict__ prm) {
+  static_assert(KF > 0 && KF <= KWB, "backward-weight takes a fixed square filter");
+  typedef typename cc::acc_type<T>::type A;
+  const int K = (int)prm[0], mult = (int)prm[1], N = (int)prm[2], H = (int)prm[3],
+      W = (int)prm[4], OH = (int)prm[5], OW = (int)prm[6], PH = (int)prm[7], PW = (int)prm[8],
+      QW = (int)prm[9], GW = (int)prm[10], strips = (int)prm[11], CPP = (int)prm[12],
+      IPB = (int)prm[13], d = (int)prm[14], vec_in = (int)prm[15];
+  const int RY = DP_ROWS(T), TAPS = KF * KF;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* const red = reinterpret_cast<A*>(smem_raw);  // TAPS x blockDim.x, then TAPS x 32
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
+  const int groups = (nthreads >> 5) * GW, k = blockIdx.x, chunk = blockIdx.y;
+  const int i0 = chunk * IPB, i1 = min(i0 + IPB, N * CPP);
+  const int grp = lane / QW, q = lane - grp * QW;
+  const int cols = vec_in ? fp::COLS_QUADS : fp::COLS_ELEMENTS;
+  const int C = K / mult;
+
+  A acc[KF][KF];
+#pragma unroll
+  for (int a = 0; a < KF; ++a)
+#pragma unroll
+    for (int b = 0; b < KF; ++b) acc[a][b] = A(0);
+
+  for (int base = i0; base < i1; base += groups) {
+    const int item = base + warp * GW + grp;
+    if (grp >= GW || item >= i1) continue;  // (no barrier inside this loop)
+    const int n = item / CPP, rem = item - n * CPP, ch = rem / strips, s = rem - ch * strips;
+    const int oh0 = ch * RY, ow0 = s * 4 * QW - d + 4 * q;
+    const T* xp = x + ((cc::index_t)n * C + k / mult) * H * W;
+    const T* gp = dy + ((cc::index_t)n * K + k) * OH * OW;
+    A g[RY][4];
+#pragma unroll
+    for (int i = 0; i < RY; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = oh0 + i, c = ow0 + j;
+        g[i][j] = r < OH && (unsigned)c < (unsigned)OW ? cc::load_as<A>(gp[(cc::index_t)r * OW + c])
+                                                      : A(0);
+      }
+    fp::walk_rows<T, KWB, true>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF, cc::BOUNDARY_FILL,
+                                cols, cc::zero<T>(), [&](int r, const fp::Window<T, KWB>& cur) {
+#pragma unroll
+      for (int i = 0; i < RY; ++i) {
+        const int kh = r - i;
+        if (kh >= 0 && kh < KF) {
+#pragma unroll
+          for (int kw = 0; kw < KF; ++kw)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cc::load_as<A>(cur[j + kw]);
+        }
+      }
+    });
+  }
+
+  // Block sum in a fixed order: thread sums, then 32 strided partial sums per tap, then those.
+#pragma unroll
+  for (int a = 0; a < KF; ++a)
+#pragma unroll
+    for (int b = 0; b < KF; ++b) red[(a * KF + b) * nthreads + tid] = acc[a][b];
+  __syncthreads();
+  A* const red2 = red + TAPS * nthreads;
+  for (int u = tid; u < TAPS * 32; u += nthreads) {
+    const int t = u >> 5, l = u & 31;
+    A v = A(0);
+    for (int m = l; m < nthreads; m += 32) v += red[t * nthreads + m];
+    red2[u] = v;
+  }
+  __syncthreads();
+  for (int t = tid; t < TAPS; t += nthreads) {
+    A v = A(0);
+    for (int l = 0; l < 32; ++l) v += red2[t * 32 + l];
+    partial[((cc::index_t)chunk * K + k) * TAPS + t] = v;
+  }
+}

@@ -63,6 +63,25 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
   }
 }
 
+// Walk input rows ih0 .. ih0 + nrows - 1 of plane xp, lane window at columns c0 ..: op(r, row)
+// for each, with row r + 1's loads in flight during op.
+template <typename T, int KWB, bool QUADS, typename Op>
+__device__ __forceinline__ void walk_rows(const T* __restrict__ xp, int ih0, int nrows, int c0,
+                                          int H, int W, int KW, int boundary, int cols, T fill,
+                                          Op&& op) {
+  Window<T, KWB> cur, nxt;
+  load_row<T, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary,
+                          cols, fill);
+#pragma unroll 1
+  for (int r = 0; r < nrows; ++r) {
+    if (r + 1 < nrows)  // in flight during this row's multiply-adds
+      load_row<T, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
+                              boundary, cols, fill);
+    op(r, cur);
+    if (r + 1 < nrows) cur = nxt;
+  }
+}
+
 // acc = the RY x 4 outputs whose input rows start at ih0 and columns at c0, with taps KH x KWB
 // (shared memory, rows padded to KWB with zeros).
 template <typename T, int KWB, int RY, bool QUADS>
@@ -73,15 +92,8 @@ __device__ __forceinline__ void walk_chunk(T (&acc)[RY][4], const T* __restrict_
   for (int i = 0; i < RY; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = cc::zero<T>();
-
-  const int nrows = RY + KH - 1;
-  Window<T, KWB> cur, nxt;
-  load_row<T, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary, cols, fill);
-#pragma unroll 1
-  for (int r = 0; r < nrows; ++r) {
-    if (r + 1 < nrows)  // in flight during this row's multiply-adds
-      load_row<T, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
-                       boundary, cols, fill);
+  walk_rows<T, KWB, QUADS>(xp, ih0, RY + KH - 1, c0, H, W, KW, boundary, cols, fill,
+                           [&](int r, const Window<T, KWB>& cur) {
 #pragma unroll
     for (int i = 0; i < RY; ++i) {
       const int kh = r - i;
@@ -98,8 +110,7 @@ __device__ __forceinline__ void walk_chunk(T (&acc)[RY][4], const T* __restrict_
         }
       }
     }
-    if (r + 1 < nrows) cur = nxt;
-  }
+  });
 }
 
 }  // namespace fp
