@@ -62,7 +62,7 @@ def sweep_wgrad(problems):
             gb = 2 * x.nbytes / 1e9
             call = lambda: cupyconv.conv_backward_weight(x, dy, (c, 1, 3, 3), padding=1, groups=c)  # noqa: E731
             ref = cupyconv.conv_backward_weight(x, dy, (c, 1, 3, 3), padding=1, groups=c,
-                                                method="direct")
+                                                method="implicit_gemm")
             plan_fn = _depthwise.plane_wgrad_plan
             _depthwise.plane_wgrad_plan = lambda *a, **k: None  # the tile kernel
             _depthwise._wgrad_launches.cache_clear()
