@@ -196,7 +196,7 @@ PLANE_WGRAD_CASES = [
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", PLANE_WGRAD_CASES, ids=_plane_id)
 def test_plane_kernel_backward_weight(case, dtype):
-    """conv_backward_weight routes these to the plane kernel; aligned and misaligned input rows,
+    """conv_backward_weight routes these to the plane kernel; aligned and misaligned x and dy,
     against the float64 reference, and bitwise repeatable."""
     import cupy
 
@@ -211,18 +211,20 @@ def test_plane_kernel_backward_weight(case, dtype):
     x, dy = cupy.asarray(xh), cupy.asarray(dyh)
     ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
     results = []
-    for xin in (x, _misaligned(cupy, x), x):
+    for xin, dyin in ((x, dy), (_misaligned(cupy, x), _misaligned(cupy, dy)), (x, dy)):
         dw = poison(cupy.empty(ws, dtype))
-        cupyconv.conv_backward_weight(xin, dy, ws, out=dw, **opts)
+        cupyconv.conv_backward_weight(xin, dyin, ws, out=dw, **opts)
         assert rel_error(dw, ref) <= tolerance(dtype, ref), xin.data.ptr % 16
         results.append(dw)
     assert cupy.array_equal(results[0], results[2])
 
 
+@pytest.mark.parametrize("dy_vec", [True, False])
 @pytest.mark.parametrize("warps,rounds", [(4, 1), (8, 3), (5, 2)])
-@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 4)], ids=_plane_id)
-def test_plane_wgrad_work_splits(case, warps, rounds):
-    """Other warps and rounds per block than the default plan (chunks whose last block idles)."""
+@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4)], ids=_plane_id)
+def test_plane_wgrad_work_splits(case, warps, rounds, dy_vec):
+    """Other warps and rounds per block than the default plan (chunks whose last block idles),
+    dy read as shuffled quads and as scalars."""
     import cupy
 
     n, c, m, sp, k, pad = case
@@ -235,7 +237,8 @@ def test_plane_wgrad_work_splits(case, warps, rounds):
     plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
     chunks = math.ceil(n * plan.cpp / plan.ipb)
     partial = poison(cupy.empty((chunks, c * m, 9), "float32"))
-    plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)))(x, dy, partial)
+    plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)),
+                       dy_vec)(x, dy, partial)
     ref = reference.conv_backward_weight(xh, dyh, ws, padding=pad, groups=c)
     dw = partial.sum(axis=0).reshape(ws)
     assert rel_error(dw, ref) <= tolerance("float32", ref)
