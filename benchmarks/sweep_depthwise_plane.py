@@ -31,7 +31,6 @@ PROBLEMS = {"144 56^2": (32, 144, 56), "960 7^2": (32, 960, 7), "32 112^2": (32,
 BUILDS = ((None, None), (8, 3), (8, 2), (2, 4))
 SPLITS = ((8, None), (8, 1), (8, 2), (4, 1), (4, 2), (4, 4))
 MODULES = dict(_kernels.DEPTHWISE_PLANE)
-WGRAD_MODULES = dict(_kernels.DEPTHWISE_PLANE_WGRAD)
 PLAN = _depthwise.plane_plan
 
 
@@ -75,25 +74,19 @@ def sweep_wgrad(problems):
             _depthwise._wgrad_launches.cache_clear()
             _fastpath.clear()
             vec = _depthwise.vector_rows(x, element_strides(x, False))
-            for mb, warps, rounds in ((None, 4, 1), (None, 4, 2), (None, 4, 4), (None, 4, 8),
-                                      (None, 8, 2), (None, 8, 4), (3, 4, 2), (3, 4, 4), (3, 8, 4)):
-                defines = () if mb is None else (("DP_WGRAD_MIN_BLOCKS(T, KWB)", str(mb)),)
-                _depthwise.DEPTHWISE_PLANE_WGRAD = {
-                    d: dataclasses.replace(m, defines=defines) for d, m in WGRAD_MODULES.items()}
-                plan, _ = plan_fn(g)
-                plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
-                chunks = -(-n * plan.cpp // plan.ipb)
-                partial = cupy.empty((chunks, c, 9), "float64" if dtype == "float64" else "float32")
-                launch = _depthwise.plane_wgrad_launch(g, plan, chunks, vec, True)
-                launch(x, dy, partial)
-                err = rel_error(partial.sum(axis=0).reshape(c, 1, 3, 3), ref)
-                t = time_gpu(lambda: launch(x, dy, partial), repeat=30)
-                print(f"{name} {dtype} wgrad plane mb={mb} warps={warps} rounds={rounds} "
-                      f"blocks={c * chunks}: launch {t:.4f} ms ({1e3 * gb / t:.0f} GB/s) "
-                      f"err {err:.1e}", flush=True)
-            _depthwise.DEPTHWISE_PLANE_WGRAD = WGRAD_MODULES
-            _depthwise._wgrad_launches.cache_clear()
-            _fastpath.clear()
+            for warps in (4, 8):
+                for rounds in (1, 2, 4, 8):
+                    plan, _ = plan_fn(g)
+                    plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
+                    chunks = -(-n * plan.cpp // plan.ipb)
+                    partial = cupy.empty((chunks, c, 9), "float64" if dtype == "float64" else "float32")
+                    launch = _depthwise.plane_wgrad_launch(g, plan, chunks, vec)
+                    launch(x, dy, partial)
+                    err = rel_error(partial.sum(axis=0).reshape(c, 1, 3, 3), ref)
+                    t = time_gpu(lambda: launch(x, dy, partial), repeat=30)
+                    print(f"{name} {dtype} wgrad plane warps={warps} rounds={rounds} "
+                          f"blocks={c * chunks}: launch {t:.4f} ms ({1e3 * gb / t:.0f} GB/s) "
+                          f"err {err:.1e}", flush=True)
             t = time_gpu(call, repeat=30)
             print(f"{name} {dtype} wgrad plane default: call {t:.4f} ms ({1e3 * gb / t:.0f} GB/s) "
                   f"err {rel_error(call(), ref):.1e}", flush=True)

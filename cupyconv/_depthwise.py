@@ -369,35 +369,32 @@ def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
     return (plan, chunks) if chunks <= GRID_Y_MAX else None
 
 
-def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool,
-                       dy_vec: bool) -> Launch:
-    """The plane backward-weight launch (partial sums per chunk) under ``plan``; ``vec_in``: x's
-    rows allow quad loads (``vector_rows``), ``dy_vec``: dy's rows do (C-contiguous dy)."""
+def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool) -> Launch:
+    """The plane backward-weight launch (partial sums per chunk) under ``plan``."""
     g3 = geom.as_3d()
     fn = jit.get_function(DEPTHWISE_PLANE_WGRAD[geom.dtype], "depthwise_plane_wgrad", geom.dtype,
-                          PLANE_WGRAD_VARIANT + (plan.d,))
+                          PLANE_WGRAD_VARIANT)
     threads = 32 * plan.warps
     smem = geom.kernel[-1] ** 2 * (threads + 32) * _acc_bytes(geom.dtype)
     return Launch(fn, (geom.out_channels, chunks), (threads,),
                   ints((geom.out_channels, geom.out_channels // geom.in_channels, geom.batch)
                        + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["pad_lo"][1:]
-                       + (plan.qw, plan.gw, plan.strips, plan.cpp, plan.ipb, vec_in,
-                          dy_vec and g3["out_spatial"][2] % 4 == 0)),
+                       + (plan.qw, plan.gw, plan.strips, plan.cpp, plan.ipb, plan.d, vec_in)),
                   smem, packed=True)
 
 
 @lru_cache(maxsize=2048)
 def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: bool,
-                    plane: bool, dy_aligned: bool, device: int) -> tuple[Launch, Launch, int]:
+                    plane: bool, device: int) -> tuple[Launch, Launch, int]:
     """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight, on the
     plane kernel if ``plane``; the plane and tile kernels take dy contiguous (its strides are not
-    used; ``dy_aligned``: its base is 16-byte aligned)."""
+    used)."""
     t, chunks, per_chunk = wgrad_plan(geom)
     k, taps = geom.out_channels, math.prod(geom.kernel)
     mult = k // geom.in_channels
     if plane:  # (the caller checked that x's planes are contiguous)
         plan, chunks = plane_wgrad_plan(geom)
-        main = plane_wgrad_launch(geom, plan, chunks, vec, dy_aligned)
+        main = plane_wgrad_launch(geom, plan, chunks, vec)
     elif t is not None:
         kf = fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:])
         fn = jit.get_function(depthwise_wgrad_module(geom.dtype), "depthwise_wgrad_tile",
@@ -431,8 +428,7 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     if tiled and not dy.flags.c_contiguous:
         dy = cupy.ascontiguousarray(dy)
     main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
-                                          tiled and vector_rows(x, xs), plane,
-                                          dy.data.ptr % 16 == 0, dw.data.device_id)
+                                          tiled and vector_rows(x, xs), plane, dw.data.device_id)
     with dw.device:
         partial = cupy.empty(count, dtype="float64" if geom.dtype == "float64" else "float32")
         main(x, dy, partial)

@@ -187,13 +187,10 @@ FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), vari
 # The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and squares.
 DEPTHWISE_PLANE = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane",), (d,),
                                    variants=PLANE_VARIANTS) for d in PLANE_DTYPES}
-# Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers), one instantiation per
-# strip shift d (0..3: the dy columns' offset from aligned quads).
+# Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers).
 PLANE_WGRAD_VARIANT = (plane_width(3), 3)
-DEPTHWISE_PLANE_WGRAD = {
-    d: KernelModule("depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
-                    variants=tuple(PLANE_WGRAD_VARIANT + (shift,) for shift in range(4)))
-    for d in PLANE_DTYPES}
+DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
+                                         variants=(PLANE_WGRAD_VARIANT,)) for d in PLANE_DTYPES}
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(

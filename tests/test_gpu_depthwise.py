@@ -219,12 +219,10 @@ def test_plane_kernel_backward_weight(case, dtype):
     assert cupy.array_equal(results[0], results[2])
 
 
-@pytest.mark.parametrize("dy_vec", [True, False])
 @pytest.mark.parametrize("warps,rounds", [(4, 1), (8, 3), (5, 2)])
 @pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4)], ids=_plane_id)
-def test_plane_wgrad_work_splits(case, warps, rounds, dy_vec):
-    """Other warps and rounds per block than the default plan (chunks whose last block idles),
-    dy read as shuffled quads and as scalars."""
+def test_plane_wgrad_work_splits(case, warps, rounds):
+    """Other warps and rounds per block than the default plan (chunks whose last block idles)."""
     import cupy
 
     n, c, m, sp, k, pad = case
@@ -237,8 +235,7 @@ def test_plane_wgrad_work_splits(case, warps, rounds, dy_vec):
     plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
     chunks = math.ceil(n * plan.cpp / plan.ipb)
     partial = poison(cupy.empty((chunks, c * m, 9), "float32"))
-    plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)),
-                       dy_vec)(x, dy, partial)
+    plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)))(x, dy, partial)
     ref = reference.conv_backward_weight(xh, dyh, ws, padding=pad, groups=c)
     dw = partial.sum(axis=0).reshape(ws)
     assert rel_error(dw, ref) <= tolerance("float32", ref)

@@ -9,7 +9,6 @@
     #include <hip/hip_fp16.h>
   #endif
   #define CC_SHFL_DOWN(v, d) __shfl_down((v), (d))
-  #define CC_SHFL_UP(v, d) __shfl_up((v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
   #define CC_SYNCWARP()
   #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -20,7 +19,6 @@
 #elif defined(__CUDACC__)
   #include <cuda_fp16.h>
   #define CC_SHFL_DOWN(v, d) __shfl_down_sync(0xffffffffu, (v), (d))
-  #define CC_SHFL_UP(v, d) __shfl_up_sync(0xffffffffu, (v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor_sync(0xffffffffu, (v), (d))
   #define CC_SYNCWARP() __syncwarp()
   #define CC_WARP_SIZE 32

@@ -28,11 +28,6 @@
 #define DP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
 
-// The backward-weight kernel's budget (it also holds KF x KF sums and RY x 4 dy values).
-#ifndef DP_WGRAD_MIN_BLOCKS
-#define DP_WGRAD_MIN_BLOCKS(T, KWB) DP_MIN_BLOCKS(T, KWB)
-#endif
-
 // Output rows per item (RY; default: the walk's rows_per_thread).  A module define may override
 // it (the host's PlanePlan.ry must match).
 #ifndef DP_ROWS
@@ -154,27 +149,23 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 //                               dy[n, k, oh, ow] * x[n, k / mult, oh - PH + kh, ow - PW + kw]
 //
 // Block (k, chunk) takes items i0 .. i0 + IPB - 1 of channel k (numbered image by image, CPP per
-// plane) in rounds of its lane groups, as the forward kernel.  A lane takes its item's RY x 4 dy
-// values, then walks the input rows; input row r meets dy row i through tap row r - i, for all
-// KF columns of taps.  Each lane keeps KF x KF sums over every item it walks; the block adds them
-// in a fixed order (shared memory, no atomics), and the split-K reduce kernel adds the chunks in
-// order: bitwise repeatable.
-// dy: the strip's shift D (= d, fixed at compile time) leaves a lane's 4 dy columns straddling
-// two aligned quads, its own and its left neighbour's: with `dy_vec` (OW % 4 == 0, aligned base)
-// each lane loads its aligned quad and takes the neighbour's by a shuffle (a strip's first lane
-// loads it), otherwise 4 scalar loads.
-// Grid: (K, chunks); shared memory: KF * KF * (blockDim.x + 32) accumulators.
-template <typename T, int KWB, int KF, int D>
-__global__ void __launch_bounds__(256, DP_WGRAD_MIN_BLOCKS(T, KWB))
+// plane) in rounds of its lane groups, as the forward kernel.  A lane loads its item's RY x 4 dy
+// values (scalars: the strip's d shift leaves dy quads unaligned), then walks the input rows;
+// input row r meets dy row i through tap row r - i, for all KF columns of taps.  Each lane keeps
+// KF x KF sums over every item it walks; the block adds them in a fixed order (shared memory, no
+// atomics), and the split-K reduce kernel adds the chunks in order: bitwise repeatable.
+// Grid: (K, chunks); shared memory: KF * KF * blockDim.x accumulators.
+template <typename T, int KWB, int KF>
+__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
 depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
                       typename cc::acc_type<T>::type* __restrict__ partial,
                       const cc::index_t* __restrict__ prm) {
-  static_assert(KF > 0 && KF <= KWB && D >= 0 && D < 4, "a fixed square filter, shift < 4");
+  static_assert(KF > 0 && KF <= KWB, "backward-weight takes a fixed square filter");
   typedef typename cc::acc_type<T>::type A;
   const int K = (int)prm[0], mult = (int)prm[1], N = (int)prm[2], H = (int)prm[3],
       W = (int)prm[4], OH = (int)prm[5], OW = (int)prm[6], PH = (int)prm[7], PW = (int)prm[8],
       QW = (int)prm[9], GW = (int)prm[10], strips = (int)prm[11], CPP = (int)prm[12],
-      IPB = (int)prm[13], vec_in = (int)prm[14], dy_vec = (int)prm[15];
+      IPB = (int)prm[13], d = (int)prm[14], vec_in = (int)prm[15];
   const int RY = DP_ROWS(T), TAPS = KF * KF;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* const red = reinterpret_cast<A*>(smem_raw);  // TAPS x blockDim.x, then TAPS x 32
@@ -191,53 +182,22 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
 #pragma unroll
     for (int b = 0; b < KF; ++b) acc[a][b] = A(0);
 
-  for (int base = i0; base < i1; base += groups) {  // block-uniform: every lane shuffles
+  for (int base = i0; base < i1; base += groups) {
     const int item = base + warp * GW + grp;
-    const bool live = grp < GW && item < i1;
-    const int it = live ? item : i0;
-    const int n = it / CPP, rem = it - n * CPP, ch = rem / strips, s = rem - ch * strips;
-    const int oh0 = ch * RY, s0 = s * 4 * QW, ow0 = s0 - D + 4 * q;
+    if (grp >= GW || item >= i1) continue;  // (no barrier inside this loop)
+    const int n = item / CPP, rem = item - n * CPP, ch = rem / strips, s = rem - ch * strips;
+    const int oh0 = ch * RY, ow0 = s * 4 * QW - d + 4 * q;
+    const T* xp = x + ((cc::index_t)n * C + k / mult) * H * W;
     const T* gp = dy + ((cc::index_t)n * K + k) * OH * OW;
     A g[RY][4];
-    if (dy_vec) {
 #pragma unroll
-      for (int i = 0; i < RY; ++i) {
-        const T* row = gp + (cc::index_t)(oh0 + i) * OW;
-        const bool row_in = live && oh0 + i < OH;
-        A own[4], prev[4];
-        if (row_in && s0 + 4 * q < OW) {
-          cc::load4(row + s0 + 4 * q, own);
-        } else {
+    for (int i = 0; i < RY; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) own[j] = A(0);
-        }
-        if (D > 0) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) prev[j] = CC_SHFL_UP(own[j], 1);
-          if (q == 0) {  // the quad left of the strip: the previous strip's, or the padding
-            if (row_in && s0 > 0) {
-              cc::load4(row + s0 - 4, prev);
-            } else {
-#pragma unroll
-              for (int j = 0; j < 4; ++j) prev[j] = A(0);
-            }
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) g[i][j] = j < D ? prev[4 - D + j] : own[j - D];
+      for (int j = 0; j < 4; ++j) {
+        const int r = oh0 + i, c = ow0 + j;
+        g[i][j] = r < OH && (unsigned)c < (unsigned)OW ? cc::load_as<A>(gp[(cc::index_t)r * OW + c])
+                                                      : A(0);
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < RY; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int r = oh0 + i, c = ow0 + j;
-          g[i][j] = live && r < OH && (unsigned)c < (unsigned)OW
-                        ? cc::load_as<A>(gp[(cc::index_t)r * OW + c]) : A(0);
-        }
-    }
-    if (!live) continue;  // (no barrier or shuffle follows in this round)
-    const T* xp = x + ((cc::index_t)n * C + k / mult) * H * W;
     fp::walk_rows<T, KWB, true>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF, cc::BOUNDARY_FILL,
                                 cols, cc::zero<T>(), [&](int r, const fp::Window<T, KWB>& cur) {
 #pragma unroll
