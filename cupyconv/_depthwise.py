@@ -1,11 +1,12 @@
 """Depthwise convolution (groups == input channels): forward, backward-data, backward-weight.
 
-Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass of
-contiguous channels-first float32/float64 problems with unit stride and dilation runs on the plane
-kernel (the row walk of the signal API's image filter); other channels-first problems run on the
-tile kernels when their window fits in shared memory, everything else on the gather kernels (one
-thread per output element, coalesced across channels for channels-last).  Shapes, strides, paddings and dilations
-are runtime arguments: one binary per (dtype, kernel family) serves every problem.
+Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
+3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation runs on
+the plane kernels (the row walk of the signal API's image filter); other channels-first problems
+run on the tile kernels when their window fits in shared memory, everything else on the gather
+kernels (one thread per output element, coalesced across channels for channels-last).  Shapes,
+strides, paddings and dilations are runtime arguments: one binary per (dtype, kernel family)
+serves every problem.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class PlanePlan:
     rounds: int
     d: int
     vec_out: bool
-    itemsize: int
+    itemsize: int  # of the compute type (float32 for float16)
     kh: int
     ry: int  # output rows per item: the kernel's DP_ROWS
 
@@ -185,7 +186,7 @@ PLANE_MIN_BLOCKS = 1024
 def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
                rounds: int | None = None, ry: int | None = None) -> PlanePlan | None:
     """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
-    channels-last, float16, a depth extent, stride or dilation in H or W, or filters wider than
+    channels-last, a depth extent, stride or dilation in H or W, or filters wider than
     the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
     OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
     ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a kernel built
@@ -201,7 +202,7 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     if kwb is None:
         return None
     oh, ow = g3["out_spatial"][1:]
-    itemsize = {"float32": 4, "float64": 8}[geom.dtype]
+    itemsize = _acc_bytes(geom.dtype)  # taps, biases and buffers are in the compute type
     d = -g3["pad_lo"][2] % 4
     strips = math.ceil((ow + d) / 128)
     qw = math.ceil(math.ceil((ow + d) / strips) / 4)

@@ -184,13 +184,14 @@ def plane_rows_per_thread(itemsize: int) -> int:
 PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k) for k in PLANE_SQUARES)
 FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
                 for d in PLANE_DTYPES}
-# The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and squares.
+# The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and
+# squares; float16 too (computed in float32).
 DEPTHWISE_PLANE = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane",), (d,),
-                                   variants=PLANE_VARIANTS) for d in PLANE_DTYPES}
+                                   variants=PLANE_VARIANTS) for d in DTYPES}
 # Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers).
 PLANE_WGRAD_VARIANT = (plane_width(3), 3)
 DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
-                                         variants=(PLANE_WGRAD_VARIANT,)) for d in PLANE_DTYPES}
+                                         variants=(PLANE_WGRAD_VARIANT,)) for d in DTYPES}
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(

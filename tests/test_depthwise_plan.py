@@ -179,7 +179,8 @@ def test_plane_plan_applies_only_where_the_kernel_does():
     assert plane_plan(_geom((56, 56), **base)) is not None
     assert plane_plan(_geom((50,), padding=2)) is not None  # 1-D: one row per plane
     assert plane_plan(_geom((56, 56), dtype="float64", padding=1)).ry == 2
-    refused = [_geom((56, 56), dtype="float16", padding=1), _geom((56, 56), layout="NHWC", **base),
+    assert plane_plan(_geom((56, 56), dtype="float16", padding=1)).itemsize == 4  # float math
+    refused = [_geom((56, 56), layout="NHWC", **base),
                _geom((56, 56), stride=2, padding=1), _geom((56, 56), dilation=2, padding=2),
                _geom((20, 40), k=17, padding=8), _geom((4, 9, 10), padding=1)]
     assert all(plane_plan(g) is None for g in refused)

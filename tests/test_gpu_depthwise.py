@@ -135,7 +135,7 @@ def _misaligned(cupy, a):
     return out
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", PLANE_CASES, ids=_plane_id)
 def test_plane_kernel_forward(case, dtype):
     """conv routes these to the plane kernel; aligned and misaligned input rows and outputs, with
@@ -193,7 +193,7 @@ PLANE_WGRAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", PLANE_WGRAD_CASES, ids=_plane_id)
 def test_plane_kernel_backward_weight(case, dtype):
     """conv_backward_weight routes these to the plane kernel; aligned and misaligned x and dy,

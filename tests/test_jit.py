@@ -31,10 +31,8 @@ def test_registry_covers_every_dtype_and_is_unique():
         by_source.setdefault(m.source, set()).update(m.dtypes)
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
-    # the signal API's filter kernel has its own compute types (complex, wrapping integers); the
-    # plane row walk serves float32/float64 (float16 depthwise stays on the tile kernel)
-    expected = {"filter_direct.cu": set(FILTER_DTYPES), "filter_plane.cu": set(PLANE_DTYPES),
-                "depthwise_plane.cu": set(PLANE_DTYPES)}
+    # the signal API's filter kernels have their own compute types (complex, wrapping integers)
+    expected = {"filter_direct.cu": set(FILTER_DTYPES), "filter_plane.cu": set(PLANE_DTYPES)}
     assert all(d == expected.get(src, set(CTYPES)) for src, d in by_source.items()), by_source
     assert len(set(REGISTRY)) == len(REGISTRY)
 

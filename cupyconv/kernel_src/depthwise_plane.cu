@@ -1,5 +1,5 @@
 // Depthwise forward convolution, channels-first, unit stride and dilation in H and W, filters of
-// at most KWB columns, float32/float64: every (image, output channel) plane is a 2-D correlation
+// at most KWB columns, float16 (computed in float32), float32, float64: every (image, output channel) plane is a 2-D correlation
 // of its input plane (channel k / mult) with its own filter (k), zero padded:
 //
 //   y[n, k, oh, ow] = bias[k] + sum_{kh, kw} x[n, k / mult, oh - PH + kh, ow - PW + kw] * w[k, kh, kw]
@@ -52,14 +52,15 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       KW_ = (int)prm[9], PH = (int)prm[10], PW = (int)prm[11], QW = (int)prm[12],
       GW = (int)prm[13], strips = (int)prm[14], CPP = (int)prm[15], IPB = (int)prm[16],
       SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20];
+  typedef typename cc::acc_type<T>::type A;
   const int RY = DP_ROWS(T);
   // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes).
   const int KH = KF > 0 ? KF : KH_, KW = KF > 0 ? KF : KW_;
   const int TAPS = KH * KWB;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* const taps = reinterpret_cast<T*>(smem_raw);  // SP x KH x KWB
-  T* const bvals = taps + SP * TAPS;                // SP
-  T* const obuf = bvals + 4 * ((SP + 3) / 4);       // warps x RY x 128, only without vec_out
+  A* const taps = reinterpret_cast<A*>(smem_raw);  // SP x KH x KWB
+  A* const bvals = taps + SP * TAPS;                // SP
+  A* const obuf = bvals + 4 * ((SP + 3) / 4);       // warps x RY x 128, only without vec_out
   __shared__ cc::index_t meta_base[dp::MAX_WARPS][dp::SLOTS];  // a group's output offset
   __shared__ int meta_oh[dp::MAX_WARPS][dp::SLOTS], meta_ow[dp::MAX_WARPS][dp::SLOTS];
   // Without vec_out, buffer element e of a row was written by lane e / 4 of group g = e / (4 QW),
@@ -73,9 +74,9 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   const int p0 = i0 / CPP, np = (i1 - 1) / CPP - p0 + 1;  // the planes these items touch
   for (int i = tid; i < np * TAPS; i += nthreads) {
     const int pp = i / TAPS, t = i - pp * TAPS, r = t / KWB, c = t - r * KWB;
-    taps[i] = c < KW ? w[(cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c] : cc::zero<T>();
+    taps[i] = c < KW ? cc::load_as<A>(w[(cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c]) : A(0);
   }
-  for (int i = tid; i < np; i += nthreads) bvals[i] = has_bias ? bias[(p0 + i) % K] : cc::zero<T>();
+  for (int i = tid; i < np; i += nthreads) bvals[i] = has_bias ? cc::load_as<A>(bias[(p0 + i) % K]) : A(0);
   for (int e = tid; e < 128; e += nthreads) {
     const int g = (e >> 2) / QW;
     readback[e] = g << 8 | (e - 4 * QW * g);
@@ -90,7 +91,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
     const int item = base + warp * GW + grp;
     const bool live = lane_on && item < i1;
     int pp = 0, oh0 = OH, ow0 = 0;
-    T acc[RY][4];
+    A acc[RY][4];
     if (live) {
       const int plane = item / CPP, rem = item - plane * CPP;
       const int chunk = rem / strips, s = rem - chunk * strips;
@@ -98,9 +99,9 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       oh0 = chunk * RY;
       ow0 = s * 4 * QW - d;
       const T* xp = x + (cc::index_t)((p0 + pp) / mult) * H * W;
-      fp::walk_chunk<T, KWB, RY, true>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q, H,
-                                       W, KH, KW, cc::BOUNDARY_FILL, cols, cc::zero<T>());
-      const T b = bvals[pp];
+      fp::walk_chunk<T, A, KWB, RY, true>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q,
+                                          H, W, KH, KW, cc::BOUNDARY_FILL, cols, A(0));
+      const A b = bvals[pp];
 #pragma unroll
       for (int i = 0; i < RY; ++i)
 #pragma unroll
@@ -114,7 +115,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
           if (oh0 + i < OH) cc::stg4(y + obase + (cc::index_t)i * OW + 4 * q, acc[i]);
       }
     } else {
-      T* ob = obuf + warp * RY * 128;
+      A* ob = obuf + warp * RY * 128;
       if (lane_on) {
 #pragma unroll
         for (int i = 0; i < RY; ++i) cc::stg4(ob + i * 128 + 4 * lane, acc[i]);
@@ -134,7 +135,8 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
           if (c >= 0 && c < OW) {
 #pragma unroll
             for (int i = 0; i < RY; ++i)
-              if (moh + i < OH) y[mb + (cc::index_t)i * OW + ce] = ob[i * 128 + lane + 32 * j];
+              if (moh + i < OH)
+                y[mb + (cc::index_t)i * OW + ce] = cc::store_as<T>(ob[i * 128 + lane + 32 * j]);
           }
         }
       }
@@ -198,8 +200,9 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
         g[i][j] = r < OH && (unsigned)c < (unsigned)OW ? cc::load_as<A>(gp[(cc::index_t)r * OW + c])
                                                       : A(0);
       }
-    fp::walk_rows<T, KWB, true>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF, cc::BOUNDARY_FILL,
-                                cols, cc::zero<T>(), [&](int r, const fp::Window<T, KWB>& cur) {
+    fp::walk_rows<T, A, KWB, true>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF,
+                                   cc::BOUNDARY_FILL, cols, A(0),
+                                   [&](int r, const fp::Window<A, KWB>& cur) {
 #pragma unroll
       for (int i = 0; i < RY; ++i) {
         const int kh = r - i;
@@ -207,7 +210,7 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
 #pragma unroll
           for (int kw = 0; kw < KF; ++kw)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cc::load_as<A>(cur[j + kw]);
+            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cur[j + kw];
         }
       }
     });

@@ -27,17 +27,19 @@ template <typename T> struct rows_per_thread { static const int value = sizeof(T
 // planes, whose strips overhang both edges).  ELEMENTS: the boundary mode per element.
 enum { COLS_INSIDE = 0, COLS_QUADS = 1, COLS_ELEMENTS = 2 };
 
+// Types: T, the stored element; A, the compute type it is read as (float for __half).
+
 // A lane's window of one input row: columns c0 .. c0 + KWB + 3 (the first 4 + KW - 1 are used).
-template <typename T, int KWB> struct Window {
-  T v[KWB / 4 + 1][4];
-  __device__ __forceinline__ T operator[](int i) const { return v[i / 4][i % 4]; }
+template <typename A, int KWB> struct Window {
+  A v[KWB / 4 + 1][4];
+  __device__ __forceinline__ A operator[](int i) const { return v[i / 4][i % 4]; }
 };
 
 // Load input row `ih` (already mapped through the boundary mode; -1: a fill row).  QUADS: the
 // caller may pass COLS_QUADS (a compile-time switch: the branch costs registers where unused).
-template <typename T, int KWB, bool QUADS>
-__device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict__ xp, int ih,
-                                         int c0, int W, int KW, int boundary, int cols, T fill) {
+template <typename T, typename A, int KWB, bool QUADS>
+__device__ __forceinline__ void load_row(Window<A, KWB>& w, const T* __restrict__ xp, int ih,
+                                         int c0, int W, int KW, int boundary, int cols, A fill) {
   const T* row = xp + (cc::index_t)ih * W;
   if (ih >= 0 && cols == COLS_INSIDE) {
 #pragma unroll
@@ -57,7 +59,7 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
     for (int e = 0; e < KWB + 4; ++e) {
       if (e < KW + 3) {  // uniform
         const int a = ih < 0 ? -1 : cc::boundary_index(c0 + e, W, boundary);
-        w.v[e / 4][e % 4] = a < 0 ? fill : row[a];
+        w.v[e / 4][e % 4] = a < 0 ? fill : cc::load_as<A>(row[a]);
       }
     }
   }
@@ -65,17 +67,17 @@ __device__ __forceinline__ void load_row(Window<T, KWB>& w, const T* __restrict_
 
 // Walk input rows ih0 .. ih0 + nrows - 1 of plane xp, lane window at columns c0 ..: op(r, row)
 // for each, with row r + 1's loads in flight during op.
-template <typename T, int KWB, bool QUADS, typename Op>
+template <typename T, typename A, int KWB, bool QUADS, typename Op>
 __device__ __forceinline__ void walk_rows(const T* __restrict__ xp, int ih0, int nrows, int c0,
-                                          int H, int W, int KW, int boundary, int cols, T fill,
+                                          int H, int W, int KW, int boundary, int cols, A fill,
                                           Op&& op) {
-  Window<T, KWB> cur, nxt;
-  load_row<T, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary,
+  Window<A, KWB> cur, nxt;
+  load_row<T, A, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary,
                           cols, fill);
 #pragma unroll 1
   for (int r = 0; r < nrows; ++r) {
     if (r + 1 < nrows)  // in flight during this row's multiply-adds
-      load_row<T, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
+      load_row<T, A, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
                               boundary, cols, fill);
     op(r, cur);
     if (r + 1 < nrows) cur = nxt;
@@ -84,21 +86,21 @@ __device__ __forceinline__ void walk_rows(const T* __restrict__ xp, int ih0, int
 
 // acc = the RY x 4 outputs whose input rows start at ih0 and columns at c0, with taps KH x KWB
 // (shared memory, rows padded to KWB with zeros).
-template <typename T, int KWB, int RY, bool QUADS>
-__device__ __forceinline__ void walk_chunk(T (&acc)[RY][4], const T* __restrict__ xp,
-                                           const T* taps, int ih0, int c0, int H, int W, int KH,
-                                           int KW, int boundary, int cols, T fill) {
+template <typename T, typename A, int KWB, int RY, bool QUADS>
+__device__ __forceinline__ void walk_chunk(A (&acc)[RY][4], const T* __restrict__ xp,
+                                           const A* taps, int ih0, int c0, int H, int W, int KH,
+                                           int KW, int boundary, int cols, A fill) {
 #pragma unroll
   for (int i = 0; i < RY; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = cc::zero<T>();
-  walk_rows<T, KWB, QUADS>(xp, ih0, RY + KH - 1, c0, H, W, KW, boundary, cols, fill,
-                           [&](int r, const Window<T, KWB>& cur) {
+    for (int j = 0; j < 4; ++j) acc[i][j] = A(0);
+  walk_rows<T, A, KWB, QUADS>(xp, ih0, RY + KH - 1, c0, H, W, KW, boundary, cols, fill,
+                              [&](int r, const Window<A, KWB>& cur) {
 #pragma unroll
     for (int i = 0; i < RY; ++i) {
       const int kh = r - i;
       if (kh >= 0 && kh < KH) {  // uniform: input row r feeds output row i through tap row kh
-        T f[KWB / 4][4];
+        A f[KWB / 4][4];
 #pragma unroll
         for (int q = 0; q < KWB / 4; ++q) cc::load4(taps + kh * KWB + 4 * q, f[q]);
 #pragma unroll
