@@ -189,8 +189,8 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     channels-last, a depth extent, stride or dilation in H or W, or filters wider than
     the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
     OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
-    ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a kernel built
-    for it) are there for sweeps."""
+    ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a
+    kernel built for it) are there for sweeps."""
     if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
         return None
     g3 = geom.as_3d()
@@ -363,7 +363,8 @@ def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
     items = geom.batch * plan.cpp
     if rounds is None:
         rounds = PLANE_WGRAD_ROUNDS
-        while rounds > 1 and geom.out_channels * items < PLANE_MIN_BLOCKS * rounds * plan.warps * plan.gw:
+        groups = plan.warps * plan.gw
+        while rounds > 1 and geom.out_channels * items < PLANE_MIN_BLOCKS * rounds * groups:
             rounds //= 2
     plan = dataclasses.replace(plan, rounds=rounds)
     chunks = math.ceil(items / plan.ipb)

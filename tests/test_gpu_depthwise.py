@@ -149,11 +149,13 @@ def test_plane_kernel_forward(case, dtype):
     assert plane_plan(g) is not None
     rng = rng_for("dw-plane", _plane_id(case), dtype)
     ys = cupyconv.output_shape(xs, ws, **opts)
-    xh, wh, bh = random_array(rng, xs, dtype), random_array(rng, ws, dtype), random_array(rng, (c * m,), dtype)
+    xh, wh = random_array(rng, xs, dtype), random_array(rng, ws, dtype)
+    bh = random_array(rng, (c * m,), dtype)
     x, w, b = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh)
     for bias, bias_h in ((b, bh), (None, None)):
         ref = reference.conv(xh, wh, bias_h, **opts)
-        for xin, out in ((x, cupy.empty(ys, dtype)), (_misaligned(cupy, x), _misaligned(cupy, cupy.empty(ys, dtype)))):
+        misaligned = (_misaligned(cupy, x), _misaligned(cupy, cupy.empty(ys, dtype)))
+        for xin, out in ((x, cupy.empty(ys, dtype)), misaligned):
             assert contiguous_planes(g, element_strides(xin, False))
             y = poison(out)
             cupyconv.conv(xin, w, bias, out=y, **opts)

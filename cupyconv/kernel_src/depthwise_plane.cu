@@ -1,8 +1,10 @@
 // Depthwise forward convolution, channels-first, unit stride and dilation in H and W, filters of
-// at most KWB columns, float16 (computed in float32), float32, float64: every (image, output channel) plane is a 2-D correlation
-// of its input plane (channel k / mult) with its own filter (k), zero padded:
+// at most KWB columns, float16 (computed in float32), float32, float64: every (image, output
+// channel) plane is a 2-D correlation of its input plane (channel k / mult) with its own filter
+// (k), zero padded:
 //
-//   y[n, k, oh, ow] = bias[k] + sum_{kh, kw} x[n, k / mult, oh - PH + kh, ow - PW + kw] * w[k, kh, kw]
+//   y[n, k, oh, ow] = bias[k]
+//                     + sum_{kh, kw} x[n, k / mult, oh - PH + kh, ow - PW + kw] * w[k, kh, kw]
 //
 // It runs the row walk of plane_walk.cuh (no staged window, no block barrier after the taps, loads
 // always in flight), which the tile kernel in depthwise.cu cannot: that one stages windows behind
@@ -74,9 +76,11 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   const int p0 = i0 / CPP, np = (i1 - 1) / CPP - p0 + 1;  // the planes these items touch
   for (int i = tid; i < np * TAPS; i += nthreads) {
     const int pp = i / TAPS, t = i - pp * TAPS, r = t / KWB, c = t - r * KWB;
-    taps[i] = c < KW ? cc::load_as<A>(w[(cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c]) : A(0);
+    const cc::index_t tap = (cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c;
+    taps[i] = c < KW ? cc::load_as<A>(w[tap]) : A(0);
   }
-  for (int i = tid; i < np; i += nthreads) bvals[i] = has_bias ? cc::load_as<A>(bias[(p0 + i) % K]) : A(0);
+  for (int i = tid; i < np; i += nthreads)
+    bvals[i] = has_bias ? cc::load_as<A>(bias[(p0 + i) % K]) : A(0);
   for (int e = tid; e < 128; e += nthreads) {
     const int g = (e >> 2) / QW;
     readback[e] = g << 8 | (e - 4 * QW * g);
