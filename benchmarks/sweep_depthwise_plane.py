@@ -55,7 +55,7 @@ def sweep_wgrad(problems):
     rng = cupy.random.default_rng(1)
     for name in problems:
         n, c, hw = PROBLEMS[name]
-        for dtype in ("float32", "float64"):
+        for dtype in ("float32", "float64", "float16"):
             x = rng.standard_normal((n, c, hw, hw)).astype(dtype)
             dy = rng.standard_normal((n, c, hw, hw)).astype(dtype)
             g = ConvGeometry.from_shapes(x.shape, (c, 1, 3, 3), padding=1, groups=c, dtype=dtype)
@@ -79,7 +79,8 @@ def sweep_wgrad(problems):
                     plan, _ = plan_fn(g)
                     plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
                     chunks = -(-n * plan.cpp // plan.ipb)
-                    partial = cupy.empty((chunks, c, 9), "float64" if dtype == "float64" else "float32")
+                    acc = "float64" if dtype == "float64" else "float32"
+                partial = cupy.empty((chunks, c, 9), acc)
                     launch = _depthwise.plane_wgrad_launch(g, plan, chunks, vec)
                     launch(x, dy, partial)
                     err = rel_error(partial.sum(axis=0).reshape(c, 1, 3, 3), ref)
@@ -103,7 +104,7 @@ def main():
     rng = cupy.random.default_rng(0)
     for name in args.problems:
         n, c, hw = PROBLEMS[name]
-        for dtype in ("float32",) if args.ncu else ("float32", "float64"):
+        for dtype in ("float32",) if args.ncu else ("float32", "float64", "float16"):
             x = rng.standard_normal((n, c, hw, hw)).astype(dtype)
             w = rng.standard_normal((c, 1, 3, 3)).astype(dtype)
             b = rng.standard_normal((c,)).astype(dtype)
