@@ -80,7 +80,7 @@ def sweep_wgrad(problems):
                     plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
                     chunks = -(-n * plan.cpp // plan.ipb)
                     acc = "float64" if dtype == "float64" else "float32"
-                partial = cupy.empty((chunks, c, 9), acc)
+                    partial = cupy.empty((chunks, c, 9), acc)
                     launch = _depthwise.plane_wgrad_launch(g, plan, chunks, vec)
                     launch(x, dy, partial)
                     err = rel_error(partial.sum(axis=0).reshape(c, 1, 3, 3), ref)
