@@ -26,6 +26,10 @@
   #error "cupyconv kernels are compiled with NVRTC or HIPRTC"
 #endif
 
+// A compiler-only memory fence (no instruction): memory accesses are not moved across it.  The
+// unrolled row walk uses it to keep each row's loads one row ahead instead of all hoisted.
+#define CC_COMPILER_FENCE() asm volatile("" ::: "memory")
+
 namespace cc {
 
 // 64-bit index type: any tensor may pass 2^31 elements.

@@ -56,7 +56,8 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20];
   typedef typename cc::acc_type<T>::type A;
   const int RY = DP_ROWS(T);
-  // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes).
+  // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes); the 3x3
+  // and 5x5 walks are fully unrolled (7x7 would spill).
   const int KH = KF > 0 ? KF : KH_, KW = KF > 0 ? KF : KW_;
   const int TAPS = KH * KWB;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -103,7 +104,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       oh0 = chunk * RY;
       ow0 = s * 4 * QW - d;
       const T* xp = x + (cc::index_t)((p0 + pp) / mult) * H * W;
-      fp::walk_chunk<T, A, KWB, RY, true>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q,
+      fp::walk_chunk<T, A, KWB, RY, true, (KF == 3 || KF == 5 ? RY + KF - 1 : 0)>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q,
                                           H, W, KH, KW, cc::BOUNDARY_FILL, cols, A(0));
       const A b = bvals[pp];
 #pragma unroll
@@ -204,7 +205,7 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
         g[i][j] = r < OH && (unsigned)c < (unsigned)OW ? cc::load_as<A>(gp[(cc::index_t)r * OW + c])
                                                       : A(0);
       }
-    fp::walk_rows<T, A, KWB, true>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF,
+    fp::walk_rows<T, A, KWB, true, RY + KF - 1>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF,
                                    cc::BOUNDARY_FILL, cols, A(0),
                                    [&](int r, const fp::Window<A, KWB>& cur) {
 #pragma unroll

@@ -66,27 +66,43 @@ __device__ __forceinline__ void load_row(Window<A, KWB>& w, const T* __restrict_
 }
 
 // Walk input rows ih0 .. ih0 + nrows - 1 of plane xp, lane window at columns c0 ..: op(r, row)
-// for each, with row r + 1's loads in flight during op.
-template <typename T, typename A, int KWB, bool QUADS, typename Op>
+// for each, with row r + 1's loads in flight during op.  NR > 0: nrows == NR fixed at compile
+// time, the walk fully unrolled so that op's row conditions resolve (no branches, no window
+// copies); compiler fences keep the loads one row ahead (hoisted further, they spill).
+template <typename T, typename A, int KWB, bool QUADS, int NR, typename Op>
 __device__ __forceinline__ void walk_rows(const T* __restrict__ xp, int ih0, int nrows, int c0,
                                           int H, int W, int KW, int boundary, int cols, A fill,
                                           Op&& op) {
-  Window<A, KWB> cur, nxt;
-  load_row<T, A, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary,
-                          cols, fill);
+  if constexpr (NR > 0) {
+    Window<A, KWB> win[2];
+    load_row<T, A, KWB, QUADS>(win[0], xp, cc::boundary_index(ih0, H, boundary), c0, W, KW,
+                               boundary, cols, fill);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r + 1 < NR)
+        load_row<T, A, KWB, QUADS>(win[(r + 1) & 1], xp, cc::boundary_index(ih0 + r + 1, H, boundary),
+                                   c0, W, KW, boundary, cols, fill);
+      op(r, win[r & 1]);
+      CC_COMPILER_FENCE();
+    }
+  } else {
+    Window<A, KWB> cur, nxt;
+    load_row<T, A, KWB, QUADS>(cur, xp, cc::boundary_index(ih0, H, boundary), c0, W, KW, boundary,
+                               cols, fill);
 #pragma unroll 1
-  for (int r = 0; r < nrows; ++r) {
-    if (r + 1 < nrows)  // in flight during this row's multiply-adds
-      load_row<T, A, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
-                              boundary, cols, fill);
-    op(r, cur);
-    if (r + 1 < nrows) cur = nxt;
+    for (int r = 0; r < nrows; ++r) {
+      if (r + 1 < nrows)  // in flight during this row's multiply-adds
+        load_row<T, A, KWB, QUADS>(nxt, xp, cc::boundary_index(ih0 + r + 1, H, boundary), c0, W,
+                                   KW, boundary, cols, fill);
+      op(r, cur);
+      if (r + 1 < nrows) cur = nxt;
+    }
   }
 }
 
 // acc = the RY x 4 outputs whose input rows start at ih0 and columns at c0, with taps KH x KWB
-// (shared memory, rows padded to KWB with zeros).
-template <typename T, typename A, int KWB, int RY, bool QUADS>
+// (shared memory, rows padded to KWB with zeros).  NR: walk_rows's (RY + KH - 1, or 0).
+template <typename T, typename A, int KWB, int RY, bool QUADS, int NR = 0>
 __device__ __forceinline__ void walk_chunk(A (&acc)[RY][4], const T* __restrict__ xp,
                                            const A* taps, int ih0, int c0, int H, int W, int KH,
                                            int KW, int boundary, int cols, A fill) {
@@ -94,7 +110,7 @@ __device__ __forceinline__ void walk_chunk(A (&acc)[RY][4], const T* __restrict_
   for (int i = 0; i < RY; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = A(0);
-  walk_rows<T, A, KWB, QUADS>(xp, ih0, RY + KH - 1, c0, H, W, KW, boundary, cols, fill,
+  walk_rows<T, A, KWB, QUADS, NR>(xp, ih0, RY + KH - 1, c0, H, W, KW, boundary, cols, fill,
                               [&](int r, const Window<A, KWB>& cur) {
 #pragma unroll
     for (int i = 0; i < RY; ++i) {
