@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from . import _depthwise
 from ._depthwise import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
 from ._gemm_launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 from ._geometry import ConvGeometry
@@ -169,3 +170,20 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw, method: str = "implicit_g
         dw[...] = cupy.moveaxis(dw_l, -1, 1)
         return
     launch_conv_wgrad(geom, x, cupy.ascontiguousarray(dy), dw)
+
+
+def prepare_backward_data(geom: ConvGeometry, dy, w, dx, method: str):
+    """A runner ``(dy, w, dx)`` of :func:`run_backward_data` for calls whose arrays match these
+    (the fast-path key): the depthwise launch is resolved once (the caller holds the device)."""
+    if method == "depthwise":
+        run = _depthwise.prepare_pass(geom, dy, w, None, dx, True)
+        return lambda dy, w, dx: run(dy, w, None, dx)
+    return lambda dy, w, dx: run_backward_data(geom, dy, w, dx, method)
+
+
+def prepare_backward_weight(geom: ConvGeometry, x, dy, dw, method: str):
+    """A runner ``(x, dy, dw)`` of :func:`run_backward_weight` for calls whose arrays match these
+    (the fast-path key): the depthwise launches are resolved once (the caller holds the device)."""
+    if method == "depthwise":
+        return _depthwise.prepare_backward_weight(geom, x, dy, dw)
+    return lambda x, dy, dw: run_backward_weight(geom, x, dy, dw, method)

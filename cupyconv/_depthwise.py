@@ -291,28 +291,43 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
                   + ints((t.vr, t.tiles_w, t.rows_max, t.pitch, vec)), t.smem, packed=True)
 
 
-def _run_tile_or_gather(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
+def prepare_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool):
+    """A runner ``(src, w, bias, dst) -> None`` of the forward (or, ``transposed``, backward-data)
+    pass for calls whose arrays match these in shape, strides, dtype, device and alignment (the
+    fast-path key): the launch is resolved here, once.  The caller holds the arrays' device."""
     import cupy
 
-    if not w.flags.c_contiguous:  # (K, taps) in memory for both layouts (one channel per group)
-        w = cupy.ascontiguousarray(w)
+    copy_w = not w.flags.c_contiguous  # (K, taps) in memory for both layouts (one channel/group)
     strides = _strides(src, geom)
     launch = _pass_launch(geom, transposed, bias is not None, strides,
                           not geom.channels_last and vector_rows(src, strides),
                           dst.data.ptr % 16 == 0, dst.data.device_id)
-    with dst.device:
+
+    def run(src, w, bias, dst):
+        if copy_w:
+            w = cupy.ascontiguousarray(w)
         launch(src, w, bias if bias is not None else dst, dst)
+
+    return run
 
 
 def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
     """y = depthwise conv(x, w) + bias; y C-contiguous."""
-    _run_tile_or_gather(geom, x, w, bias, y, transposed=False)
+    with y.device:
+        prepare_pass(geom, x, w, bias, y, False)(x, w, bias, y)
+
+
+def prepare_depthwise(geom: ConvGeometry, x, w, bias, y):
+    """:func:`run_depthwise` prepared for calls like this one: a runner ``(x, w, bias, y)`` (see
+    :func:`prepare_pass`)."""
+    return prepare_pass(geom, x, w, bias, y, False)
 
 
 def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
     """dx = gradient of the depthwise conv with respect to its input; dx C-contiguous.  Each dx
     element gathers from every (channel multiple, tap) that reads it, in a fixed order."""
-    _run_tile_or_gather(geom, dy, w, None, dx, transposed=True)
+    with dx.device:
+        prepare_pass(geom, dy, w, None, dx, True)(dy, w, None, dx)
 
 
 @lru_cache(maxsize=1024)
@@ -419,19 +434,31 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec
     return main, reduce, chunks * k * taps
 
 
-def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
-    """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
-    sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
+def prepare_backward_weight(geom: ConvGeometry, x, dy, dw):
+    """A runner ``(x, dy, dw) -> None`` of backward-weight for calls whose arrays match these (the
+    fast-path key), its launches resolved here, once.  The caller holds the arrays' device."""
     import cupy
 
     xs = _strides(x, geom)
     plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
     tiled = plane or wgrad_plan(geom)[0] is not None
-    if tiled and not dy.flags.c_contiguous:
-        dy = cupy.ascontiguousarray(dy)
+    copy_dy = tiled and not dy.flags.c_contiguous
     main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
                                           tiled and vector_rows(x, xs), plane, dw.data.device_id)
-    with dw.device:
-        partial = cupy.empty(count, dtype="float64" if geom.dtype == "float64" else "float32")
+    acc = "float64" if geom.dtype == "float64" else "float32"
+
+    def run(x, dy, dw):
+        if copy_dy:
+            dy = cupy.ascontiguousarray(dy)
+        partial = cupy.empty(count, dtype=acc)
         main(x, dy, partial)
         reduce(partial, dw, dw)
+
+    return run
+
+
+def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
+    """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
+    sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
+    with dw.device:
+        prepare_backward_weight(geom, x, dy, dw)(x, dy, dw)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
-from ._depthwise import depthwise_applicable, plane_plan, run_depthwise, tile_plan
+from ._depthwise import (depthwise_applicable, plane_plan, prepare_depthwise, run_depthwise,
+                         tile_plan)
 from ._direct import run_direct
 from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
 from ._gemm_launch import BANDWIDTH, GemmPlan, dense_plan, forced_plan, plan_gemm
@@ -32,6 +33,15 @@ class Algorithm:
     description: str = ""
     tiled: bool = False              # runs the tiled GEMM: its tile/split-K can be forced (tuning)
     plan: GemmPlan | None = None     # a tuned plan the run is forced to; None: plan_gemm's choice
+    # prepare(geometry, x, w, bias, y) -> runner(x, w, bias, y): the launch resolved once for calls
+    # whose arrays match these (the fast-path key); None: every call goes through run
+    prepare: Callable | None = None
+
+    def prepared(self, geom: ConvGeometry, x, w, bias, y) -> Callable:
+        """A runner ``(x, w, bias, y)`` for calls like this one (the caller holds the device)."""
+        if self.prepare is not None and self.plan is None:
+            return self.prepare(geom, x, w, bias, y)
+        return lambda x, w, bias, y: self.run(geom, x, w, bias, y)
 
     def with_plan(self, plan: GemmPlan | None) -> "Algorithm":
         """This algorithm with every GEMM launch of its run forced to ``plan``."""
@@ -118,7 +128,8 @@ FORWARD: dict[str, Algorithm] = {
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
                            "groups == channels: row walk per plane (channels-first, unit stride), "
                            "halo windows in shared memory (other channels-first), "
-                           "channel-parallel gather (channels-last)"),
+                           "channel-parallel gather (channels-last)",
+                           prepare=prepare_depthwise),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from ._arrays import check_bias, prepare_out, require_array, require_float_dtype, same_device
-from ._backward import backward_method, run_backward_data, run_backward_weight
+from ._backward import (backward_method, prepare_backward_data, prepare_backward_weight,
+                        run_backward_data)
 from ._fastpath import call_key, lookup, remember
 from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
@@ -56,16 +57,18 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
 
+    with dy.device:
+        dx = prepare_out(out, geom.input_shape, geom.dtype)
+        launch = prepare_backward_data(geom, dy, w, dx, method)
+
     def run(dy, w, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with dy.device:
             dx = cupy.empty(geom.input_shape, dtype=geom.dtype) if out is None else out
-            run_backward_data(geom, dy, w, dx, method)
+            launch(dy, w, dx)
         return dx
 
-    with dy.device:
-        dx = prepare_out(out, geom.input_shape, geom.dtype)
     run(dy, w, dx)
     remember(key, run)
     return dx
@@ -92,16 +95,18 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
                                    padding, dilation, groups, layout)
     method = backward_method(geom, method)
 
+    with x.device:
+        dw = prepare_out(out, geom.weight_shape, geom.dtype)
+        launch = prepare_backward_weight(geom, x, dy, dw, method)
+
     def run(x, dy, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with x.device:
             dw = cupy.empty(geom.weight_shape, dtype=geom.dtype) if out is None else out
-            run_backward_weight(geom, x, dy, dw, method)
+            launch(x, dy, dw)
         return dw
 
-    with x.device:
-        dw = prepare_out(out, geom.weight_shape, geom.dtype)
     run(x, dy, dw)
     remember(key, run)
     return dw

@@ -20,14 +20,14 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                               layout=layout), ndim=ndim)
     with x.device:
-        algo = choose(geom, method)
+        launch = choose(geom, method).prepared(geom, x, w, bias, y)
 
     def run(x, w, bias, out):  # validated: allocate (unless given) and launch
         import cupy
 
         with x.device:
             y = cupy.empty(geom.output_shape, dtype=geom.dtype) if out is None else out
-            algo.run(geom, x, w, bias, y)
+            launch(x, w, bias, y)
         return y
 
     run(x, w, bias, y)
