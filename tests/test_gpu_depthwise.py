@@ -91,16 +91,20 @@ def test_depthwise_passes_match_reference(case, layout, dtype):
 
 
 def test_grid_reaches_every_kernel():
-    """The case list runs the tile and the gather kernels of every pass (else a kernel would go
-    untested on the GPU)."""
+    """The case list runs the tile and the gather kernels of every pass, and the plane kernels
+    (else a kernel would go untested on the GPU).  (float16 and strided problems keep the tile
+    kernels' forward path in use.)"""
     kinds = set()
     for case in DW_CASES:
         for layout in LAYOUTS:
             xs, ws = _shapes(case, layout)
             g = ConvGeometry.from_shapes(xs, ws, dtype="float32", **_opts(case, layout))
             kinds |= {("fwd", tile_plan(g, False) is not None), ("dgrad", tile_plan(g, True) is not None),
-                      ("wgrad", wgrad_plan(g)[0] is not None)}
-    assert kinds == {(p, t) for p in ("fwd", "dgrad", "wgrad") for t in (True, False)}
+                      ("wgrad", wgrad_plan(g)[0] is not None),
+                      ("plane", plane_plan(g) is not None),
+                      ("plane-wgrad", plane_wgrad_plan(g) is not None)}
+    passes = ("fwd", "dgrad", "wgrad", "plane", "plane-wgrad")
+    assert kinds == {(p, t) for p in passes for t in (True, False)}
 
 
 # Forward problems of the plane kernel (depthwise_plane.cu): plane widths from 1 column to three
@@ -241,6 +245,37 @@ def test_plane_wgrad_work_splits(case, warps, rounds):
     ref = reference.conv_backward_weight(xh, dyh, ws, padding=pad, groups=c)
     dw = partial.sum(axis=0).reshape(ws)
     assert rel_error(dw, ref) <= tolerance("float32", ref)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("case", [DW_CASES[0], DW_CASES[5], PLANE_CASES[1] + ()], ids=str)
+def test_prepared_runners_take_each_calls_arrays(case, dtype):
+    """The fast path's prepared runners (launches resolved on the first call) compute each later
+    call from that call's arrays: fresh data, a transposed-view weight (copied per call) and a
+    non-contiguous dy (copied per call), for all three passes."""
+    import cupy
+
+    if len(case) == 6 and isinstance(case[5], dict):
+        xs, ws = _shapes(case, "NCHW")
+        opts = _opts(case, "NCHW")
+    else:
+        n, c, m, sp, k, pad = case
+        xs, ws, opts = (n, c, *sp), (c * m, 1, *k), dict(padding=pad, groups=c)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    for call in range(3):
+        rng = rng_for("dw-prepared", str(case), dtype, call)
+        xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+        x = cupy.asarray(xh)
+        # w through a view with the same strides on every call (part of the fast-path key)
+        w = cupy.asarray(np.ascontiguousarray(wh.swapaxes(-1, -2))).swapaxes(-1, -2)
+        dy = cupy.asarray(np.concatenate([dyh, dyh], axis=-1))[..., :ys[-1]]  # non-contiguous
+        assert not w.flags.c_contiguous and not dy.flags.c_contiguous
+        for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
+                         (cupyconv.conv_backward_data(dy, w, xs, **opts),
+                          reference.conv_backward_data(dyh, wh, xs, **opts)),
+                         (cupyconv.conv_backward_weight(x, dy, ws, **opts),
+                          reference.conv_backward_weight(xh, dyh, ws, **opts))):
+            assert rel_error(got, ref) <= tolerance(dtype, ref), call
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
