@@ -35,6 +35,21 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
     return geom, out
 
 
+def _runner(shape, dtype, launch):
+    """The fast-path runner ``(a, b, out) -> result`` of a validated gradient call: allocate the
+    result (unless ``out`` is given) and ``launch(a, b, result)`` on ``a``'s device."""
+
+    def run(a, b, out):
+        import cupy
+
+        with a.device:
+            result = cupy.empty(shape, dtype=dtype) if out is None else out
+            launch(a, b, result)
+        return result
+
+    return run
+
+
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
                        layout="NCHW", method="auto", out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
@@ -59,16 +74,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
 
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype)
-        launch = prepare_backward_data(geom, dy, w, dx, method)
-
-    def run(dy, w, out):  # validated: allocate (unless given) and launch
-        import cupy
-
-        with dy.device:
-            dx = cupy.empty(geom.input_shape, dtype=geom.dtype) if out is None else out
-            launch(dy, w, dx)
-        return dx
-
+        run = _runner(geom.input_shape, geom.dtype, prepare_backward_data(geom, dy, w, dx, method))
     run(dy, w, dx)
     remember(key, run)
     return dx
@@ -97,16 +103,8 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
 
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype)
-        launch = prepare_backward_weight(geom, x, dy, dw, method)
-
-    def run(x, dy, out):  # validated: allocate (unless given) and launch
-        import cupy
-
-        with x.device:
-            dw = cupy.empty(geom.weight_shape, dtype=geom.dtype) if out is None else out
-            launch(x, dy, dw)
-        return dw
-
+        run = _runner(geom.weight_shape, geom.dtype,
+                      prepare_backward_weight(geom, x, dy, dw, method))
     run(x, dy, dw)
     remember(key, run)
     return dw
