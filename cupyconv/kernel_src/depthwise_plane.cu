@@ -104,8 +104,10 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       oh0 = chunk * RY;
       ow0 = s * 4 * QW - d;
       const T* xp = x + (cc::index_t)((p0 + pp) / mult) * H * W;
-      fp::walk_chunk<T, A, KWB, RY, true, (KF == 3 || KF == 5 ? RY + KF - 1 : 0)>(acc, xp, taps + pp * TAPS, oh0 - PH, ow0 - PW + 4 * q,
-                                          H, W, KH, KW, cc::BOUNDARY_FILL, cols, A(0));
+      constexpr int NR = KF == 3 || KF == 5 ? DP_ROWS(T) + KF - 1 : 0;  // unrolled walks
+      fp::walk_chunk<T, A, KWB, RY, true, NR>(acc, xp, taps + pp * TAPS, oh0 - PH,
+                                              ow0 - PW + 4 * q, H, W, KH, KW, cc::BOUNDARY_FILL,
+                                              cols, A(0));
       const A b = bvals[pp];
 #pragma unroll
       for (int i = 0; i < RY; ++i)

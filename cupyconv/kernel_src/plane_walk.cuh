@@ -80,8 +80,9 @@ __device__ __forceinline__ void walk_rows(const T* __restrict__ xp, int ih0, int
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       if (r + 1 < NR)
-        load_row<T, A, KWB, QUADS>(win[(r + 1) & 1], xp, cc::boundary_index(ih0 + r + 1, H, boundary),
-                                   c0, W, KW, boundary, cols, fill);
+        load_row<T, A, KWB, QUADS>(win[(r + 1) & 1], xp,
+                                   cc::boundary_index(ih0 + r + 1, H, boundary), c0, W, KW,
+                                   boundary, cols, fill);
       op(r, win[r & 1]);
       CC_COMPILER_FENCE();
     }
