@@ -11,8 +11,8 @@ serves every problem.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -165,9 +165,8 @@ class PlanePlan:
     @property
     def smem(self) -> int:
         """Dynamic shared bytes: taps, biases (padded to 4) and, without vec_out, the buffers."""
-        ry = self.ry
         return (self.sp * self.kh * self.kwb + 4 * math.ceil(self.sp / 4)
-                + (0 if self.vec_out else self.warps * ry * 128)) * self.itemsize
+                + (0 if self.vec_out else self.warps * self.ry * 128)) * self.itemsize
 
     def blocks(self, planes: int) -> int:
         return math.ceil(planes * self.cpp / self.ipb)
@@ -392,7 +391,8 @@ def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in:
     fn = jit.get_function(DEPTHWISE_PLANE_WGRAD[geom.dtype], "depthwise_plane_wgrad", geom.dtype,
                           PLANE_WGRAD_VARIANT)
     threads = 32 * plan.warps
-    smem = geom.kernel[-1] ** 2 * (threads + 32) * _acc_bytes(geom.dtype)
+    taps = PLANE_WGRAD_VARIANT[1] ** 2  # KF x KF sums per thread, then 32 per tap
+    smem = taps * (threads + 32) * _acc_bytes(geom.dtype)
     return Launch(fn, (geom.out_channels, chunks), (threads,),
                   ints((geom.out_channels, geom.out_channels // geom.in_channels, geom.batch)
                        + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["pad_lo"][1:]
