@@ -204,12 +204,12 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = oh0 + i, c = ow0 + j;
-        g[i][j] = r < OH && (unsigned)c < (unsigned)OW ? cc::load_as<A>(gp[(cc::index_t)r * OW + c])
-                                                      : A(0);
+        const bool in = r < OH && (unsigned)c < (unsigned)OW;
+        g[i][j] = in ? cc::load_as<A>(gp[(cc::index_t)r * OW + c]) : A(0);
       }
     fp::walk_rows<T, A, KWB, true, RY + KF - 1>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF,
-                                   cc::BOUNDARY_FILL, cols, A(0),
-                                   [&](int r, const fp::Window<A, KWB>& cur) {
+                                                cc::BOUNDARY_FILL, cols, A(0),
+                                                [&](int r, const fp::Window<A, KWB>& cur) {
 #pragma unroll
       for (int i = 0; i < RY; ++i) {
         const int kh = r - i;

@@ -68,8 +68,8 @@ filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* 
       const int oh0 = oh_warp + chunk * RY;
       if (oh0 >= OH) break;  // warp-uniform
       T acc[RY][4];
-      fp::walk_chunk<T, T, KWB, RY, false>(acc, xp, taps, oh0 - PH, iw0 + 4 * lane, H, W, KH, KW, boundary,
-                                 cols, fill);
+      fp::walk_chunk<T, T, KWB, RY, false>(acc, xp, taps, oh0 - PH, iw0 + 4 * lane, H, W, KH,
+                                           KW, boundary, cols, fill);
 
       if (vec_out) {  // ow0 and OW multiples of 4: a quad is wholly inside or outside the row
 #pragma unroll
