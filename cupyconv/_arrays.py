@@ -60,12 +60,51 @@ def check_bias(bias, channels: int, dtype: str):
     return bias
 
 
-def prepare_out(out, shape: tuple, dtype: str):
-    """A new output array, or ``out`` after checking that it can receive the result in place."""
+def contiguous_vector(v):
+    """``v`` (a bias, or None) as the kernels read it: one value per channel, unit stride from its
+    base pointer.  Strided and reversed views (``b[::2]``, ``b[::-1]``) are copied, K elements."""
+    if v is None or v.flags.c_contiguous:
+        return v
+    return _cupy().ascontiguousarray(v)
+
+
+def memory_bounds(a) -> tuple[int, int]:
+    """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides too)."""
+    lo = hi = a.data.ptr
+    if a.size == 0:
+        return lo, lo
+    for n, s in zip(a.shape, a.strides):
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi + a.itemsize
+
+
+def check_out_disjoint(out, inputs: dict) -> None:
+    """``out`` must not overlap any input: kernels read inputs while they write ``out`` (tiles of
+    other blocks, split-K parts, stride phases), so an aliased call would read half-written
+    results.  Compared by address ranges, which also refuses interleaved views of one buffer."""
+    if out is None:
+        return
+    lo, hi = memory_bounds(out)
+    for name, a in inputs.items():
+        if a is None or a.size == 0 or out.size == 0:
+            continue
+        a_lo, a_hi = memory_bounds(a)
+        if a_lo < hi and lo < a_hi:
+            raise ValueError(f"out overlaps {name} in memory ({name} is read while out is "
+                             f"written): pass a separate output array, or out=None")
+
+
+def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None):
+    """A new output array, or ``out`` after checking that it can receive the result in place (and
+    overlaps none of ``inputs``, {name: array})."""
     cupy = _cupy()
     if out is None:
         return cupy.empty(shape, dtype=dtype)
     out = require_array(out, "out")
+    check_out_disjoint(out, inputs or {})
     if out.shape != tuple(shape):
         raise ValueError(f"out must have shape {tuple(shape)}, got {out.shape}")
     if out.dtype.name != dtype:
@@ -87,5 +126,5 @@ def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None):
         out = require_array(out, "out")
     same_device({"x": x, "w": w, "bias": bias, "out": out})
     with x.device:
-        y = prepare_out(out, geom.output_shape, dtype)
+        y = prepare_out(out, geom.output_shape, dtype, {"x": x, "w": w, "bias": bias})
     return geom, x, w, bias, y

@@ -57,21 +57,33 @@ class PhaseDim:
 
 
 def phase_dims(size: int, out: int, kernel: int, stride: int, dilation: int, pad_lo: int):
-    """The ``stride`` phases of one spatial dim (see :class:`PhaseDim`)."""
+    """The stride phases of one spatial dim that receive gradient (see :class:`PhaseDim`).
+
+    Rows h with (h + pad_lo) % stride == phi are reached by the taps t with t * dilation % stride
+    == phi, so only phases of some tap are listed: at most ``kernel`` of them, however large the
+    stride (enumerating all ``stride`` phases would never end for a stride of 2**31).  Rows of no
+    listed phase receive no gradient: see :func:`uncovered_rows`.
+    """
+    taps_of_phase: dict[int, list[int]] = {}
+    for t in range(kernel):
+        taps_of_phase.setdefault(t * dilation % stride, []).append(t)
     phases = []
-    for phi in range(stride):
+    for phi, taps in sorted(taps_of_phase.items()):
         first = (phi - pad_lo) % stride
-        rows = max(0, -(-(size - first) // stride))
-        taps = [t for t in range(kernel) if (t * dilation - phi) % stride == 0]
-        if not taps:
-            phases.append(PhaseDim(first, rows, (), 0, 1))
+        if first >= size:
             continue
+        rows = -(-(size - first) // stride)
         step = taps[1] - taps[0] if len(taps) > 1 else 1
         b0 = (first + pad_lo - taps[0] * dilation) // stride   # p of row 0 at the first tap
         dstep = step * dilation // stride                       # p moves by this per tap
         phases.append(PhaseDim(first, rows, tuple(reversed(taps)),
                                (len(taps) - 1) * dstep - b0, max(dstep, 1)))
     return phases
+
+
+def uncovered_rows(size: int, phases) -> int:
+    """How many of a dim's ``size`` rows no phase of :func:`phase_dims` reaches (zero gradient)."""
+    return size - sum(p.rows for p in phases)
 
 
 def _tap_slice(taps: tuple[int, ...]) -> slice:
@@ -97,36 +109,42 @@ def _weight_for_phase(w_cf, taps3, groups: int):
 class Phase:
     """One stride phase of backward-data: the forward problem it runs and where its rows go."""
 
-    prob: ImplicitConv | None      # None: no tap reaches these rows (they stay zero)
+    prob: ImplicitConv
     taps: tuple[tuple[int, ...], ...]
     window: tuple                  # index of the phase's rows in dx
     shape: tuple[int, ...]         # the phase's rows as an array in dx's layout
 
 
+@dataclass(frozen=True)
+class PhasePlan:
+    """The stride phases of a backward-data problem, and whether rows outside them (which no tap
+    reaches: stride larger than the dilated kernel) must be zero-filled."""
+
+    phases: tuple[Phase, ...]
+    zero_fill: bool
+
+
 @lru_cache(maxsize=1024)
-def phase_plan(geom: ConvGeometry) -> tuple[Phase, ...]:
+def phase_plan(geom: ConvGeometry) -> PhasePlan:
     """The stride phases of ``geom``'s backward-data, computed once per problem."""
     g3 = geom.as_3d()
     lead = 3 - geom.ndim
     dims = [phase_dims(*args) for args in zip(g3["spatial"], g3["out_spatial"], g3["kernel"],
                                               g3["stride"], g3["dilation"], g3["pad_lo"])]
+    zero_fill = any(uncovered_rows(size, d) for size, d in zip(g3["spatial"], dims))
     plan = []
     for phase in itertools.product(*dims):
         rows = tuple(p.rows for p in phase)
-        if 0 in rows:
-            continue
         window = tuple(slice(p.first, None, s) for p, s in zip(phase[lead:], geom.stride))
         window = ((slice(None),) + window + (slice(None),) if geom.channels_last
                   else (slice(None), slice(None)) + window)
-        prob = None
-        if all(p.taps for p in phase):
-            prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
-                                geom.in_channels, geom.groups, g3["out_spatial"], rows,
-                                tuple(len(p.taps) for p in phase), (1, 1, 1),
-                                tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
+        prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
+                            geom.in_channels, geom.groups, g3["out_spatial"], rows,
+                            tuple(len(p.taps) for p in phase), (1, 1, 1),
+                            tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
         plan.append(Phase(prob, tuple(p.taps for p in phase), window,
                           geom.layout_shape(geom.batch, geom.in_channels, rows[lead:])))
-    return tuple(plan)
+    return PhasePlan(tuple(plan), zero_fill)
 
 
 def run_backward_data(geom: ConvGeometry, dy, w, dx, method: str = "implicit_gemm") -> None:
@@ -139,14 +157,12 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, method: str = "implicit_gem
         return
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)
     w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
-    phases = phase_plan(geom)
-    if any(ph.prob is None for ph in phases):
+    plan = phase_plan(geom)
+    if plan.zero_fill:
         dx.fill(0)  # rows no tap reaches (stride > dilated kernel): one contiguous memset
-    for ph in phases:
-        if ph.prob is None:
-            continue
+    for ph in plan.phases:
         wt = _weight_for_phase(w_cf, ph.taps, geom.groups)
-        if len(phases) == 1:           # unit stride: the one phase is all of dx
+        if len(plan.phases) == 1 and not plan.zero_fill:  # the one phase is all of dx
             launch_implicit_conv(ph.prob, dy, wt, None, dx)
             continue
         part = cupy.empty(ph.shape, dtype=geom.dtype)
@@ -165,11 +181,11 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw, method: str = "implicit_g
     if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
         geom_l = replace(geom, layout="NHWC")
         dw_l = cupy.empty(geom_l.weight_shape, dtype=geom.dtype)
-        launch_conv_wgrad(geom_l, cupy.moveaxis(x, 1, -1),
+        launch_conv_wgrad(ImplicitConv.from_geometry(geom_l), cupy.moveaxis(x, 1, -1),
                           cupy.ascontiguousarray(cupy.moveaxis(dy, 1, -1)), dw_l)
         dw[...] = cupy.moveaxis(dw_l, -1, 1)
         return
-    launch_conv_wgrad(geom, x, cupy.ascontiguousarray(dy), dw)
+    launch_conv_wgrad(ImplicitConv.from_geometry(geom), x, cupy.ascontiguousarray(dy), dw)
 
 
 def prepare_backward_data(geom: ConvGeometry, dy, w, dx, method: str):

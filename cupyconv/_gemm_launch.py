@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import jit
@@ -263,6 +264,55 @@ class ImplicitConv:
                 self.in_channels // self.groups * math.prod(self.kernel), self.groups)
 
 
+# Rows (output pixels) of one implicit-GEMM launch.  The kernels index rows and tile origins in
+# 32-bit ints (64-bit arithmetic in their hot loops would cost every problem); a problem with more
+# rows, in its output (forward, backward-data) or its reduction (backward-weight), runs as several
+# launches over row slabs.  Below 2^31 by a margin, so that a tile overhanging the last row
+# cannot overflow.  Tests lower it to split small problems.
+MAX_GEMM_ROWS = 2 ** 30
+
+
+def row_slabs(prob: ImplicitConv, limit: int | None = None):
+    """``prob``'s output rows (images x output pixels) as slabs of at most ``limit`` rows, each a
+    contiguous run of rows: whole images, or, where one image has more, runs of the outermost
+    output dim whose inner dims fit, with every outer index fixed.  Yields ``(sub, index)``: the
+    problem of the slab (its pixels' input windows through a shifted padding; the kernel
+    predicates every tap, so the shift may make it negative) and its index into the activations
+    (batch axis first, then the three spatial dims as ``ConvGeometry.as_3d`` pads them)."""
+    limit = limit or MAX_GEMM_ROWS
+    out = prob.out_spatial
+    pixels = math.prod(out)
+    if pixels <= limit:
+        per = limit // pixels
+        for n0 in range(0, prob.batch, per):
+            n1 = min(prob.batch, n0 + per)
+            yield replace(prob, batch=n1 - n0), (slice(n0, n1),)
+        return
+    split = next(d for d in range(3) if math.prod(out[d + 1:]) <= limit)
+    run = limit // math.prod(out[split + 1:])
+    for n in range(prob.batch):
+        for outer in itertools.product(*(range(e) for e in out[:split])):
+            for o0 in range(0, out[split], run):
+                lo = outer + (o0,)
+                hi = tuple(i + 1 for i in outer) + (min(out[split], o0 + run),)
+                sub = replace(prob, batch=1,
+                              out_spatial=tuple(h - l for l, h in zip(lo, hi)) + out[split + 1:],
+                              pad_lo=tuple(p - l * s for p, l, s in
+                                           zip(prob.pad_lo, lo + (0,) * 3, prob.stride)))
+                yield sub, (slice(n, n + 1),) + tuple(slice(l, h) for l, h in zip(lo, hi))
+
+
+def slab_view(a, index: tuple, channels_last: bool):
+    """The slab ``index`` (from :func:`row_slabs`) of an activation ``a`` with 1-3 spatial dims:
+    its batch slice and, where given, the slices of the spatial dims that ``a`` has."""
+    # (a slab splits a dim the activation has: the padded leading dims have extent 1, so a slab
+    # wider than one image never indexes them)
+    batch, spatial = index[0], index[1 + 3 - (a.ndim - 2):]
+    if channels_last:
+        return a[(batch,) + spatial]
+    return a[(batch, slice(None)) + spatial]
+
+
 def fprop_weight(geom: ConvGeometry, w):
     """Weights as the implicit kernel reads them: (K, taps, Cg), channels fastest, C-contiguous."""
     import cupy
@@ -286,17 +336,18 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = No
     launch_implicit_conv(ImplicitConv.from_geometry(geom), x, fprop_weight(geom, w), bias, y, plan)
 
 
-def _fprop_out_map(prob: ImplicitConv) -> tuple[OutMap, int]:
-    """The implicit kernel's output row map and per-group offset (as conv_fprop.cu computes them)."""
+def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
+    """The implicit kernel's output row map and per-group offset (as conv_fprop.cu computes them)
+    for an output with element strides ``ys`` (``element_strides``)."""
     m, n, _, _ = prob.gemm
-    pixels, k_out = math.prod(prob.out_spatial), prob.out_channels
     if prob.channels_last:
-        return OutMap(m, 0, k_out, 1), n
-    return OutMap(pixels, k_out * pixels, 1, pixels), n * pixels
+        return OutMap(m, 0, prob.out_channels, 1), n
+    return OutMap(math.prod(prob.out_spatial), ys[0], 1, ys[1]), n * ys[1]
 
 
 @lru_cache(maxsize=4096)
-def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, splits: int, flags: tuple) -> tuple:
+def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
+                       flags: tuple) -> tuple:
     """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
     calls skip converting some 40 Python ints.  flags = (has_bias, w_vec, x_vec, c_vec)."""
     has_bias, w_vec, x_vec, c_vec = flags
@@ -304,26 +355,33 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, splits: int, flags: tuple)
                    prob.in_channels // prob.groups)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
-            *int64s(xs), *ints((prob.groups, splits)))
+            *int64s(xs + ys[:2]), *ints((prob.groups, splits)))
 
 
 def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None) -> None:
     """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous and y a
-    C-contiguous (N, K, *out) or (N, *out, K) array."""
+    C-contiguous (N, K, *out) or (N, *out, K) array (or, within this function, a slab of rows of
+    one: see :func:`row_slabs`)."""
     m, n, k, groups = prob.gemm
+    if m > MAX_GEMM_ROWS:
+        for sub, index in row_slabs(prob):
+            launch_implicit_conv(sub, slab_view(x, index[:1], prob.channels_last), wt, bias,
+                                 slab_view(y, index, prob.channels_last), plan)
+        return
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id),
                     "conv_fprop", (m, n, k, groups))
     variant = (int(prob.channels_last),)
     fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant), "conv_fprop",
                           prob.dtype, variant)
     xs = element_strides(x, prob.channels_last)
+    ys = element_strides(y, prob.channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
-    out, group_stride = _fprop_out_map(prob)
+    out, group_stride = _fprop_out_map(prob, ys)
     flags = (bias is not None, MatrixView(wt, rs=k, ks=1).vectorizable(n, k),
              _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
     args = (x, wt, y, bias if bias is not None else y,
-            *_fprop_scalar_args(prob, tuple(xs), plan.splits, flags), ws)
+            *_fprop_scalar_args(prob, xs, ys, plan.splits, flags), ws)
     with y.device:
         fn(grid, block, args)
         if plan.splits > 1:
@@ -331,29 +389,41 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
                     n, out)
 
 
-def launch_conv_wgrad(geom: ConvGeometry, x, dy, dw, plan: GemmPlan | None = None) -> None:
-    """Implicit-GEMM backward-weight for channels-last ``geom``: dw (K, *kernel, Cg) from x and
-    a C-contiguous dy, with no im2col buffer; split-K over the output pixels."""
-    prob = ImplicitConv.from_geometry(geom)
-    g = geom.groups
-    kg, tcg = geom.out_channels // g, math.prod(geom.kernel) * geom.in_channels // g
-    pixels = geom.batch * math.prod(geom.out_spatial)
-    plan = _resolve(plan, lambda: plan_gemm(geom.dtype, kg, tcg, pixels, g, dw.data.device_id),
+def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = None) -> None:
+    """Implicit-GEMM backward-weight of a channels-last ``prob``: dw (K, *kernel, Cg) from x and
+    a C-contiguous dy, with no im2col buffer; split-K over the output pixels.  More than
+    MAX_GEMM_ROWS pixels are summed slab by slab (:func:`row_slabs`), in a fixed order."""
+    g = prob.groups
+    kg, tcg = prob.out_channels // g, math.prod(prob.kernel) * prob.in_channels // g
+    pixels = prob.batch * math.prod(prob.out_spatial)
+    if pixels > MAX_GEMM_ROWS:
+        import cupy
+
+        part = None
+        for i, (sub, index) in enumerate(row_slabs(prob)):
+            if i == 1:
+                part = cupy.empty_like(dw)
+            launch_conv_wgrad(sub, slab_view(x, index[:1], True), slab_view(dy, index, True),
+                              dw if i == 0 else part, plan)
+            if i:
+                dw += part
+        return
+    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, dw.data.device_id),
                     "conv_wgrad", (kg, tcg, pixels, g))
-    fn = jit.get_function(conv_wgrad_module(geom.dtype, plan.tile), "conv_wgrad", geom.dtype)
+    fn = jit.get_function(conv_wgrad_module(prob.dtype, plan.tile), "conv_wgrad", prob.dtype)
     xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)
     grid, block = _grid(plan.tile, kg, tcg, g * plan.splits)
-    ws = _workspace(geom.dtype, plan.splits, g * kg * tcg, dw)
+    ws = _workspace(prob.dtype, plan.splits, g * kg * tcg, dw)
     args = (x, dy, dw,
-            *ints((geom.batch, geom.out_channels, g,
-                   MatrixView(dy, rs=1, ks=geom.out_channels, si=kg).vectorizable(kg, pixels),
+            *ints((prob.batch, prob.out_channels, g,
+                   MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vectorizable(kg, pixels),
                    _x_vectorizable(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
-                   geom.in_channels // g)),
+                   prob.in_channels // g)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
             *int64s(xs), *ints((plan.splits,)), ws)
     with dw.device:
         fn(grid, block, args)
         if plan.splits > 1:
-            _reduce(geom.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out)
+            _reduce(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out)

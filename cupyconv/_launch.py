@@ -58,6 +58,25 @@ def device_smem_limit(device: int, most: int) -> int:
     return min(max(optin, DEFAULT_SMEM), most) - 1024
 
 
+def upload_constant(host: np.ndarray):
+    """A device copy of ``host`` that is complete when this returns, for any stream to read.
+
+    Prepared launches are cached and reused from whatever stream a later call runs on; an upload
+    queued on the current stream would be unordered with those (a first call on a busy stream s1,
+    the same problem at once on s2, read the arguments before they arrived).  So the copy goes
+    through a private non-blocking stream, waited for here; the memory comes from that stream's
+    pool arena, which holds no block that queued work on another stream may still be using.
+    """
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = cupy.empty(host.shape, dtype=host.dtype)
+        dev.set(host, stream=stream)
+    stream.synchronize()
+    return dev
+
+
 class Launch:
     """A kernel launch prepared once per problem: function, grid, block, shared memory and the
     scalar arguments, which follow the array arguments.  CuPy converts every argument on every
@@ -72,9 +91,7 @@ class Launch:
         if smem > DEFAULT_SMEM:  # opt in (the caller sized smem by device_smem_limit)
             fn.max_dynamic_shared_size_bytes = smem
         if packed:
-            import cupy
-
-            self.scalars = (cupy.asarray(np.array([int(v) for v in scalars], dtype=np.int64)),)
+            self.scalars = (upload_constant(np.array([int(v) for v in scalars], dtype=np.int64)),)
         else:
             self.scalars = tuple(scalars)
 

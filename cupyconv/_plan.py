@@ -18,7 +18,8 @@ from ._depthwise import (depthwise_applicable, plane_plan, prepare_depthwise, ru
                          tile_plan)
 from ._direct import run_direct
 from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
-from ._gemm_launch import BANDWIDTH, GemmPlan, dense_plan, forced_plan, plan_gemm
+from ._gemm_launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
+                           plan_gemm)
 from ._geometry import ConvGeometry
 
 INT32_MAX = 2 ** 31 - 1
@@ -95,9 +96,11 @@ def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
     return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
 
 
-def _gemm_fits(g: ConvGeometry) -> bool:
-    _, n, k, _ = g.gemm_forward
-    return max(g.batch * math.prod(g.out_spatial), n, k) <= INT32_MAX
+def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
+    """The tiled GEMM kernels index in 32-bit ints: n and k, and the rows of a dense GEMM, at most
+    MAX_GEMM_ROWS; the implicit kernel runs more rows as several launches (row slabs)."""
+    kernel, (m, n, k, _) = gemm_launch_shape(g, algorithm)
+    return max(n, k, m if kernel == "gemm" else 0) <= MAX_GEMM_ROWS
 
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
@@ -110,7 +113,7 @@ def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:
-    return _gemm_fits(g) and math.prod(g.col_shape) <= INT32_MAX
+    return _gemm_fits(g, "im2col_gemm") and math.prod(g.col_shape) <= INT32_MAX
 
 
 def _im2col_cost(g: ConvGeometry, device_id: int) -> float:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from ._arrays import check_bias, prepare_out, require_array, require_float_dtype, same_device
+from ._arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
+                      require_float_dtype, same_device)
 from ._backward import (backward_method, prepare_backward_data, prepare_backward_weight,
                         run_backward_data)
 from ._fastpath import call_key, lookup, remember
@@ -32,16 +33,19 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
     if out is not None:
         out = require_array(out, "out")
     same_device({first[0]: first[1], second[0]: second[1], "out": out})
+    check_out_disjoint(out, dict((first, second)))
     return geom, out
 
 
-def _runner(shape, dtype, launch):
-    """The fast-path runner ``(a, b, out) -> result`` of a validated gradient call: allocate the
-    result (unless ``out`` is given) and ``launch(a, b, result)`` on ``a``'s device."""
+def _runner(names, shape, dtype, launch):
+    """The fast-path runner ``(a, b, out) -> result`` of a validated gradient call whose operands
+    are called ``names``: check that ``out`` (if given) overlaps neither, allocate the result
+    (unless ``out`` is given) and ``launch(a, b, result)`` on ``a``'s device."""
 
     def run(a, b, out):
         import cupy
 
+        check_out_disjoint(out, dict(zip(names, (a, b))))
         with a.device:
             result = cupy.empty(shape, dtype=dtype) if out is None else out
             launch(a, b, result)
@@ -74,7 +78,8 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
 
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype)
-        run = _runner(geom.input_shape, geom.dtype, prepare_backward_data(geom, dy, w, dx, method))
+        run = _runner(("dy", "w"), geom.input_shape, geom.dtype,
+                      prepare_backward_data(geom, dy, w, dx, method))
     run(dy, w, dx)
     remember(key, run)
     return dx
@@ -103,7 +108,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
 
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype)
-        run = _runner(geom.weight_shape, geom.dtype,
+        run = _runner(("x", "dy"), geom.weight_shape, geom.dtype,
                       prepare_backward_weight(geom, x, dy, dw, method))
     run(x, dy, dw)
     remember(key, run)
@@ -162,6 +167,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     if out is not None:
         out = require_array(out, "out")
     same_device({"x": x, "w": w, "bias": bias, "out": out})
+    check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
     method = backward_method(geom, method)
     with x.device:
         dy = x

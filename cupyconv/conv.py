@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._arrays import conv_operands
+from ._arrays import check_out_disjoint, contiguous_vector, conv_operands
 from ._fastpath import call_key, lookup, remember
 from ._plan import autotune_enabled, check_method, choose
 
@@ -22,12 +22,13 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
     with x.device:
         launch = choose(geom, method).prepared(geom, x, w, bias, y)
 
-    def run(x, w, bias, out):  # validated: allocate (unless given) and launch
+    def run(x, w, bias, out):  # validated but for out's address: allocate (unless given), launch
         import cupy
 
+        check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
         with x.device:
             y = cupy.empty(geom.output_shape, dtype=geom.dtype) if out is None else out
-            launch(x, w, bias, y)
+            launch(x, w, contiguous_vector(bias), y)
         return y
 
     run(x, w, bias, y)

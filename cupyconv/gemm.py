@@ -50,7 +50,7 @@ def gemm(a, b, out=None):
         out = require_array(out, "out")
     same_device({"a": a, "b": b, "out": out})
     with a.device:
-        c = prepare_out(out, shape, dtype)
+        c = prepare_out(out, shape, dtype, {"a": a, "b": b})
         if c.size == 0:
             return c
         if k == 0:

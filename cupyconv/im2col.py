@@ -37,7 +37,7 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
     dtype = require_float_dtype(x, "x")
     geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
     with x.device:
-        col = prepare_out(out, geom.col_shape, dtype)
+        col = prepare_out(out, geom.col_shape, dtype, {"x": x})
         run_im2col(geom, x, col)
     return col
 
@@ -88,8 +88,8 @@ def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, la
     import cupy
 
     with col.device:
+        x = prepare_out(out, geom.input_shape, dtype, {"col": col})
         col = cupy.ascontiguousarray(col)
-        x = prepare_out(out, geom.input_shape, dtype)
         fn = jit.get_function(COL2IM, "col2im", dtype)
         args = [col, x, *ints((geom.batch, geom.in_channels)), *spatial_args(geom),
                 *ints((geom.channels_last,))]

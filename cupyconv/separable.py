@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._arrays import prepare_out, require_array, require_float_dtype, same_device
+from ._arrays import (check_out_disjoint, contiguous_vector, prepare_out, require_array,
+                      require_float_dtype, same_device)
 from ._geometry import ConvGeometry, normalize_layout
 from ._fastpath import call_key, lookup, remember
 from ._separable import ACTIVATIONS, fused_launcher, fused_pays, fused_plan, run_unfused, smem_limit
@@ -86,6 +87,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
         out = require_array(out, "out")
     same_device({"x": x, "w_dw": w_dw, "w_pw": w_pw, "bias_dw": b_dw, "bias_pw": b_pw,
                  "out": out})
+    inputs = ("x", "w_dw", "w_pw", "bias_dw", "bias_pw")
+    check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
     out_shape = dw.layout_shape(dw.batch, kp, dw.out_spatial)
     fused = method == "fused" or (method == "auto" and fused_pays(dw, kp, budget))
     with x.device:
@@ -94,12 +97,13 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
                   lambda x, w_dw, b_dw, w_pw, b_pw, y: run_unfused(dw, x, w_dw, b_dw, w_pw, b_pw,
                                                                    activation, y))
 
-    def run(x, w_dw, w_pw, b_dw, b_pw, out):  # validated: allocate (unless given) and launch
+    def run(x, w_dw, w_pw, b_dw, b_pw, out):  # validated but for out's address: allocate, launch
         import cupy
 
+        check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
         with x.device:
             y = cupy.empty(out_shape, dtype=dtype) if out is None else out
-            launch(x, w_dw, b_dw, w_pw, b_pw, y)
+            launch(x, w_dw, contiguous_vector(b_dw), w_pw, contiguous_vector(b_pw), y)
         return y
 
     run(x, w_dw, w_pw, b_dw, b_pw, y)

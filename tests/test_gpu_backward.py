@@ -178,7 +178,7 @@ def test_col2im(case, layout, dtype):
 def test_backward_weight_every_tile_and_split(dtype, tile, splits):
     import cupy
 
-    from cupyconv._gemm_launch import GemmPlan, launch_conv_wgrad
+    from cupyconv._gemm_launch import GemmPlan, ImplicitConv, launch_conv_wgrad
     from cupyconv._geometry import ConvGeometry
 
     rng = rng_for("wgrad-tile", dtype, tile, splits)
@@ -189,7 +189,7 @@ def test_backward_weight_every_tile_and_split(dtype, tile, splits):
         xh = random_array(rng, xs, dtype)
         dyh = random_array(rng, geom.output_shape, dtype)
         dw = poison(cupy.empty(ws, dtype))
-        launch_conv_wgrad(geom, cupy.asarray(xh), cupy.asarray(dyh), dw,
+        launch_conv_wgrad(ImplicitConv.from_geometry(geom), cupy.asarray(xh), cupy.asarray(dyh), dw,
                           plan=GemmPlan(tile, splits, 0.0))
         ref = reference.conv_backward_weight(xh, dyh, ws, layout="NHWC", **opts)
         assert rel_error(dw, ref) <= tolerance(dtype, ref)

@@ -2,6 +2,9 @@
 // buffer) and a dense loader for the weights.  Per group g = blockIdx.z:
 //   y[(n, out pixel), g*Kg + j] = sum_k A[(n, pixel), k] * w[g*Kg + j, k],  k = (tap, c),
 // so w is (K, taps, Cg): channels-last weights as they are, channels-first ones transposed.
+// y's output rows are contiguous pixels: channels-last y is (M, K) row-major; channels-first y
+// has image stride ysn and channel stride ysc (a slab of rows of a larger output when the host
+// splits a problem of more than 2^30 rows into launches).
 #include "loaders.cuh"
 #include "epilogue.cuh"
 #include "splitk.cuh"
@@ -13,7 +16,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
-           int groups, int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
+           cc::index_t ysn, cc::index_t ysc, int groups, int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
@@ -36,9 +39,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   Acc acc[TM][TN];
   cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
   if (splits == 1) {
-    const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1}
-                              : cc::OutMap{pixels, (cc::index_t)K * pixels, 1, pixels};
-    T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * pixels);
+    const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
+    T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc);
     cc::store_tile<Cfg>(acc, yg, bias + g * Kg, has_bias, m0, n0, M, Kg, map, c_vec);
   } else {
     cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, CL,

@@ -149,13 +149,15 @@ struct Im2colLoader {
     }
   }
 
-  // Offset of input element (row r, channel c, tap (a, b, d)), or -1 where it is padding.
-  __device__ __forceinline__ index_t offset(int r, int c, int a, int b, int d) const {
+  // Whether input element (row r, channel c, tap (a, b, d)) lies inside x (not padding), and its
+  // offset from the row's base.  The offset is signed: views with negative strides have negative
+  // offsets, so it cannot double as the padding flag.
+  __device__ __forceinline__ bool offset(int r, int c, int a, int b, int d, index_t& off) const {
     const ConvShape& s = *sh;
     const int id = id0[r] + a * s.DD, ih = ih0[r] + b * s.DH, iw = iw0[r] + d * s.DW;
-    const bool in = (unsigned)id < (unsigned)s.D && (unsigned)ih < (unsigned)s.H &&
-                    (unsigned)iw < (unsigned)s.W;
-    return in ? c * s.xsc + id * s.xsd + ih * s.xsh + iw * s.xsw : (index_t)-1;
+    off = c * s.xsc + id * s.xsd + ih * s.xsh + iw * s.xsw;
+    return (unsigned)id < (unsigned)s.D && (unsigned)ih < (unsigned)s.H &&
+           (unsigned)iw < (unsigned)s.W;
   }
 
   __device__ __forceinline__ void split_tap(int t, int& a, int& b, int& d) const {
@@ -179,8 +181,8 @@ struct Im2colLoader {
 #pragma unroll
       for (int j = 0; j < GROUPS; ++j) {
         const int r = CL ? j : 0;
-        const index_t off = kin ? offset(r, c0 + kq_of(j), kd, kh, kw) : (index_t)-1;
-        if (off < 0) {
+        index_t off;
+        if (!(kin && offset(r, c0 + kq_of(j), kd, kh, kw, off))) {
           regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = A(0);
         } else if (vec) {
           ldg4(rowbase[r] + off, regs[j]);
@@ -208,8 +210,9 @@ struct Im2colLoader {
           const int t = k / s.Cg;
           int a, b, d;
           split_tap(t, a, b, d);
-          const index_t off = k < K ? offset(r, k - t * s.Cg, a, b, d) : (index_t)-1;
-          regs[j][e] = off < 0 ? A(0) : load_as<A>(rowbase[r][off]);
+          index_t off;
+          regs[j][e] = (k < K && offset(r, k - t * s.Cg, a, b, d, off)) ? load_as<A>(rowbase[r][off])
+                                                                          : A(0);
         }
       }
     }
