@@ -34,6 +34,9 @@ namespace cc {
 
 // 64-bit index type: any tensor may pass 2^31 elements.
 typedef long long index_t;
+// "No source here" for element offsets, which views with negative strides make negative: the
+// one value no offset of a real element can take.
+constexpr index_t NO_OFFSET = -0x7fffffffffffffffLL - 1;
 
 // Accumulation type per storage type (no <type_traits> under NVRTC/HIPRTC).
 template <typename T> struct acc_type { typedef T type; };

@@ -120,7 +120,7 @@ depthwise_tile(const T* __restrict__ src,
       pitch = (int)prm[30], vec = (int)prm[31];
   typedef typename cc::acc_type<T>::type A;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (-1: none this pass)
+  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's source slice (NO_OFFSET: none this pass)
   const int p = blockIdx.x * blockDim.z + threadIdx.z;
   A* const windows = reinterpret_cast<A*>(smem_raw);
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -156,7 +156,7 @@ depthwise_tile(const T* __restrict__ src,
       const int sd = live ? dw::src_coord<TRANSPOSED>(od, kd, SD, DD, PD, SDs) : -1;
       __syncthreads();  // the previous windows are consumed
       if (threadIdx.x == 0 && threadIdx.y == 0)
-        zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : -1;
+        zoff[threadIdx.z] = sd >= 0 ? n * ssn + sc * ssc + sd * ssd : cc::NO_OFFSET;
       __syncthreads();
       cc::stage_windows(windows, src, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0, c0,
                         SHs, SWs, ssh, ssw, vec, tid, nt);
@@ -307,7 +307,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
   typedef typename cc::acc_type<T>::type A;
   constexpr int NA = KF > 0 ? KF * KF : DW_TAPS;  // accumulators: taps of one pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's input slice (-1: none this pass)
+  __shared__ cc::index_t zoff[DW_MAX_Z];  // each plane's input slice (NO_OFFSET: none this pass)
   const int k = blockIdx.x, chunk = blockIdx.y;
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int nt = blockDim.x * blockDim.y * blockDim.z;
@@ -343,7 +343,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
           const int cols = (TW - 1) * SW + (KW - 1) * DW + 1;
           __syncthreads();
           if (threadIdx.x == 0 && threadIdx.y == 0)
-            zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : -1;
+            zoff[threadIdx.z] = id >= 0 ? n * xsn + id * xsd : cc::NO_OFFSET;
           __syncthreads();
           cc::stage_windows(windows, xk, zoff, (int)blockDim.z, rows, cols, rows_max, pitch, r0,
                             c0, IH, IW, xsh, xsw, vec, tid, nt);
@@ -356,7 +356,7 @@ depthwise_wgrad_tile(const T* __restrict__ x,
             const int oh = oh0 + row0 + j;
 #pragma unroll
             for (int i = 0; i < CW; ++i)
-              g[j][i] = (j < vr && oh < OH && ow + i < OW) ? cc::load_as<A>(dyp[oh * OW + ow + i])
+              g[j][i] = (j < vr && oh < OH && ow + i < OW) ? cc::load_as<A>(dyp[(cc::index_t)oh * OW + ow + i])
                                                           : A(0);
           }
           if (CW == 4) {

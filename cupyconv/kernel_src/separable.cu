@@ -331,7 +331,7 @@ separable_fused(const T* __restrict__ x,
   const int r = (4 * pg) / TW, col = 4 * pg - r * TW;
   const int oh = oh0 + r, ow = ow0 + col;
   if (r >= th) return;
-  const int OHW = OH * OW;
+  const cc::index_t OHW = (cc::index_t)OH * OW;
 #pragma unroll
   for (int i = 0; i < KT; ++i) {
     const int kp = kp0 + kg * KT + i;
@@ -340,7 +340,7 @@ separable_fused(const T* __restrict__ x,
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (col + j >= tw) continue;
-      const int pix = oh * OW + ow + j;
+      const cc::index_t pix = (cc::index_t)oh * OW + ow + j;
       const cc::index_t o = channels_last ? ((cc::index_t)n * OHW + pix) * Kp + kp
                                           : ((cc::index_t)n * Kp + kp) * OHW + pix;
       y[o] = cc::store_as<T>(acc[i][j] + b);

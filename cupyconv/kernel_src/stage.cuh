@@ -56,7 +56,7 @@ __device__ __forceinline__ void stage_box(A* smem, int n0, int n1, int n2, int t
 
 namespace cc {
 
-// Stage `planes` windows of rows x cols, window z from src + zoff[z] (zoff[z] < 0: zeros), at
+// Stage `planes` windows of rows x cols, window z from src + zoff[z] (NO_OFFSET: zeros), at
 // win[(z * rows_max + r) * pitch + c]; element (r, c) of a window reads source row r0 + r, column
 // c0 + c, zeros outside H x W.  Each thread owns one column (its bounds test and column offset
 // are computed once) and walks rows across the windows: a few instructions per element, and
@@ -79,9 +79,10 @@ __device__ __forceinline__ void stage_rows(A* win, const T* __restrict__ src, co
 #pragma unroll
     for (int u = 0; u < STAGE_BATCH; ++u) {
       const bool in = z < planes;
-      const index_t o = in ? zoff[z] : -1;
+      const index_t o = in ? zoff[z] : NO_OFFSET;
       const int ih = r0 + r;
-      v[u] = (o >= 0 && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw]) : zero<A>();
+      v[u] = (o != NO_OFFSET && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw])
+                                                                     : zero<A>();
       at[u] = in ? (z * rows_max + r) * pitch + col : -1;
       r += rstep;
       while (r >= rows) { r -= rows; ++z; }
@@ -107,7 +108,7 @@ __device__ __forceinline__ void stage_planes(A* win, const T* __restrict__ src, 
       [&](int z, int r, int col) -> A {
         const index_t o = zoff[z];
         const int ih = r0 + r, iw = c0 + col;
-        return (o >= 0 && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+        return (o != NO_OFFSET && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
                    ? load_as<A>(src[o + ih * sh + iw * sw]) : zero<A>();
       },
       [&](int z, int r, int col) { return (z * rows_max + r) * pitch + col; });
@@ -154,9 +155,9 @@ __device__ __forceinline__ void stage_rows4(A* win, const T* __restrict__ src, c
 #pragma unroll
     for (int u = 0; u < STAGE_BATCH; ++u) {
       const bool in = z < planes;
-      const index_t o = in ? zoff[z] : -1;
+      const index_t o = in ? zoff[z] : NO_OFFSET;
       const int ih = r0 + r;
-      if (o >= 0 && col_in && (unsigned)ih < (unsigned)H) {
+      if (o != NO_OFFSET && col_in && (unsigned)ih < (unsigned)H) {
         load4(src + o + ih * sh + iw, v[u]);
       } else {
         v[u][0] = v[u][1] = v[u][2] = v[u][3] = A(0);
