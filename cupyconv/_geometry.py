@@ -66,10 +66,10 @@ def check_tensor_size(name: str, shape, dtype=None) -> None:
     elements = math.prod(shape)
     itemsize = 1 if dtype is None else np.dtype(dtype).itemsize
     if elements * itemsize > MAX_TENSOR_BYTES:
-        size = f"{elements * itemsize:.3g} bytes" if dtype is not None else f"{elements:.3g} elements"
-        raise ValueError(f"{name} of shape {tuple(shape)} would hold {size}, more than the limit of "
-                         f"2**48 {'bytes' if dtype is not None else 'elements'} (256 TiB, more "
-                         f"than any GPU can address)")
+        unit = "bytes" if dtype is not None else "elements"
+        raise ValueError(f"{name} of shape {tuple(shape)} would hold {elements * itemsize:.3g} "
+                         f"{unit}, more than the limit of 2**48 {unit} (256 TiB, more than any "
+                         f"GPU can address)")
 
 
 def check_matrix_product(m: int, n: int, k: int, batch: int | None, dtype=None) -> None:

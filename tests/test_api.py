@@ -135,7 +135,7 @@ class TestSizeLimitsOnDevice:
         x4 = cupy.ones((1, 1, 1024, 1), cupy.float32)
         with pytest.raises(ValueError, match=r"output size"):
             cupyconv.conv_transpose(x4, w, stride=(2 ** 30, 1))
-        # 2**21 rows at stride 2**10 with 2**10 output channels and batch 2**16: 2**63 bytes
+        # ~2**31 rows (2**21 at stride 2**10), 2**10 output channels, batch 2**16: ~2**59 bytes
         xb = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (2 ** 16, 1, 2 ** 21, 1))
         wb = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (1, 2 ** 10, 1, 1))
         with pytest.raises(ValueError, match=r"output of conv_transpose .* 2\*\*48 bytes"):
@@ -154,7 +154,8 @@ class TestSizeLimitsOnDevice:
                 cupyconv.conv_backward_weight(x, x, (1, 1, 3, 3), **kw)
             with pytest.raises(ValueError, match=match):
                 cupyconv.conv_backward_data(x, w, (1, 1, 10, 10), **kw)
-        huge = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (2 ** 26, 1, 2 ** 12, 2 ** 12))
+        huge = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32),
+                                 (2 ** 26, 1, 2 ** 12, 2 ** 12))
         with pytest.raises(ValueError, match=r"2\*\*48 bytes"):
             cupyconv.conv(huge, w)
 

@@ -288,8 +288,8 @@ def test_extents_just_below_the_limit_are_accepted_and_fit_int32_arguments():
     assert output_shape(X, W, stride=(edge, 1), padding=[(0, edge - 10), 0]) == (1, 1, 1, 8)
     g = ConvGeometry.from_shapes((1, 1, edge - 2, 1), (1, 1, edge - 2, 1), dtype="float16")
     assert g.output_shape == (1, 1, 1, 1)
-    g = ConvGeometry.from_shapes(X, W, stride=edge, dilation=(1, 2 ** 29), padding=((0, 0), (0, 2 ** 30)),
-                                 dtype="float32")
+    g = ConvGeometry.from_shapes(X, W, stride=edge, dilation=(1, 2 ** 29),
+                                 padding=((0, 0), (0, 2 ** 30)), dtype="float32")
     for v in spatial_args(g):  # the kernel-argument packing converts without OverflowError
         assert np.iinfo(np.int32).min <= int(v) <= np.iinfo(np.int32).max
 

@@ -242,7 +242,7 @@ def test_planned_gemm_reports_the_heuristic_plan(fake_sm_count):
     assert algo.name in _plan.FORWARD
 
 
-# ------------------------------------------------------------------ robustness: never raise, rebuild
+# ----------------------------------------------------- robustness: never raise, rebuild
 def _file(entries) -> str:
     return json.dumps({"schema": _tune.SCHEMA, "version": cupyconv.__version__,
                        "entries": entries})
