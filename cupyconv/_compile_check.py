@@ -2,8 +2,9 @@
 
 NVRTC is reached through CuPy's program wrapper (the same option assembly ``cupy.RawModule`` uses),
 compiling to cubin so that ptxas runs too.  HIPRTC is called through ctypes from ``libamdhip64``
-(Debian's ROCm ships it there), one subprocess per compile because comgr can abort the whole process
-on some targets.  Neither path touches a GPU.
+(Debian's ROCm ships it there), in worker subprocesses because comgr can abort the whole process
+on some targets (a worker compiles many modules in turn; a compile that kills its worker is
+retried alone, to name it).  Neither path touches a GPU.
 
 A missing compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure,
 which is how CI makes sure the check really ran.
@@ -11,15 +12,20 @@ which is how CI makes sure the check really ran.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from ._kernels import REGISTRY, KernelModule
 from .jit import COMPILE_OPTIONS
@@ -27,6 +33,9 @@ from .jit import COMPILE_OPTIONS
 NVIDIA_ARCHS = ("sm_80", "sm_90")
 AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")
 REQUIRE_ENV = "CUPYCONV_REQUIRE_COMPILERS"
+# A directory recording successful compiles, so that one test session compiles each module for
+# each target once (the compile check test and the demo's both run it); unset: no cache.
+CACHE_ENV = "CUPYCONV_COMPILE_CHECK_CACHE"
 _HIP_LIBS = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
 
 
@@ -128,28 +137,144 @@ def _hiprtc_compile_in_process(code: str, name_expressions, arch: str) -> dict:
         lib.hiprtcDestroyProgram(ctypes.byref(prog))
 
 
+_WORKER_CMD = [sys.executable, "-m", "cupyconv._compile_check", "--hiprtc-worker"]
+
+
 def hiprtc_compile(code: str, name_expressions, arch: str, timeout: float = 300) -> dict:
-    """Compile ``code`` with HIPRTC for ``arch`` in a subprocess; return the lowered names."""
+    """Compile ``code`` with HIPRTC for ``arch`` in a subprocess of its own; return the lowered
+    names."""
     _load_hiprtc()  # fail fast, in this process, when the library is absent
     request = json.dumps({"code": code, "names": list(name_expressions), "arch": arch})
-    proc = subprocess.run([sys.executable, "-m", "cupyconv._compile_check", "--hiprtc-worker"],
-                          input=request, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(_WORKER_CMD, input=request + "\n", capture_output=True, text=True,
+                          timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip() or f"HIPRTC worker died with code {proc.returncode}")
-    return json.loads(proc.stdout)
+    reply = json.loads(proc.stdout)
+    if "error" in reply:
+        raise RuntimeError(reply["error"])
+    return reply["lowered"]
+
+
+class _HiprtcWorker:
+    """A HIPRTC subprocess that compiles one request after another (a line of JSON in, a line of
+    JSON out): Python's start, the imports and comgr's initialisation are paid once per worker
+    instead of once per compile.  comgr can abort the process: a compile whose worker dies is
+    compiled again alone (:func:`hiprtc_compile`), so the failure names the culprit with its own
+    log, and the next compile starts a fresh worker."""
+
+    def __init__(self):
+        self.proc = None
+
+    def compile(self, code: str, name_expressions, arch: str, timeout: float = 300) -> dict:
+        _load_hiprtc()
+        request = json.dumps({"code": code, "names": list(name_expressions), "arch": arch})
+        try:
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = subprocess.Popen(_WORKER_CMD, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                             text=True)
+            timer = threading.Timer(timeout, self.proc.kill)
+            timer.start()
+            try:
+                self.proc.stdin.write(request + "\n")
+                self.proc.stdin.flush()
+                line = self.proc.stdout.readline()
+            finally:
+                timer.cancel()
+            reply = json.loads(line) if line else None
+        except (OSError, ValueError):
+            reply = None
+        if reply is None:  # the worker died (or hung): retry alone to name the culprit
+            self.close()
+            return hiprtc_compile(code, name_expressions, arch, timeout)
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply["lowered"]
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _WorkerPool:
+    """One :class:`_HiprtcWorker` per compiling thread, all closed at the end of a check."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._all = []
+        self._lock = threading.Lock()
+
+    def compile(self, code, name_expressions, arch):
+        worker = getattr(self._local, "worker", None)
+        if worker is None:
+            worker = self._local.worker = _HiprtcWorker()
+            with self._lock:
+                self._all.append(worker)
+        return worker.compile(code, name_expressions, arch)
+
+    def close(self):
+        for worker in self._all:
+            worker.close()
 
 
 # --------------------------------------------------------------------------- driver
-def check_module(module: KernelModule, vendor: str, arch: str) -> CheckResult:
-    """Compile one module for one target and check every instantiation got a symbol."""
-    compile_fn = nvrtc_compile if vendor == "nvidia" else hiprtc_compile
+@lru_cache(maxsize=None)
+def _compiler_version(vendor: str) -> str:
+    """The compiler's version, for the result cache's key ("?" where it cannot be asked)."""
+    try:
+        if vendor == "nvidia":
+            from cupy.cuda import nvrtc
+
+            return "nvrtc %d.%d" % nvrtc.getVersion()
+        lib = _load_hiprtc()
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        lib.hiprtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        return f"hiprtc {major.value}.{minor.value}"
+    except Exception:
+        return "?"
+
+
+def _cached_ok(module: KernelModule, vendor: str, arch: str) -> Path | None:
+    """Where the check's result cache (``$CUPYCONV_COMPILE_CHECK_CACHE``, unset: none) records
+    that this exact compile succeeded: the file name hashes everything that changes the outcome
+    (vendor, compiler version, target, options, source text, instantiations)."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        return None
+    key = json.dumps([vendor, _compiler_version(vendor), arch, COMPILE_OPTIONS, module.code,
+                      module.name_expressions])
+    return Path(root) / (hashlib.sha256(key.encode()).hexdigest() + ".ok")
+
+
+def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> CheckResult:
+    """Compile one module for one target and check every instantiation got a symbol.
+    ``hiprtc``: the HIPRTC compile function (default: one subprocess for this compile).  With
+    ``$CUPYCONV_COMPILE_CHECK_CACHE`` set, a compile that already succeeded there (the same
+    source, options, target and compiler) is not repeated (the result says "cached")."""
+    compile_fn = nvrtc_compile if vendor == "nvidia" else (hiprtc or hiprtc_compile)
     start = time.perf_counter()
     try:
+        marker = _cached_ok(module, vendor, arch)
+        if marker is not None and marker.exists():
+            return CheckResult(module.source, vendor, arch, "ok", time.perf_counter() - start,
+                               "cached")
         lowered = compile_fn(module.code, module.name_expressions, arch)
         missing = [ne for ne in module.name_expressions if not lowered.get(ne)]
         if missing:
             raise RuntimeError(f"no symbol for {missing}")
         status, log = "ok", ""
+        if marker is not None:
+            with contextlib.suppress(OSError):
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
     except CompilerMissing as exc:
         status, log = "skipped", str(exc)
     except Exception as exc:
@@ -160,19 +285,33 @@ def check_module(module: KernelModule, vendor: str, arch: str) -> CheckResult:
 def run_check(modules=None, vendors=("nvidia", "amd"), progress=None, workers=None) -> list[CheckResult]:
     """Compile every module for every target of ``vendors``; ``progress(result)`` after each.
 
-    Compiles run on ``workers`` threads (default: one per CPU): HIPRTC runs in subprocesses and
-    NVRTC releases the GIL, so they overlap.  Results come back in job order.
+    Compiles run on ``workers`` threads (default: one per CPU; compiling is CPU-bound): NVRTC
+    releases the GIL, and each thread's HIPRTC compiles go, one after another, to a worker
+    subprocess of its own (:class:`_HiprtcWorker`), so they overlap.  Results come back in job
+    order.
     """
     modules = REGISTRY if modules is None else tuple(modules)
     archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS}
     jobs = [(m, vendor, arch) for vendor in vendors for arch in archs[vendor] for m in modules]
     results = []
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        for res in pool.map(lambda job: check_module(*job), jobs):
-            results.append(res)
-            if progress is not None:
-                progress(res)
+    hip = _WorkerPool()
+    try:
+        with ThreadPoolExecutor(max_workers=workers or _cpu_count()) as pool:
+            for res in pool.map(lambda job: check_module(*job, hiprtc=hip.compile), jobs):
+                results.append(res)
+                if progress is not None:
+                    progress(res)
+    finally:
+        hip.close()
     return results
+
+
+def _cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def require_compilers() -> bool:
@@ -193,8 +332,8 @@ def main(out=None) -> int:
     out = sys.stdout if out is None else out
 
     def show(r: CheckResult):
-        print(f"  {r.status:7s} {r.vendor:6s} {r.arch:8s} {r.source:24s} {r.seconds:6.2f} s", file=out,
-              flush=True)
+        print(f"  {r.status:7s} {r.vendor:6s} {r.arch:8s} {r.source:24s} {r.seconds:6.2f} s"
+              + (" (cached)" if r.log == "cached" else ""), file=out, flush=True)
         if r.status != "ok":
             print("    " + r.log.strip().replace("\n", "\n    ")[:4000], file=out)
 
@@ -207,13 +346,21 @@ def main(out=None) -> int:
 
 
 def _worker() -> int:
-    req = json.loads(sys.stdin.read())
-    try:
-        lowered = _hiprtc_compile_in_process(req["code"], req["names"], req["arch"])
-    except Exception as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    print(json.dumps(lowered))
+    """Compile requests (one JSON line each) from stdin until it closes; answer each with one
+    JSON line, ``{"lowered": {...}}`` or ``{"error": "..."}``.  The answers go to a private copy
+    of stdout: the compiler's own output on fd 1 is sent to stderr so it cannot garble them."""
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            reply = {"lowered": _hiprtc_compile_in_process(req["code"], req["names"], req["arch"])}
+        except Exception as exc:
+            reply = {"error": str(exc)}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
     return 0
 
 

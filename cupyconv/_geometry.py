@@ -18,6 +18,23 @@ LAYOUTS = ("NCHW", "NHWC")
 PADDING_MODES = ("valid", "same", "same_lower")
 MAX_SPATIAL_DIMS = 3
 
+# Size limits, checked here for every operation before anything is allocated or compiled.
+#
+# The kernels take every single extent (batch, channels, groups, each spatial size of the input,
+# output and kernel, stride, dilation, padding) as a 32-bit int and form products (element counts,
+# offsets) in 64 bits.  So each extent must be below EXTENT_LIMIT; with the padded input extent
+# below it too, every in-kernel coordinate ``out * stride - pad + tap * dilation`` fits 32 bits.
+EXTENT_LIMIT = 2 ** 31
+# No tensor may hold more than MAX_TENSOR_BYTES (256 TiB; MAX_TENSOR_BYTES elements where the
+# dtype is not known).  Why 2**48: GPU virtual address spaces are 47 to 49 bits (x86-64 user space
+# and CUDA's unified addressing: 47; AMD GPUs: 48; some ARM/Grace systems: 49), so no device buffer
+# can be larger, and the biggest GPU memories are ~2**38 bytes: a larger size is a mistake in the
+# arguments, not a problem to run.  It also leaves 64-bit element and byte offsets 2**15 of
+# headroom.  Below it, a tensor that does not fit the device is CuPy's OutOfMemoryError, as for
+# any allocation.
+MAX_TENSOR_BYTES = 2 ** 48
+_LIMIT_WHY = "(the kernels take every extent as a 32-bit int)"
+
 
 class GemmShape(NamedTuple):
     """A batch of ``batch`` independent ``(m x k) @ (k x n)`` products."""
@@ -35,8 +52,38 @@ def as_int(v, name: str) -> int:
     return operator.index(v)
 
 
+def check_extents(name: str, values, where: str = "") -> None:
+    """Raise ValueError unless every int in ``values`` is below :data:`EXTENT_LIMIT` (2**31)."""
+    values = tuple(values)
+    if any(v >= EXTENT_LIMIT for v in values):
+        got = values[0] if len(values) == 1 else values
+        raise ValueError(f"{name} must be < 2**31{where} {_LIMIT_WHY}, got {got!r}")
+
+
+def check_tensor_size(name: str, shape, dtype=None) -> None:
+    """Raise ValueError when a tensor of ``shape`` (and ``dtype``; without one, 1 byte an element)
+    would take more than :data:`MAX_TENSOR_BYTES` (2**48 bytes, more than any GPU addresses)."""
+    elements = math.prod(shape)
+    itemsize = 1 if dtype is None else np.dtype(dtype).itemsize
+    if elements * itemsize > MAX_TENSOR_BYTES:
+        unit = "bytes" if dtype is not None else "elements"
+        raise ValueError(f"{name} of shape {tuple(shape)} would hold {elements * itemsize:.3g} "
+                         f"{unit}, more than the limit of 2**48 {unit} (256 TiB, more than any "
+                         f"GPU can address)")
+
+
+def check_matrix_product(m: int, n: int, k: int, batch: int | None, dtype=None) -> None:
+    """The limits for a (batched) matrix product ``(m x k) @ (k x n)``: each of m, n, k and the
+    batch below 2**31 (the GEMM kernel takes them as 32-bit ints), the result within 2**48 bytes."""
+    for name, v in (("m (rows of a)", m), ("n (columns of b)", n), ("k (the inner dim)", k),
+                    ("the batch size", batch or 1)):
+        check_extents(f"gemm: {name}", (v,))
+    check_tensor_size("gemm: the result", (m, n) if batch is None else (batch, m, n), dtype)
+
+
 def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
-    """An int or a tuple of ``ndim`` ints, each ``>= minimum``, as a tuple of ``ndim`` ints."""
+    """An int or a tuple of ``ndim`` ints, each ``>= minimum`` and ``< 2**31``, as a tuple of
+    ``ndim`` ints."""
     if isinstance(value, (tuple, list)):
         if len(value) != ndim:
             raise ValueError(
@@ -48,6 +95,7 @@ def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
     for v in out:
         if v < minimum:
             raise ValueError(f"{name} must be >= {minimum} in every spatial dim, got {out!r}")
+    check_extents(name, out, " in every spatial dim")
     return out
 
 
@@ -101,6 +149,9 @@ def normalize_padding(padding, spatial, kernel, stride, dilation):
         lo = hi = (as_int(padding, "padding"),) * ndim
     if min(lo + hi) < 0:
         raise ValueError(f"padding must be >= 0, got lo={lo}, hi={hi}")
+    if max(lo + hi) >= EXTENT_LIMIT:
+        raise ValueError(f"padding must be < 2**31 on every side {_LIMIT_WHY}, got lo={lo}, "
+                         f"hi={hi}")
     return lo, hi
 
 
@@ -170,11 +221,15 @@ class ConvGeometry:
         for name, shp in (("input_shape", input_shape), ("weight_shape", weight_shape)):
             if min(shp) < 1:
                 raise ValueError(f"every dim of {name} must be >= 1, got {shp}")
-        n, c, spatial = _split(input_shape, layout)
-        k, c_per_group, kernel = _split(weight_shape, layout)
         groups = as_int(groups, "groups")
         if groups < 1:
             raise ValueError(f"groups must be >= 1, got {groups}")
+        check_extents("groups", (groups,))
+        n, c, spatial = _split(input_shape, layout)
+        k, c_per_group, kernel = _split(weight_shape, layout)
+        # every dim of both shapes: batch, channels, spatial sizes, kernel extents
+        check_extents("every dim of input_shape (batch, channels, spatial sizes)", input_shape)
+        check_extents("every dim of weight_shape (channels, kernel sizes)", weight_shape)
         if c % groups:
             raise ValueError(f"input channels ({c}) must be divisible by groups ({groups})")
         if k % groups:
@@ -189,12 +244,21 @@ class ConvGeometry:
         lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
         geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
                    None if dtype is None else np.dtype(dtype).name)
+        check_extents("the dilated kernel extent (kernel - 1) * dilation + 1",
+                      effective_kernel(kernel, dilation), f" in every spatial dim (kernel "
+                      f"{kernel}, dilation {dilation})")
+        check_extents("the padded input extent (input + padding lo + hi)", geom.padded_spatial,
+                      f" in every spatial dim (input {spatial}, padding lo={lo} hi={hi})")
         for i, (size, ek) in enumerate(zip(geom.padded_spatial, effective_kernel(kernel, dilation))):
             if ek > size:
                 raise ValueError(
                     f"kernel (dilated extent {ek}) is larger than the padded input ({size}) in spatial "
                     f"dim {i}: input {spatial}, kernel {kernel}, dilation {dilation}, padding "
                     f"lo={lo} hi={hi}")
+        check_extents("the output spatial size", geom.out_spatial, " in every spatial dim")
+        for name, shape in (("the input", geom.input_shape), ("the weight", geom.weight_shape),
+                            ("the output", geom.output_shape)):
+            check_tensor_size(name, shape, geom.dtype)
         return geom
 
     # ------------------------------------------------------------------ shapes
@@ -336,9 +400,15 @@ def output_shape(input_shape, weight_shape, *, stride=1, padding=0, dilation=1, 
 
 
 def transpose_output_spatial(in_spatial, kernel, stride, dilation, pad_lo, pad_hi, output_padding):
-    """Spatial output size of a transposed convolution (PyTorch's formula, per-side padding)."""
-    return tuple((i - 1) * s - a - b + (k - 1) * d + op + 1 for i, k, s, d, a, b, op in
-                 zip(in_spatial, kernel, stride, dilation, pad_lo, pad_hi, output_padding))
+    """Spatial output size of a transposed convolution (PyTorch's formula, per-side padding);
+    ValueError where it reaches 2**31 (the limit on every extent)."""
+    out = tuple((i - 1) * s - a - b + (k - 1) * d + op + 1 for i, k, s, d, a, b, op in
+                zip(in_spatial, kernel, stride, dilation, pad_lo, pad_hi, output_padding))
+    check_extents("the transposed convolution's output size (in - 1) * stride - padding lo - hi "
+                  "+ (kernel - 1) * dilation + output_padding + 1", out,
+                  f" in every spatial dim (input {tuple(in_spatial)}, kernel {tuple(kernel)}, "
+                  f"stride {tuple(stride)}, dilation {tuple(dilation)})")
+    return out
 
 
 def normalize_output_padding(output_padding, stride, dilation) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from ._signal_fft import fft_points, fft_work_dtype
-from ._signal_plan import FilterPlan
+from ._signal_plan import FilterPlan, direct_fits
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).
@@ -73,7 +73,7 @@ def choose(plan: FilterPlan, compute: str) -> str:
     """
     if compute == "uint64":
         return "direct"
-    if len(plan.axes) > 3:
+    if len(plan.axes) > 3 or not direct_fits(plan):
         return "fft"
     if np.dtype(plan.result_dtype) == np.float16:
         return "fft"  # SciPy's direct loops refuse float16

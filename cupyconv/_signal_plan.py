@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._geometry import EXTENT_LIMIT, check_extents, check_tensor_size
+
 MODES = ("full", "valid", "same")
 METHODS = ("auto", "direct", "fft")
 # SciPy's boundary names (and aliases) -> the kernel's three modes.
@@ -247,10 +249,31 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
         pad_lo.append(n2 - 1 - off)
         out_shape.append(n)
     result = fftconvolve_dtype(d1, d2) if func == "fftconvolve" else result_dtype(d1, d2)
+    check_tensor_size(f"the result of {func}", out_shape, result)
     return FilterPlan(func=func, mode=mode, shape_a=sa, shape_g=sg, axes=axes, swapped=swapped,
                       flip_kernel=not correlating, conj_kernel=correlating, pad_lo=tuple(pad_lo),
                       out_shape=tuple(out_shape), reverse_out=reverse_out, conj_out=conj_out,
                       boundary=boundary, result_dtype=result, kernel_select=tuple(select))
+
+
+def _direct_extents(plan: FilterPlan) -> dict:
+    """The sizes the direct kernels take as 32-bit ints: every extent of the operands and the
+    result, the pads, and (bounding it) the number of planes outside the last two filter axes."""
+    out = plan.out_shape
+    return {"in1/in2 dims": plan.shape_a + plan.shape_g, "result dims": out,
+            "padding": plan.pad_lo,
+            "planes": (math.prod(out) // math.prod(out[a] for a in plan.axes[-2:]),)}
+
+
+def direct_fits(plan: FilterPlan) -> bool:
+    """Whether the direct kernel can take the plan's sizes (else only the FFT can run it)."""
+    return all(v < EXTENT_LIMIT for vs in _direct_extents(plan).values() for v in vs)
+
+
+def check_direct_sizes(plan: FilterPlan) -> None:
+    """ValueError naming the size when the direct kernel cannot take the plan (method='direct')."""
+    for name, values in _direct_extents(plan).items():
+        check_extents(f"method='direct': {name}", values, " (use method='fft')")
 
 
 def boundary_indices(start: int, count: int, n: int, boundary: str) -> np.ndarray:

@@ -8,6 +8,7 @@ from ._arrays import (check_bias, check_out_disjoint, prepare_out, require_array
 from ._backward import (backward_method, prepare_backward_data, prepare_backward_weight,
                         run_backward_data)
 from ._fastpath import call_key, lookup, remember
+from ._geometry import check_tensor_size
 from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
@@ -161,6 +162,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
         raise ValueError(f"groups must be >= 1, got {groups}")
     c_out = (w.shape[-1] if cl else w.shape[1]) * groups
     full_shape = (x.shape[0], *out_spatial, c_out) if cl else (x.shape[0], c_out, *out_spatial)
+    check_tensor_size("the output of conv_transpose", full_shape, dtype)
     geom = ConvGeometry.from_shapes(full_shape, w.shape, stride=stride, padding=list(zip(lo, hi)),
                                     dilation=dilation, groups=groups, layout=layout, dtype=dtype)
     bias = check_bias(bias, geom.in_channels, dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._arrays import prepare_out, require_array, require_float_dtype, same_device
 from ._gemm_launch import MatrixView, OutMap, run_gemm
+from ._geometry import check_matrix_product
 
 __all__ = ["gemm"]
 
@@ -45,6 +46,7 @@ def gemm(a, b, out=None):
     if len(batches) > 1:
         raise ValueError(f"batch sizes differ: a is {a.shape}, b is {b.shape}")
     batch = batches.pop() if batches else None
+    check_matrix_product(m, n, k, batch, dtype)
     shape = (m, n) if batch is None else (batch, m, n)
     if out is not None:
         out = require_array(out, "out")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import jit
 from ._arrays import prepare_out, require_array, require_float_dtype
 from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
-from ._geometry import ConvGeometry, normalize_layout, per_dim
+from ._geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
 from ._kernels import COL2IM, IM2COL
 
 __all__ = ["im2col", "col2im"]
@@ -36,6 +36,7 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
     x = require_array(x, "x")
     dtype = require_float_dtype(x, "x")
     geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
+    check_tensor_size("the im2col matrix", geom.col_shape, dtype)
     with x.device:
         col = prepare_out(out, geom.col_shape, dtype, {"x": x})
         run_im2col(geom, x, col)

@@ -28,8 +28,9 @@ from ._fastpath import call_key, lookup, remember
 from ._signal_cost import choose
 from ._signal_direct import direct_runner
 from ._signal_fft import fft_work_dtype, run_fft
-from ._signal_plan import (check_boundary, check_direct_dtype, check_fillvalue, check_method,
-                           check_mode, compute_dtype, plan_filter)
+from ._signal_plan import (check_boundary, check_direct_dtype, check_direct_sizes,
+                           check_fillvalue, check_method, check_mode, compute_dtype, direct_fits,
+                           plan_filter)
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve",
            "choose_conv_method"]
@@ -76,6 +77,7 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
         method = choose(plan, compute)
     if method == "direct":
         check_direct_dtype(plan.result_dtype, func)
+        check_direct_sizes(plan)
 
     direct = direct_runner(plan, in1, in2, fill, compute) if method == "direct" else None
 
@@ -198,7 +200,7 @@ def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
     methods = ["fft"]
     try:
         check_direct_dtype(plan.result_dtype, "convolve")
-        if len(plan.axes) <= 3:
+        if len(plan.axes) <= 3 and direct_fits(plan):
             methods.append("direct")
     except ValueError:
         pass  # bool x bool and float16: only the FFT can run

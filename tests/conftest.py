@@ -1,5 +1,9 @@
 """GPU tests carry the ``gpu`` marker and skip cleanly where CuPy sees no device."""
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from cupyconv._timing import gpu_available
@@ -14,6 +18,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+_CHECK_CACHE = None
+
+
+def pytest_configure(config):
+    """One session compiles each kernel module for each target once: the compile check test and
+    the demo command's (a subprocess, which inherits the variable) share a result cache that
+    lives only as long as the session."""
+    global _CHECK_CACHE
+    from cupyconv._compile_check import CACHE_ENV
+
+    if not os.environ.get(CACHE_ENV):
+        _CHECK_CACHE = tempfile.mkdtemp(prefix="cupyconv-compile-check-")
+        os.environ[CACHE_ENV] = _CHECK_CACHE
+
+
+def pytest_unconfigure(config):
+    if _CHECK_CACHE is not None:
+        from cupyconv._compile_check import CACHE_ENV
+
+        os.environ.pop(CACHE_ENV, None)
+        shutil.rmtree(_CHECK_CACHE, ignore_errors=True)
 
 
 def pytest_report_header(config):

@@ -109,3 +109,80 @@ class TestOnDevice:
         cupyconv.conv(x, w, groups=2)
         assert jit.cache_info()["hits"] == 1
         assert all(m["backend"] in ("nvrtc", "hiprtc") for m in info["modules"])
+
+
+@pytest.mark.gpu
+class TestSizeLimitsOnDevice:
+    """Sizes beyond the 32-bit extents or 2**48 bytes are named ValueErrors before any
+    allocation or compile (never OverflowError or OutOfMemoryError)."""
+
+    BIG = 2 ** 31
+
+    @pytest.fixture(autouse=True)
+    def _no_compile(self):
+        jit.clear_cache()
+        yield
+        assert jit.cache_info()["misses"] == 0
+
+    def test_conv_transpose_huge_stride(self):
+        import cupy
+
+        x, w = cupy.ones((1, 1, 1, 1), cupy.float32), cupy.ones((1, 1, 1, 1), cupy.float32)
+        with pytest.raises(ValueError, match=r"stride must be < 2\*\*31"):
+            cupyconv.conv_transpose(x, w, stride=self.BIG)
+        with pytest.raises(ValueError, match=r"padding must be < 2\*\*31"):
+            cupyconv.conv_transpose(x, w, padding=2 ** 40)
+        x4 = cupy.ones((1, 1, 1024, 1), cupy.float32)
+        with pytest.raises(ValueError, match=r"output size"):
+            cupyconv.conv_transpose(x4, w, stride=(2 ** 30, 1))
+        # ~2**31 rows (2**21 at stride 2**10), 2**10 output channels, batch 2**16: ~2**59 bytes
+        xb = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (2 ** 16, 1, 2 ** 21, 1))
+        wb = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (1, 2 ** 10, 1, 1))
+        with pytest.raises(ValueError, match=r"output of conv_transpose .* 2\*\*48 bytes"):
+            cupyconv.conv_transpose(xb, wb, stride=(2 ** 10, 1))
+
+    def test_conv_and_gradients(self):
+        import cupy
+
+        x, w = cupy.ones((1, 1, 10, 10), cupy.float32), cupy.ones((1, 1, 3, 3), cupy.float32)
+        for kw, match in ((dict(stride=self.BIG), "stride"), (dict(padding=2 ** 40), "padding"),
+                          (dict(dilation=self.BIG), "dilation"),
+                          (dict(padding=2 ** 30), "padded input extent")):
+            with pytest.raises(ValueError, match=match):
+                cupyconv.conv(x, w, **kw)
+            with pytest.raises(ValueError, match=match):
+                cupyconv.conv_backward_weight(x, x, (1, 1, 3, 3), **kw)
+            with pytest.raises(ValueError, match=match):
+                cupyconv.conv_backward_data(x, w, (1, 1, 10, 10), **kw)
+        huge = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32),
+                                 (2 ** 26, 1, 2 ** 12, 2 ** 12))
+        with pytest.raises(ValueError, match=r"2\*\*48 bytes"):
+            cupyconv.conv(huge, w)
+
+    def test_im2col_and_gemm(self):
+        import cupy
+
+        x = cupy.broadcast_to(cupy.ones((1, 1, 1, 1), cupy.float32), (1, 1, 2 ** 15, 2 ** 15))
+        with pytest.raises(ValueError, match=r"im2col matrix .* 2\*\*48 bytes"):
+            cupyconv.im2col(x, 2 ** 14)
+        with pytest.raises(ValueError, match=r"stride must be < 2\*\*31"):
+            cupyconv.im2col(cupy.ones((1, 1, 4, 4), cupy.float32), 1, stride=self.BIG)
+        a = cupy.broadcast_to(cupy.ones((1, 1), cupy.float32), (self.BIG, 1))
+        b = cupy.ones((1, 4), cupy.float32)
+        with pytest.raises(ValueError, match=r"gemm: m .* < 2\*\*31"):
+            cupyconv.gemm(a, b)
+        a = cupy.broadcast_to(cupy.ones((1, 1), cupy.float32), (2 ** 25, 1))
+        b = cupy.broadcast_to(cupy.ones((1, 1), cupy.float32), (1, 2 ** 25))
+        with pytest.raises(ValueError, match=r"gemm: the result .* 2\*\*48 bytes"):
+            cupyconv.gemm(a, b)
+
+    def test_signal(self):
+        import cupy
+
+        a = cupy.broadcast_to(cupy.ones(1, cupy.float32), (2 ** 47,))
+        with pytest.raises(ValueError, match=r"2\*\*48 bytes"):
+            cupyconv.signal.correlate(a, a)
+        long = cupy.broadcast_to(cupy.ones(1, cupy.float32), (2 ** 31,))
+        with pytest.raises(ValueError, match=r"method='direct'"):
+            cupyconv.signal.correlate(long, cupy.ones(3, cupy.float32), mode="same",
+                                      method="direct")

@@ -77,3 +77,62 @@ def test_missing_compiler_is_a_failure_when_required(monkeypatch):
     assert cc_check.summarize(skipped)[0] is True
     monkeypatch.setenv(cc_check.REQUIRE_ENV, "1")
     assert cc_check.summarize(skipped)[0] is False
+
+
+# A stand-in for the HIPRTC worker: answers every request, but dies (like a comgr abort) on a
+# source containing ABORT; it reports each start in $FAKE_WORKER_LOG.
+_FAKE_WORKER = r"""
+import json, os, sys
+with open(os.environ["FAKE_WORKER_LOG"], "a") as f:
+    f.write("start\n")
+for line in sys.stdin:
+    req = json.loads(line)
+    if "ABORT" in req["code"]:
+        sys.stderr.write("comgr: fatal error in " + req["arch"] + "\n")
+        sys.stderr.flush()
+        os.abort()
+    print(json.dumps({"lowered": {n: "sym_" + n for n in req["names"]}}), flush=True)
+"""
+
+
+def test_hiprtc_workers_compile_many_and_an_abort_names_its_module(monkeypatch, tmp_path):
+    import sys
+
+    log = tmp_path / "starts"
+    monkeypatch.setenv("FAKE_WORKER_LOG", str(log))
+    monkeypatch.delenv(cc_check.CACHE_ENV, raising=False)
+    monkeypatch.setattr(cc_check, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
+    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
+    monkeypatch.setattr(cc_check, "AMD_ARCHS", ("gfx90a", "gfx1030"))
+    mods = [FakeModule(f"// module {i}\n", source=f"m{i}.cu") for i in range(8)]
+    mods[3] = FakeModule("// ABORT\n", source="abort.cu")
+    results = cc_check.run_check(mods, vendors=("amd",), workers=2)
+    assert [(r.source, r.arch) for r in results] == [(m.source, a) for a in ("gfx90a", "gfx1030")
+                                                     for m in mods]
+    failed = [r for r in results if r.status == "failed"]
+    assert [(r.source, r.arch) for r in failed] == [("abort.cu", "gfx90a"), ("abort.cu", "gfx1030")]
+    assert all("comgr: fatal error in " + r.arch in r.log for r in failed)  # the retry's own log
+    assert all(r.status == "ok" for r in results if r.source != "abort.cu")
+    # 2 threads' workers + 2 lone retries + 2 fresh workers after the aborts, not one per compile
+    assert len(log.read_text().split()) <= 6 < len(results)
+
+
+def test_the_session_cache_skips_a_repeated_successful_compile(monkeypatch, tmp_path):
+    import sys
+
+    log = tmp_path / "starts"
+    monkeypatch.setenv("FAKE_WORKER_LOG", str(log))
+    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(cc_check, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
+    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
+    good, bad = FakeModule("// good\n", source="good.cu"), FakeModule("// ABORT\n", source="bad.cu")
+    first = [cc_check.check_module(m, "amd", "gfx90a") for m in (good, bad)]
+    assert [r.status for r in first] == ["ok", "failed"] and first[0].log == ""
+    again = [cc_check.check_module(m, "amd", "gfx90a") for m in (good, bad)]
+    assert [r.status for r in again] == ["ok", "failed"] and again[0].log == "cached"
+    # a different target, source or instantiation is compiled anew
+    other = cc_check.check_module(good, "amd", "gfx908")
+    changed = cc_check.check_module(FakeModule("// good\n", "good.cu", ("k<double>",)), "amd",
+                                    "gfx90a")
+    assert other.log == "" and changed.log == ""
+    assert len(log.read_text().split()) == 5  # failures are never cached

@@ -243,3 +243,109 @@ def test_output_shape_validates():
 def test_output_padding_errors(op, stride, dilation, exc, match):
     with pytest.raises(exc, match=match):
         normalize_output_padding(op, stride, dilation)
+
+
+# ------------------------------------------------------------------------------ size limits
+# Kernels take every single extent as a 32-bit int: each must be < 2**31 (a clean ValueError
+# naming the argument, never numpy's OverflowError at launch); no tensor over 2**48 bytes.
+BIG = 2 ** 31
+X, W = (1, 1, 10, 10), (1, 1, 3, 3)
+
+
+@pytest.mark.parametrize("x,w,kw,match", [
+    (X, W, dict(stride=BIG), r"stride must be < 2\*\*31"),
+    (X, W, dict(stride=(1, BIG)), r"stride must be < 2\*\*31"),
+    (X, W, dict(stride=2 ** 63), r"stride must be < 2\*\*31"),
+    (X, W, dict(dilation=BIG), r"dilation must be < 2\*\*31"),
+    (X, W, dict(padding=BIG), r"padding must be < 2\*\*31"),
+    (X, W, dict(padding=2 ** 40), r"padding must be < 2\*\*31"),
+    (X, W, dict(padding=((0, BIG), (0, 0))), r"padding must be < 2\*\*31.*hi="),
+    (X, W, dict(padding=BIG - 1), r"padded input extent .* must be < 2\*\*31"),
+    (X, W, dict(padding=2 ** 30), r"padded input extent .* must be < 2\*\*31"),
+    (X, W, dict(dilation=2 ** 30), r"dilated kernel extent .* must be < 2\*\*31"),
+    (X, W, dict(dilation=BIG - 1), r"dilated kernel extent .* must be < 2\*\*31"),
+    ((BIG, 1, 1, 1), (1, 1, 1, 1), {}, r"input_shape .* must be < 2\*\*31"),
+    ((1, BIG, 1, 1), (1, BIG, 1, 1), {}, r"input_shape .* must be < 2\*\*31"),
+    ((1, 1, BIG, 1), (1, 1, 1, 1), {}, r"input_shape .* must be < 2\*\*31"),
+    ((1, 1, 2 ** 40), (1, 1, 1), {}, r"input_shape .* must be < 2\*\*31"),
+    ((1, 1, 4, 4), (BIG, 1, 1, 1), {}, r"weight_shape .* must be < 2\*\*31"),
+    ((1, 1, 4, 4), (1, 1, 1, BIG), dict(padding=((0, 0), (0, BIG))), r"must be < 2\*\*31"),
+    ((1, 4, 4, 4), (4, 1, 1, 1), dict(groups=BIG), r"groups must be < 2\*\*31"),
+    ((1, 1, 10, 10), (1, 1, 3, 3), dict(stride=BIG, padding="same"), r"stride must be < 2\*\*31"),
+])
+def test_every_extent_beyond_32_bits_is_a_named_value_error(x, w, kw, match):
+    with pytest.raises(ValueError, match=match):
+        output_shape(x, w, **kw)
+    with pytest.raises(ValueError, match=match):
+        ConvGeometry.from_shapes(x, w, dtype="float32", **kw)
+
+
+def test_extents_just_below_the_limit_are_accepted_and_fit_int32_arguments():
+    from cupyconv._launch import spatial_args
+
+    edge = BIG - 1
+    assert output_shape(X, W, stride=edge) == (1, 1, 1, 1)
+    assert output_shape(X, W, stride=(edge, 1), padding=[(0, edge - 10), 0]) == (1, 1, 1, 8)
+    g = ConvGeometry.from_shapes((1, 1, edge - 2, 1), (1, 1, edge - 2, 1), dtype="float16")
+    assert g.output_shape == (1, 1, 1, 1)
+    g = ConvGeometry.from_shapes(X, W, stride=edge, dilation=(1, 2 ** 29),
+                                 padding=((0, 0), (0, 2 ** 30)), dtype="float32")
+    for v in spatial_args(g):  # the kernel-argument packing converts without OverflowError
+        assert np.iinfo(np.int32).min <= int(v) <= np.iinfo(np.int32).max
+
+
+@pytest.mark.parametrize("x,w,dtype,match", [
+    ((2 ** 30, 1, 2 ** 15, 2 ** 15), (1, 1, 1, 1), None, r"the input .* limit of 2\*\*48 elements"),
+    ((2 ** 22, 1, 2 ** 12, 2 ** 12), (1, 1, 1, 1), "float64", r"the input .* 2\*\*48 bytes"),
+    ((2 ** 20, 1, 2 ** 12, 2 ** 12), (1, 1, 1, 1), "float64", None),  # 2**47 bytes: allowed
+    ((1, 1, 2 ** 14, 2 ** 14), (2 ** 30, 1, 1, 1), "float32", r"the output .* 2\*\*48 bytes"),
+    ((1, 2 ** 20, 32, 32), (2 ** 20, 2 ** 20, 32, 32), "float16", r"the weight .* 2\*\*48 bytes"),
+    ((2 ** 30, 2 ** 30, 2 ** 30), (2 ** 30, 2 ** 30, 1), None, r"the input .* 2\*\*48"),
+])
+def test_tensors_beyond_2_48_bytes_are_refused(x, w, dtype, match):
+    if match is None:
+        assert ConvGeometry.from_shapes(x, w, dtype=dtype).output_shape == x
+        return
+    with pytest.raises(ValueError, match=match):
+        ConvGeometry.from_shapes(x, w, dtype=dtype)
+
+
+def test_transposed_output_size_is_limited():
+    ones = (1, 1)
+    # (in - 1) * stride + ...: 2**10 inputs at stride 2**30 would give 2**40 outputs
+    with pytest.raises(ValueError, match=r"transposed convolution's output size .* < 2\*\*31"):
+        transpose_output_spatial((2 ** 10, 1), (3, 3), (2 ** 30, 1), ones, (0, 0), (0, 0), (0, 0))
+    with pytest.raises(ValueError, match=r"transposed convolution's output size"):
+        transpose_output_spatial((2,), (BIG - 1,), (BIG - 1,), (1,), (0,), (0,), (0,))
+    # a 1x1 input never moves by the stride: any stride below the limit gives a kernel-sized output
+    assert transpose_output_spatial((1, 1), (3, 3), (BIG - 1,) * 2, ones, (0, 0), (0, 0),
+                                    (0, 0)) == (3, 3)
+    with pytest.raises(ValueError, match=r"output_padding must be < 2\*\*31"):
+        normalize_output_padding(BIG, (BIG - 1,), (1,))
+
+
+def test_reference_conv_transpose_names_the_limit():
+    from cupyconv import reference
+
+    x, w = np.ones((1, 1, 1, 1)), np.ones((1, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"stride must be < 2\*\*31"):
+        reference.conv_transpose(x, w, stride=BIG)
+    assert reference.conv_transpose(x, w, stride=BIG - 1).shape == (1, 1, 1, 1)
+    with pytest.raises(ValueError, match=r"padding must be < 2\*\*31"):
+        reference.conv_transpose(x, w, padding=2 ** 40)
+    with pytest.raises(ValueError, match=r"output size"):
+        reference.conv_transpose(np.ones((1, 1, 4, 1)), w, stride=(2 ** 30, 1))
+
+
+def test_gemm_and_tensor_size_helpers():
+    from cupyconv._geometry import check_matrix_product, check_tensor_size
+
+    check_matrix_product(BIG - 1, 1, 1, None, "float32")
+    for m, n, k, batch, match in ((BIG, 1, 1, None, "m"), (1, BIG, 1, None, "n"),
+                                  (1, 1, BIG, None, "k"), (1, 1, 1, BIG, "batch"),
+                                  (2 ** 25, 2 ** 25, 1, None, "2\\*\\*48 bytes")):
+        with pytest.raises(ValueError, match=f"gemm: .*{match}"):
+            check_matrix_product(m, n, k, batch, "float32")
+    check_tensor_size("col", (2 ** 16, 2 ** 16, 2 ** 14), "float32")
+    with pytest.raises(ValueError, match=r"the im2col matrix of shape"):
+        check_tensor_size("the im2col matrix", (2 ** 16, 2 ** 16, 2 ** 15), "float32")

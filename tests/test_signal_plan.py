@@ -197,3 +197,24 @@ def test_plan_is_hashable_and_frozen():
     assert isinstance(p, FilterPlan) and hash(p) == hash(p)
     with pytest.raises(Exception):
         p.mode = "valid"
+
+
+def test_signal_sizes_beyond_the_limits():
+    from cupyconv._signal_cost import choose
+    from cupyconv._signal_plan import check_direct_sizes, direct_fits
+
+    f4 = np.dtype(np.float32)
+    # a full result over 2**48 bytes (possible with broadcast views): a named ValueError
+    with pytest.raises(ValueError, match=r"the result of correlate .* 2\*\*48 bytes"):
+        plan_filter((2 ** 47,), (2 ** 47,), f4, f4, func="correlate")
+    # a signal longer than 2**31: the direct kernel cannot take it, auto goes to the FFT
+    long = plan_filter((2 ** 31,), (3,), f4, f4, func="correlate", mode="same")
+    assert not direct_fits(long) and choose(long, "float32") == "fft"
+    with pytest.raises(ValueError, match=r"method='direct': .* < 2\*\*31 \(use method='fft'\)"):
+        check_direct_sizes(long)
+    small = plan_filter((2 ** 31 - 1,), (3,), f4, f4, func="correlate", mode="same")
+    assert direct_fits(small)
+    check_direct_sizes(small)
+    # many planes (batch axes) beyond 2**31 also
+    stack = plan_filter((2 ** 20, 2 ** 12, 8), (1, 1, 3), f4, f4, func="correlate", axes=2)
+    assert not direct_fits(stack)

@@ -1,6 +1,7 @@
 """The autotuner's persistent cache and winner selection, on the CPU (fake timers, fake runners)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -239,3 +240,175 @@ def test_planned_gemm_reports_the_heuristic_plan(fake_sm_count):
     assert _plan.planned_gemm(pw, _plan.FORWARD["implicit_gemm"], 0)[:2] == (
         "gemm", (56 * 56, 32, 64, 8))
     assert algo.name in _plan.FORWARD
+
+
+# ----------------------------------------------------- robustness: never raise, rebuild
+def _file(entries) -> str:
+    return json.dumps({"schema": _tune.SCHEMA, "version": cupyconv.__version__,
+                       "entries": entries})
+
+
+GOOD = {"best": {"algorithm": "direct", "tile": None, "splits": None}, "ms": 1.0,
+        "timings": {"direct": 1.0, "implicit_gemm": None}, "date": "2025-01-01 00:00:00"}
+_DEEP = 10**5
+
+CORRUPT_FILES = {
+    "invalid_utf8": b'\xff\xfe{"schema": 1}',
+    "invalid_utf8_in_string": _file({"k": GOOD}).encode().replace(b"direct", b"dir\xc3\x28ct", 1),
+    "deep_array": b"[" * _DEEP + b"]" * _DEEP,
+    "deep_object": b'{"a":' * _DEEP + b"1" + b"}" * _DEEP,
+    "deep_in_entries": _file({}).encode()[:-2] + b'{"k":' + b"[" * _DEEP + b"]" * _DEEP + b"}}",
+    "top_number": b"3",
+    "top_string": b'"tune"',
+    "top_null": b"null",
+    "top_true": b"true",
+    "top_nan": b"NaN",
+    "huge_integer": b"1" * 5000,
+    "entries_list": json.dumps({"schema": _tune.SCHEMA, "version": cupyconv.__version__,
+                                "entries": [GOOD]}).encode(),
+    "entries_missing": json.dumps({"schema": _tune.SCHEMA,
+                                   "version": cupyconv.__version__}).encode(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPT_FILES))
+def test_any_corrupt_file_warns_naming_it_and_is_rebuilt(tmp_path, name):
+    path = tmp_path / "tune.json"
+    path.write_bytes(CORRUPT_FILES[name])
+    cache = TuneCache(path)
+    with pytest.warns(RuntimeWarning, match="tuning cache .*tune.json.*corrupt"):
+        assert cache.get("k") is None
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        assert cache.entries() == {}
+    measure, calls = fake_measure({c.label: t for c, t in zip(CANDS, (2.0, 1.0, 3.0))})
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        result = autotune("k", CANDS, measure, cache)
+    assert result.best == CANDS[1] and not result.cached and len(calls) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rewritten file is valid: no more warnings
+        assert cache.get("k")["best"]["tile"] == [128, 128, 8, 8, 8]
+        again = autotune("k", CANDS, measure, TuneCache(path))
+    assert again.cached and again.best == CANDS[1] and len(calls) == 3
+    assert _tune.parse_cache(path.read_bytes())[1] is None
+
+
+def test_a_file_larger_than_the_limit_is_corrupt(tmp_path, monkeypatch):
+    monkeypatch.setattr(_tune, "MAX_FILE_BYTES", 64)
+    path = tmp_path / "tune.json"
+    path.write_text(_file({"k": GOOD}))
+    with pytest.warns(RuntimeWarning, match="larger than"):
+        assert TuneCache(path).get("k") is None
+
+
+def _bad(**change):
+    entry = json.loads(json.dumps(GOOD))
+    for field, value in change.items():
+        if field.startswith("best_"):
+            entry["best"][field[5:]] = value
+        else:
+            entry[field] = value
+    return entry
+
+
+BAD_ENTRIES = {
+    "not_object_int": 3,
+    "not_object_list": [GOOD],
+    "not_object_string": "direct",
+    "not_object_null": None,
+    "best_string": _bad(best="direct"),
+    "best_list": _bad(best=["direct", None, None]),
+    "best_null": _bad(best=None),
+    "best_missing": {"ms": 1.0},
+    "algorithm_int": _bad(best_algorithm=3),
+    "algorithm_missing": {"best": {"tile": None}, "ms": 1.0},
+    "algorithm_empty": _bad(best_algorithm=""),
+    "tile_string": _bad(best_tile="128x128"),
+    "tile_of_strings": _bad(best_tile=["128", "128", "8"]),
+    "tile_of_floats": _bad(best_tile=[128.0, 128, 8]),
+    "tile_of_bools": _bad(best_tile=[True, True]),
+    "tile_zero": _bad(best_tile=[0, 128, 8]),
+    "tile_huge": _bad(best_tile=[2**70, 128, 8]),
+    "tile_empty": _bad(best_tile=[]),
+    "tile_nested": _bad(best_tile=[[128], 128, 8]),
+    "splits_string": _bad(best_splits="2"),
+    "splits_bool": _bad(best_splits=True),
+    "splits_negative": _bad(best_splits=-1),
+    "splits_huge": _bad(best_splits=10**30),
+    "best_unknown_field": _bad(best_extra=1),
+    "ms_missing": {"best": GOOD["best"]},
+    "ms_string": _bad(ms="1.0"),
+    "ms_nan": _bad(ms=math.nan),
+    "ms_inf": _bad(ms=math.inf),
+    "ms_negative": _bad(ms=-1.0),
+    "ms_bool": _bad(ms=True),
+    "ms_list": _bad(ms=[1.0]),
+    "timings_list": _bad(timings=[1.0]),
+    "timings_nan": _bad(timings={"direct": math.nan}),
+    "timings_string": _bad(timings={"direct": "fast"}),
+    "date_int": _bad(date=20250101),
+    "unknown_field": _bad(extra={"a": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ENTRIES))
+def test_an_invalid_entry_is_dropped_with_a_warning_and_the_rest_kept(tmp_path, name):
+    path = tmp_path / "tune.json"
+    # json.dumps writes NaN/Infinity as Python's json reads them (1e999 is also read as inf)
+    path.write_text(_file({"bad": BAD_ENTRIES[name], "good": GOOD}))
+    cache = TuneCache(path)
+    with pytest.warns(RuntimeWarning, match="tuning cache .*tune.json.* corrupt entries"):
+        assert cache.get("bad") is None
+    with pytest.warns(RuntimeWarning, match="'bad'"):
+        assert cache.get("good") == GOOD
+    measure, calls = fake_measure({c.label: 1.0 for c in CANDS})
+    with pytest.warns(RuntimeWarning, match="corrupt entries"):
+        result = autotune("bad", CANDS, measure, cache)  # tuned again, never raises
+    assert not result.cached and len(calls) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert set(cache.entries()) == {"bad", "good"}
+        assert cache.get("good") == GOOD and cache.get("bad")["best"]["algorithm"] == "direct"
+        assert autotune("bad", CANDS, measure, cache).cached
+
+
+def test_json_spellings_of_huge_and_non_finite_numbers_are_not_times(tmp_path):
+    path = tmp_path / "tune.json"
+    text = _file({"a": GOOD, "b": GOOD, "c": GOOD}).replace('"ms": 1.0', '"ms": 1e999', 1)
+    text = text.replace('"ms": 1.0', '"ms": -Infinity', 1)
+    path.write_text(text)
+    with pytest.warns(RuntimeWarning, match="and 1 more"):
+        assert set(TuneCache(path).entries()) == {"c"}
+
+
+def test_a_measure_returning_nan_or_negative_is_a_failed_candidate(tmp_path):
+    cache = TuneCache(tmp_path / "tune.json")
+    times = {CANDS[0].label: math.nan, CANDS[1].label: -1.0, CANDS[2].label: 2.0}
+    measure, _ = fake_measure(times)
+    with pytest.warns(RuntimeWarning, match="measured"):
+        result = autotune("k", CANDS, measure, cache)
+    assert result.best == CANDS[2]
+    assert result.timings[CANDS[0].label] is None and result.timings[CANDS[1].label] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.get("k")["ms"] == 2.0
+
+
+def test_put_of_an_entry_json_cannot_hold_warns_and_keeps_the_file(tmp_path):
+    path = tmp_path / "tune.json"
+    cache = TuneCache(path)
+    assert cache.put("good", GOOD)
+    with pytest.warns(RuntimeWarning, match="cannot write"):
+        assert not cache.put("bad", _bad(ms=math.nan))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert set(cache.entries()) == {"good"}
+
+
+def test_the_cache_is_read_as_utf8_whatever_the_locale(tmp_path):
+    path = tmp_path / "tune.json"
+    cache = TuneCache(path)
+    key = "Ünïcode GPU ✓|sm_90|fwd"
+    assert cache.put(key, GOOD)
+    assert cache.get(key) == GOOD
+    path.write_bytes(_file({key: GOOD}).encode("utf-8"))  # unescaped UTF-8 also reads
+    assert TuneCache(path).get(key) == GOOD
