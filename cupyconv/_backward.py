@@ -21,8 +21,9 @@ from functools import lru_cache
 
 from . import _depthwise
 from ._depthwise import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
-from ._gemm_launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
+from ._gemm_launch import ImplicitConv, grid_fits, launch_conv_wgrad, launch_implicit_conv
 from ._geometry import ConvGeometry
+from ._launch import GRID_YZ_MAX
 
 BACKWARD_METHODS = ("auto", "implicit_gemm", "depthwise")
 
@@ -37,7 +38,12 @@ def backward_method(geom: ConvGeometry, method) -> str:
         raise ValueError("method 'depthwise' needs groups == input channels "
                          f"(got groups={geom.groups}, {geom.in_channels} channels)")
     if method == "auto":
-        return "depthwise" if is_depthwise(geom) else "implicit_gemm"
+        method = "depthwise" if is_depthwise(geom) else "implicit_gemm"
+    # GEMM columns: C/g (backward-data), taps x C/g (backward-weight)
+    columns = geom.in_channels // geom.groups * math.prod(geom.kernel)
+    if method == "implicit_gemm" and not grid_fits(columns, geom.groups):
+        raise ValueError(f"method 'implicit_gemm' runs at most {GRID_YZ_MAX} groups (one launch "
+                         f"grid row each), got groups={geom.groups}")
     return method
 
 

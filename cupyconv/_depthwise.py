@@ -22,13 +22,13 @@ from ._kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIA
                        DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
                        DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
                        depthwise_wgrad_module, plane_rows_per_thread, plane_width)
-from ._launch import Launch, element_strides, int64s, ints, launch_grid, spatial_args
+from ._launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
+                      spatial_args)
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
 # kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
 # launch (CUDA_ERROR_INVALID_VALUE) on the GPU.
 SMEM_LIMIT = 48 * 1024 - 1024
-GRID_Y_MAX = 65535
 THREADS = 256
 DW_ROWS = 8    # kernel's DW_ROWS: most output rows per thread
 DW_TAPS = 16   # kernel's DW_TAPS: taps per backward-weight pass
@@ -113,7 +113,7 @@ def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
     cw = 4 if fixed_kernel(geom, DEPTHWISE_KF[1:]) == 3 else 1  # the kernel's CW
     t = _tiling(dst[1], dst[2], planes, *g3["kernel"][1:], *g3["stride"][1:], *g3["dilation"][1:],
                 geom.dtype, transposed, cw=cw)
-    if t is None or t.tiles > GRID_Y_MAX or planes >= 2 ** 31:
+    if t is None or t.tiles > GRID_YZ_MAX or planes >= 2 ** 31:
         return None
     return t
 
@@ -348,7 +348,7 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
             chunks = max(1, min(planes, math.ceil(_TARGET_BLOCKS / k)))
             per_chunk = math.ceil(planes / chunks)
             chunks = math.ceil(planes / per_chunk)
-            if chunks <= GRID_Y_MAX:
+            if chunks <= GRID_YZ_MAX:
                 # no more planes per block than a chunk holds; shared memory shrinks with them
                 bz = min(t.bz, per_chunk)
                 t = Tiling(t.bx, t.by, bz, t.vr, t.tiles_h, t.tiles_w, t.rows_max, t.pitch,
@@ -382,7 +382,7 @@ def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
             rounds //= 2
     plan = dataclasses.replace(plan, rounds=rounds)
     chunks = math.ceil(items / plan.ipb)
-    return (plan, chunks) if chunks <= GRID_Y_MAX else None
+    return (plan, chunks) if chunks <= GRID_YZ_MAX else None
 
 
 def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool) -> Launch:

@@ -10,6 +10,7 @@ import math
 
 from ._gemm_launch import MatrixView, OutMap, run_conv_fprop, run_gemm
 from ._geometry import ConvGeometry
+from ._launch import GRID_YZ_MAX
 from .im2col import run_im2col
 
 
@@ -57,8 +58,11 @@ def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
 
 def pointwise_as_gemm(geom: ConvGeometry) -> bool:
     """Channels-first 1x1 runs one GEMM per (image, group) of L rows: worth it only when L fills
-    tiles; small images go through the implicit kernel, whose rows span images."""
-    return geom.channels_last or math.prod(geom.spatial) >= 1024
+    tiles; small images go through the implicit kernel, whose rows span images (as do batches of
+    more (image, group) pairs than the launch grid's z extent holds)."""
+    if geom.channels_last:
+        return True
+    return math.prod(geom.spatial) >= 1024 and geom.batch * geom.groups <= GRID_YZ_MAX
 
 
 def gemm_launch_shape(geom: ConvGeometry, algorithm: str):

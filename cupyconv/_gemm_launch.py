@@ -18,7 +18,7 @@ from . import jit
 from ._geometry import ConvGeometry
 from ._kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
                        conv_wgrad_module, gemm_module)
-from ._launch import element_strides, int64s, ints, launch_grid
+from ._launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -128,6 +128,7 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
         slices = math.ceil(k / tile[2])
         tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
         max_splits = min(MAX_SPLITS, max(1, slices // 4)) if tiles < 2 * slots else 1
+        max_splits = max(1, min(max_splits, GRID_YZ_MAX // batch))  # (batch, part) is grid z
         for splits in range(1, max_splits + 1):
             t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes)
             if best is None or t < best.seconds:
@@ -179,6 +180,12 @@ def dense_plan(plan: GemmPlan, dtype: str, k: int) -> GemmPlan:
             and math.ceil(k / plan.splits) >= LONG_K):
         return GemmPlan(LONG_K_TILE, plan.splits, plan.seconds)
     return plan
+
+
+def grid_fits(n: int, batch: int) -> bool:
+    """Whether an n-column GEMM batch fits the launch grid: column tiles on y (the narrowest
+    tile: 64 columns), the batch on z; rows go on x, which takes any 32-bit count."""
+    return math.ceil(n / 64) <= GRID_YZ_MAX and batch <= GRID_YZ_MAX
 
 
 def _grid(tile, m, n, batch):

@@ -39,6 +39,9 @@ def element_strides(a, channels_last: bool) -> tuple[int, ...]:
     return (lead, channel, *([0] * (3 - len(spatial))), *spatial)
 
 
+GRID_YZ_MAX = 65535  # CUDA's limit on gridDim.y and gridDim.z (gridDim.x: 2^31 - 1)
+
+
 def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
     """1-d grid for a grid-stride loop over ``total`` items (capped: the loop covers the rest)."""
     return (max(1, min(math.ceil(total / block), 1 << 20)),), (block,)

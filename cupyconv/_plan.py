@@ -19,7 +19,7 @@ from ._depthwise import (depthwise_applicable, plane_plan, prepare_depthwise, ru
 from ._direct import run_direct
 from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
 from ._gemm_launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
-                           plan_gemm)
+                           grid_fits, plan_gemm)
 from ._geometry import ConvGeometry
 
 INT32_MAX = 2 ** 31 - 1
@@ -99,8 +99,8 @@ def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
 def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
     """The tiled GEMM kernels index in 32-bit ints: n and k, and the rows of a dense GEMM, at most
     MAX_GEMM_ROWS; the implicit kernel runs more rows as several launches (row slabs)."""
-    kernel, (m, n, k, _) = gemm_launch_shape(g, algorithm)
-    return max(n, k, m if kernel == "gemm" else 0) <= MAX_GEMM_ROWS
+    kernel, (m, n, k, batch) = gemm_launch_shape(g, algorithm)
+    return max(n, k, m if kernel == "gemm" else 0) <= MAX_GEMM_ROWS and grid_fits(n, batch)
 
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:

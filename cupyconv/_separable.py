@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import jit
-from ._depthwise import GRID_Y_MAX, SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
+from ._depthwise import SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
 from ._geometry import ConvGeometry
 from ._kernels import SEPARABLE_KT, separable_module
-from ._launch import Launch, device_smem_limit, element_strides, int64s, ints
+from ._launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 THREADS = 256            # kernel's SEP_THREADS
@@ -101,7 +101,7 @@ def fused_plan(dw: ConvGeometry, kp: int, smem_budget: int = SMEM_LIMIT) -> Fuse
         return None
     kp_blocks = math.ceil(kp / (kg * kt))
     weights = max(kp, kh * kw) * dw.out_channels  # the kernel's 32-bit weight offsets
-    if dw.batch * tiles_h * tiles_w >= 2 ** 31 or kp_blocks > GRID_Y_MAX or weights >= 2 ** 31:
+    if dw.batch * tiles_h * tiles_w >= 2 ** 31 or kp_blocks > GRID_YZ_MAX or weights >= 2 ** 31:
         return None
     kf = fixed_kernel(dw, (3,))
     return FusedPlan(kf, kt, kg, kp_blocks, th, tw, tiles_h, tiles_w, cc, rows_max, pitch, smem)

@@ -15,11 +15,10 @@ import numpy as np
 from . import jit
 from ._kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
                        plane_rows_per_thread, plane_width)
-from ._launch import int64s, ints
+from ._launch import GRID_YZ_MAX, int64s, ints
 from ._signal_plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
-GRID_Y_MAX = 65535
 THREADS = 256
 
 
@@ -107,7 +106,7 @@ def _launch(plan: FilterPlan, compute: str, fillvalue, nbatch: int, spatial3, ke
         kwb, smem = plane
         rows = PLANE_WARPS * PLANE_CHUNKS * plane_rows_per_thread(np.dtype(compute).itemsize)
         tiles_w = math.ceil((out3[2] + d) / PLANE_TW)
-        grid = (tiles_w * math.ceil(out3[1] / rows), min(planes, GRID_Y_MAX))
+        grid = (tiles_w * math.ceil(out3[1] / rows), min(planes, GRID_YZ_MAX))
         scalars = (*ints((planes,) + out3[1:] + spatial3[1:] + kernel3[1:] + pad3[1:]
                          + (BOUNDARY_CODE[plan.boundary],)),
                    np.int64(gsb), *ints((int(flip), tiles_w, d, int(vec_in), int(vec_out))))
@@ -125,7 +124,7 @@ def _launch(plan: FilterPlan, compute: str, fillvalue, nbatch: int, spatial3, ke
                      + (BOUNDARY_CODE[plan.boundary],)),
                *xs, np.int64(gsb), *ints((khc, tiles_w)))
     kernel = (FILTER_DIRECT[compute], "filter_direct", compute, (kwc,))
-    return kernel, (tiles, min(planes, GRID_Y_MAX)), (tx, ty), fill, scalars, smem
+    return kernel, (tiles, min(planes, GRID_YZ_MAX)), (tx, ty), fill, scalars, smem
 
 
 def _address(arr) -> int:
