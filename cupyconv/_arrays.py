@@ -7,6 +7,11 @@ Every check here runs before any kernel is compiled or launched, and raises a ``
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
+import numpy as np
+
 from ._geometry import ConvGeometry
 from ._kernels import DTYPES
 
@@ -97,11 +102,30 @@ def check_out_disjoint(out, inputs: dict) -> None:
                              f"written): pass a separate output array, or out=None")
 
 
-def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None):
-    """A new output array, or ``out`` after checking that it can receive the result in place (and
-    overlaps none of ``inputs``, {name: array})."""
+@lru_cache(maxsize=None)
+def _device_memory(device_id: int) -> int:
+    return _cupy().cuda.Device(device_id).mem_info[1]
+
+
+def check_fits_device(shape: tuple, dtype: str, what: str) -> None:
+    """A ValueError naming ``what`` where a new ``shape`` array could never be allocated: more
+    bytes than the current GPU has in all (the arguments describe a result no GPU holds)."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    device = _cupy().cuda.Device()
+    total = _device_memory(device.id)
+    if nbytes > total:
+        raise ValueError(f"{what} of shape {tuple(shape)} ({dtype}) would take {nbytes:.3g} bytes, "
+                         f"more than the {total / 2 ** 30:.0f} GiB of GPU {device.id}: check the "
+                         f"sizes, padding and strides")
+
+
+def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None,
+                what: str = "the output"):
+    """A new output array (``what``, in error messages), or ``out`` after checking that it can
+    receive the result in place (and overlaps none of ``inputs``, {name: array})."""
     cupy = _cupy()
     if out is None:
+        check_fits_device(shape, dtype, what)
         return cupy.empty(shape, dtype=dtype)
     out = require_array(out, "out")
     check_out_disjoint(out, inputs or {})

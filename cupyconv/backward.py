@@ -78,7 +78,7 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     method = backward_method(geom, method)
 
     with dy.device:
-        dx = prepare_out(out, geom.input_shape, geom.dtype)
+        dx = prepare_out(out, geom.input_shape, geom.dtype, what="dx (of input_shape)")
         run = _runner(("dy", "w"), geom.input_shape, geom.dtype,
                       prepare_backward_data(geom, dy, w, dx, method))
     run(dy, w, dx)
@@ -108,7 +108,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     method = backward_method(geom, method)
 
     with x.device:
-        dw = prepare_out(out, geom.weight_shape, geom.dtype)
+        dw = prepare_out(out, geom.weight_shape, geom.dtype, what="dw (of weight_shape)")
         run = _runner(("x", "dy"), geom.weight_shape, geom.dtype,
                       prepare_backward_weight(geom, x, dy, dw, method))
     run(x, dy, dw)

@@ -38,7 +38,7 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
     geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
     check_tensor_size("the im2col matrix", geom.col_shape, dtype)
     with x.device:
-        col = prepare_out(out, geom.col_shape, dtype, {"x": x})
+        col = prepare_out(out, geom.col_shape, dtype, {"x": x}, what="the column matrix (output)")
         run_im2col(geom, x, col)
     return col
 
