@@ -464,3 +464,17 @@ def test_depthwise_reads_views_through_strides(dtype):
     ref = reference.conv_backward_data(xh, wh, xh.shape, **opts)
     got = cupyconv.conv_backward_data(dyv, w, xh.shape, method="depthwise", **opts)
     assert rel_error(got, ref) <= tolerance(dtype, ref)
+
+
+def test_transposed_tiles_that_no_source_row_reaches_are_not_staged():
+    """Stride 3 with dilation 3: some backward-data tiles read no dy row at all; staging their
+    empty window looped forever (found by the fuzz, seed 7, problem 31)."""
+    import cupy
+
+    rng = np.random.default_rng(31)
+    xh = rng.uniform(-1, 1, (2, 9, 6, 2, 6))
+    wh = rng.uniform(-1, 1, (9, 1, 3, 1, 2))
+    opts = dict(stride=3, dilation=3, padding=[(2, 0), (1, 1), (0, 1)], groups=9)
+    ref = reference.conv_transpose(xh, wh, **opts)
+    got = cupyconv.conv_transpose(cupy.asarray(xh), cupy.asarray(wh), method="depthwise", **opts)
+    assert rel_error(got, ref) <= tolerance("float64", ref)

@@ -1,6 +1,6 @@
 """Seeded random fuzz of every pass against the float64 reference (fuzz_problems.py).
 
-``CUPYCONV_FUZZ_SEED`` (default 20240607) seeds the run, ``CUPYCONV_FUZZ_COUNT`` (default 600)
+``CUPYCONV_FUZZ_SEED`` (default 20240607) seeds the run, ``CUPYCONV_FUZZ_COUNT`` (default 1000)
 sets the number of problems; they are split over ``SHARDS`` pytest cases so that pytest-xdist
 spreads them.  Each problem draws: forward / backward-data / backward-weight / transpose /
 separable, 1-3 spatial dims, NCHW / NHWC, dense / grouped / depthwise (channel multipliers
@@ -22,7 +22,7 @@ import fuzz_problems as fz
 pytestmark = pytest.mark.gpu
 
 SEED = int(os.environ.get("CUPYCONV_FUZZ_SEED", "20240607"))
-COUNT = int(os.environ.get("CUPYCONV_FUZZ_COUNT", "600"))
+COUNT = int(os.environ.get("CUPYCONV_FUZZ_COUNT", "1000"))
 SHARDS = 20
 
 

@@ -100,6 +100,9 @@ __device__ __forceinline__ void stage_planes(A* win, const T* __restrict__ src, 
                                              int planes, int rows, int cols, int rows_max, int pitch,
                                              int r0, int c0, int H, int W, index_t sh, index_t sw,
                                              int tid, int nt) {
+  // An empty window (a transposed tile that no source row or column reaches: large strides) has
+  // nothing to stage; the row walk below would never end on it.
+  if (rows <= 0 || cols <= 0) return;
   if (cols <= nt) {
     stage_rows(win, src, zoff, planes, rows, cols, rows_max, pitch, r0, c0, H, W, sh, sw, tid, nt);
     return;
@@ -183,6 +186,7 @@ __device__ __forceinline__ void stage_windows(A* win, const T* __restrict__ src,
                                              int planes, int rows, int cols, int rows_max,
                                              int pitch, int r0, int c0, int H, int W, index_t sh,
                                              index_t sw, int vec, int tid, int nt) {
+  if (rows <= 0 || cols <= 0) return;  // empty window: see stage_planes
   if (vec) {
     const int shift = ((c0 % 4) + 4) % 4, quads = (cols + shift + 3) / 4;
     if (quads <= nt) {
