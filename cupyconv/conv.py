@@ -25,7 +25,8 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
     def run(x, w, bias, out):  # validated but for out's address: allocate (unless given), launch
         import cupy
 
-        check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
+        if out is not None:  # (the warm path builds no dict without out)
+            check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
         with x.device:
             y = cupy.empty(geom.output_shape, dtype=geom.dtype) if out is None else out
             launch(x, w, contiguous_vector(bias), y)

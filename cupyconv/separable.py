@@ -100,7 +100,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     def run(x, w_dw, w_pw, b_dw, b_pw, out):  # validated but for out's address: allocate, launch
         import cupy
 
-        check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
+        if out is not None:  # (the warm path builds no dict without out)
+            check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
         with x.device:
             y = cupy.empty(out_shape, dtype=dtype) if out is None else out
             launch(x, w_dw, contiguous_vector(b_dw), w_pw, contiguous_vector(b_pw), y)
