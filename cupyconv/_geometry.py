@@ -30,8 +30,9 @@ EXTENT_LIMIT = 2 ** 31
 # and CUDA's unified addressing: 47; AMD GPUs: 48; some ARM/Grace systems: 49), so no device buffer
 # can be larger, and the biggest GPU memories are ~2**38 bytes: a larger size is a mistake in the
 # arguments, not a problem to run.  It also leaves 64-bit element and byte offsets 2**15 of
-# headroom.  Below it, a tensor that does not fit the device is CuPy's OutOfMemoryError, as for
-# any allocation.
+# headroom.  Below it, a new output larger than the device's whole memory is refused where it is
+# allocated (``_arrays.check_fits_device``); one that merely does not fit what is free now is
+# CuPy's OutOfMemoryError, as for any allocation.
 MAX_TENSOR_BYTES = 2 ** 48
 _LIMIT_WHY = "(the kernels take every extent as a 32-bit int)"
 
