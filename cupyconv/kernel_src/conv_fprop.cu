@@ -16,7 +16,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
-           cc::index_t ysn, cc::index_t ysc, int groups, int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
+           cc::index_t ysn, cc::index_t ysc, int groups, int splits,
+           typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];

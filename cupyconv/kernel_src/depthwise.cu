@@ -356,8 +356,8 @@ depthwise_wgrad_tile(const T* __restrict__ x,
             const int oh = oh0 + row0 + j;
 #pragma unroll
             for (int i = 0; i < CW; ++i)
-              g[j][i] = (j < vr && oh < OH && ow + i < OW) ? cc::load_as<A>(dyp[(cc::index_t)oh * OW + ow + i])
-                                                          : A(0);
+              g[j][i] = (j < vr && oh < OH && ow + i < OW)
+                            ? cc::load_as<A>(dyp[(cc::index_t)oh * OW + ow + i]) : A(0);
           }
           if (CW == 4) {
             // As in depthwise_tile: each window row (two aligned 4-vectors) meets up to 3 rows of

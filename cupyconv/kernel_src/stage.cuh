@@ -81,8 +81,8 @@ __device__ __forceinline__ void stage_rows(A* win, const T* __restrict__ src, co
       const bool in = z < planes;
       const index_t o = in ? zoff[z] : NO_OFFSET;
       const int ih = r0 + r;
-      v[u] = (o != NO_OFFSET && col_in && (unsigned)ih < (unsigned)H) ? load_as<A>(src[o + ih * sh + cw])
-                                                                     : zero<A>();
+      const bool live = o != NO_OFFSET && col_in && (unsigned)ih < (unsigned)H;
+      v[u] = live ? load_as<A>(src[o + ih * sh + cw]) : zero<A>();
       at[u] = in ? (z * rows_max + r) * pitch + col : -1;
       r += rstep;
       while (r >= rows) { r -= rows; ++z; }
