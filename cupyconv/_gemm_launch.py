@@ -182,10 +182,15 @@ def dense_plan(plan: GemmPlan, dtype: str, k: int) -> GemmPlan:
     return plan
 
 
+# Most GEMM columns one launch covers whatever its tile: column tiles go on the grid's y extent,
+# so GRID_YZ_MAX tiles of the narrowest tile.
+MAX_GRID_COLUMNS = GRID_YZ_MAX * min(t[1] for tiles in GEMM_TILES.values() for t in tiles)
+
+
 def grid_fits(n: int, batch: int) -> bool:
-    """Whether an n-column GEMM batch fits the launch grid: column tiles on y (the narrowest
-    tile: 64 columns), the batch on z; rows go on x, which takes any 32-bit count."""
-    return math.ceil(n / 64) <= GRID_YZ_MAX and batch <= GRID_YZ_MAX
+    """Whether an n-column GEMM batch fits the launch grid: at most MAX_GRID_COLUMNS columns (y)
+    and GRID_YZ_MAX batch entries (z); rows go on x, which takes any 32-bit count."""
+    return n <= MAX_GRID_COLUMNS and batch <= GRID_YZ_MAX
 
 
 def _grid(tile, m, n, batch):

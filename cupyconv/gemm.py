@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ._arrays import prepare_out, require_array, require_float_dtype, same_device
-from ._gemm_launch import MatrixView, OutMap, run_gemm
+from ._gemm_launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
 from ._geometry import check_matrix_product
 from ._launch import GRID_YZ_MAX
 
@@ -75,15 +75,15 @@ def gemm(a, b, out=None):
             a = cupy.ascontiguousarray(a)
             sa = _elem_strides(a)
             av = MatrixView(a, rs=sa[-2], ks=1, so=sa[0] if a.ndim == 3 else 0)
-        # One launch per GRID_YZ_MAX batch entries and per 64 * GRID_YZ_MAX columns (the grid's
+        # One launch per GRID_YZ_MAX batch entries and per MAX_GRID_COLUMNS columns (the grid's
         # z and y extents): slices keep the operands' strides, so the views above still apply.
         for z0 in range(0, batch or 1, GRID_YZ_MAX):
             zs = slice(z0, z0 + GRID_YZ_MAX)
-            for n0 in range(0, n, 64 * GRID_YZ_MAX):
-                ns = slice(n0, n0 + 64 * GRID_YZ_MAX)
-                part = [(arr[zs] if arr.ndim == 3 else arr) for arr in (a, b, c)]
-                part[1], part[2] = part[1][..., ns], part[2][..., ns]
-                run_gemm(dtype, replace(av, array=part[0]), replace(bv, array=part[1]), part[2],
-                         m, part[2].shape[-1], k, batch=part[2].shape[0] if batch else 1,
+            a_z, b_z, c_z = ((arr[zs] if arr.ndim == 3 else arr) for arr in (a, b, c))
+            for n0 in range(0, n, MAX_GRID_COLUMNS):
+                ns = slice(n0, n0 + MAX_GRID_COLUMNS)
+                b_part, c_part = b_z[..., ns], c_z[..., ns]
+                run_gemm(dtype, replace(av, array=a_z), replace(bv, array=b_part), c_part,
+                         m, c_part.shape[-1], k, batch=c_part.shape[0] if batch else 1,
                          c_so=m * n, out=OutMap(m, 0, n, 1))
     return c
