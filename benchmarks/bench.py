@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cupyconv  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._plan import FORWARD, choose  # noqa: E402
-from cupyconv._timing import host_overhead_us, time_gpu  # noqa: E402
-from cupyconv._verify import rel_error  # noqa: E402
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._dispatch.forward import FORWARD, choose  # noqa: E402
+from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
+from cupyconv._core.verify import rel_error  # noqa: E402
 
 # name: (N, C, H, W, K, kernel, stride, pad, dilation, groups)
 SUITE = {
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
                   f"{row['err'].get(m, math.nan):8.1e}"
                   + (f"  host {row['host_us_auto']:.0f} us/call" if m == "auto" else ""))
     summary = summarize(rows)
-    from cupyconv._ceilings import ceilings  # measured here so report.py can show % of them
+    from cupyconv._cli.ceilings import ceilings  # measured here so report.py can show % of them
 
     ceil = ceilings("float32")
     result = {"ceilings": {"bandwidth": ceil.bandwidth, "flops": {"float32": ceil.flops},

@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupyconv  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._timing import host_overhead_us, time_gpu  # noqa: E402
-from cupyconv._verify import rel_error  # noqa: E402
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
+from cupyconv._core.verify import rel_error  # noqa: E402
 
 from bench import git_commit  # noqa: E402
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupyconv  # noqa: E402
 from cupyconv import signal as cs  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
-from cupyconv._verify import rel_error  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
+from cupyconv._core.verify import rel_error  # noqa: E402
 from bench import git_commit  # noqa: E402
 
 # name: (in1 shape, in2 shape, correlated axes or None)

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from cupyconv import _signal_cost as cost  # noqa: E402
+from cupyconv._dispatch import signal as cost
 from cupyconv import signal as cs  # noqa: E402
-from cupyconv._signal_fft import fft_points, fft_work_dtype  # noqa: E402
-from cupyconv._signal_plan import compute_dtype, plan_filter  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._signal.fft import fft_points, fft_work_dtype  # noqa: E402
+from cupyconv._signal.plan import compute_dtype, plan_filter  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
 from bench import git_commit  # noqa: E402
 
 

@@ -9,10 +9,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
-import cupyconv._gemm_launch as gl  # noqa: E402
+import cupyconv._gemm.launch as gl  # noqa: E402
 from bench import SUITE  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
 
 base_plan = gl.plan_gemm
 rng = cupy.random.default_rng(0)

@@ -15,9 +15,9 @@ import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
 from bench import SUITE  # noqa: E402
-from cupyconv._gemm_launch import plan_gemm  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._gemm.launch import plan_gemm  # noqa: E402
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
 
 rng = cupy.random.default_rng(0)
 for name, (n, c, h, w, k, r, s, p, d, g) in SUITE.items():

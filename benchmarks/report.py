@@ -12,7 +12,7 @@ Plots (``DIR``, default: next to the JSON): ``<name>-peers.png`` (ratio to each 
 and ``<name>-ceilings.png`` (achieved fraction of the FLOP and copy-bandwidth ceilings).
 
 Ceilings come from the JSON's ``ceilings`` (written by bench.py since the profiler landed), else
-from ``cupyconv._ceilings.TABLE`` by GPU name; without either the percentage columns are left out.
+from ``cupyconv._cli.ceilings.TABLE`` by GPU name; without either the percentage columns are left out.
 matplotlib is optional (``pip install 'cupyconv[bench]'``): without it the report is Markdown only,
 with a note on stderr.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cupyconv._ceilings import table_ceilings  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
+from cupyconv._cli.ceilings import table_ceilings  # noqa: E402
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
 
 PEERS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32", "im2col_matmul": "im2col+matmul"}
 
@@ -67,7 +67,7 @@ def ceilings_of(data: dict, dtype: str = "float32"):
     if isinstance(c, dict) and c.get("flops", {}).get(dtype) and c.get("bandwidth"):
         return c["flops"][dtype], c["bandwidth"], "measured in the run"
     t = table_ceilings(data.get("gpu", ""), dtype)
-    return (t.flops, t.bandwidth, "cupyconv._ceilings.TABLE") if t else None
+    return (t.flops, t.bandwidth, "cupyconv._cli.ceilings.TABLE") if t else None
 
 
 def forward_metrics(row: dict, ceil) -> dict:

@@ -13,8 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
-from cupyconv import _depthwise, _fastpath, _kernels  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._depthwise import launch as _depthwise
+from cupyconv._dispatch import callcache as _fastpath
+from cupyconv._core import kernels as _kernels
+from cupyconv._core.timing import time_gpu  # noqa: E402
 
 N, C, HW = 32, 144, 56
 

@@ -20,11 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
-from cupyconv import _depthwise, _fastpath, _kernels  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._launch import element_strides  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
-from cupyconv._verify import rel_error  # noqa: E402
+from cupyconv._depthwise import launch as _depthwise
+from cupyconv._dispatch import callcache as _fastpath
+from cupyconv._core import kernels as _kernels
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._core.launch import element_strides  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
+from cupyconv._core.verify import rel_error  # noqa: E402
 
 PROBLEMS = {"144 56^2": (32, 144, 56), "960 7^2": (32, 960, 7), "32 112^2": (32, 32, 112)}
 # (float32 rows per item, float32 blocks per SM); None: the kernel's defaults

@@ -15,9 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
-from cupyconv import _kernels, _separable  # noqa: E402
-from cupyconv._geometry import ConvGeometry  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv._core import kernels as _kernels
+from cupyconv._depthwise import separable as _separable
+from cupyconv._core.geometry import ConvGeometry  # noqa: E402
+from cupyconv._core.timing import time_gpu  # noqa: E402
 
 N, C, HW, KP = 32, 144, 56, 24
 

@@ -14,8 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cupy  # noqa: E402
 
-from cupyconv import _fastpath, _kernels, _signal_direct, signal  # noqa: E402
-from cupyconv._timing import time_gpu  # noqa: E402
+from cupyconv import signal  # noqa: E402
+from cupyconv._dispatch import callcache as _fastpath
+from cupyconv._core import kernels as _kernels
+from cupyconv._signal import direct as _signal_direct
+from cupyconv._core.timing import time_gpu  # noqa: E402
 
 PROBLEMS = [((4096, 4096), (3, 3)), ((4096, 4096), (7, 7)), ((4096, 4096), (15, 15)),
             ((64, 512, 512), (1, 5, 5))]

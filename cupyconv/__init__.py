@@ -4,15 +4,15 @@ Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPR
 and cached; importing the package compiles nothing and does not touch the GPU.
 """
 
-from . import jit, reference
-from ._geometry import ConvGeometry, output_shape
-from .backward import conv_backward_data, conv_backward_weight, conv_transpose
-from .conv import conv, conv1d, conv2d, conv3d
-from .gemm import gemm
-from .im2col import col2im, im2col
-from .separable import separable_conv
-from ._tune import tune
-from . import signal  # SciPy-compatible signal API (cupyconv.signal)
+from cupyconv import jit, reference
+from cupyconv._core.geometry import ConvGeometry, output_shape
+from cupyconv.backward import conv_backward_data, conv_backward_weight, conv_transpose
+from cupyconv.conv import conv, conv1d, conv2d, conv3d
+from cupyconv.gemm import gemm
+from cupyconv.im2col import col2im, im2col
+from cupyconv.separable import separable_conv
+from cupyconv._dispatch.tune import tune
+from cupyconv import signal  # SciPy-compatible signal API (cupyconv.signal)
 
 __version__ = "0.1.0"
 

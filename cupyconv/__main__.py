@@ -8,7 +8,7 @@ import sys
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     """The parser and its subparsers by name (tests parse with it without running anything)."""
-    from . import _profile_args
+    from cupyconv._cli import profile_args as _profile_args
 
     parser = argparse.ArgumentParser(prog="python -m cupyconv",
                                      description="cupyconv: GPU convolution for CuPy without cuDNN")
@@ -28,20 +28,20 @@ def main(argv=None) -> int:
     if args.command == "demo":
         if args.repeat < 1:
             subs["demo"].error("--repeat must be >= 1")
-        from ._demo import run_demo
+        from cupyconv._cli.demo import run_demo
 
         return run_demo(repeat=args.repeat)
     if args.command == "profile":
-        from ._profile_args import problem_from_args
+        from cupyconv._cli.profile_args import problem_from_args
 
         try:
             problem_from_args(args)  # every argument checked before anything touches the GPU
         except (ValueError, TypeError) as e:
             subs["profile"].error(str(e))
-        from ._profile import main as profile
+        from cupyconv._cli.profile import main as profile
 
         return profile(args)
-    from ._compile_check import main as check
+    from cupyconv._cli.compile_check import main as check
 
     return check()
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from ._arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
+from cupyconv._core.arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
                       require_float_dtype, same_device)
-from ._backward import (backward_method, prepare_backward_data, prepare_backward_weight,
+from cupyconv._gemm.backward import (backward_method, prepare_backward_data, prepare_backward_weight,
                         run_backward_data)
-from ._fastpath import call_key, lookup, remember
-from ._geometry import check_tensor_size
-from ._geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
+from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._core.geometry import check_tensor_size
+from cupyconv._core.geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
 __all__ = ["conv_backward_data", "conv_backward_weight", "conv_transpose"]

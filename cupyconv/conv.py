@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._arrays import check_out_disjoint, contiguous_vector, conv_operands
-from ._fastpath import call_key, lookup, remember
-from ._plan import autotune_enabled, check_method, choose
+from cupyconv._core.arrays import check_out_disjoint, contiguous_vector, conv_operands
+from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._dispatch.forward import autotune_enabled, check_method, choose
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d"]
 

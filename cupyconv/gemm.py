@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._arrays import prepare_out, require_array, require_float_dtype, same_device
-from ._gemm_launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
-from ._geometry import check_matrix_product
-from ._launch import GRID_YZ_MAX
+from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype, same_device
+from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
+from cupyconv._core.geometry import check_matrix_product
+from cupyconv._core.launch import GRID_YZ_MAX
 
 __all__ = ["gemm"]
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import jit
-from ._arrays import prepare_out, require_array, require_float_dtype
-from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
-from ._geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
-from ._kernels import COL2IM, IM2COL
+from cupyconv import jit
+from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype
+from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
+from cupyconv._core.geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
+from cupyconv._core.kernels import COL2IM, IM2COL
 
 __all__ = ["im2col", "col2im"]
 

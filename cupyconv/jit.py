@@ -3,7 +3,7 @@
 Modules are compiled at first use (NVRTC on NVIDIA, HIPRTC on ROCm), kept in memory per device, and
 stored by CuPy's own on-disk kernel cache, so a later process loads them without compiling.  The
 in-memory key is an explicit tuple of everything that changes the binary: the
-:class:`~cupyconv._kernels.KernelModule` (file, templates, dtypes, defines), the compiler options, the
+:class:`~cupyconv._core.kernels.KernelModule` (file, templates, dtypes, defines), the compiler options, the
 backend, the architecture and the device.  Nothing here runs at import time.
 """
 
@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ._kernels import REGISTRY, KernelModule
+from cupyconv._core.kernels import REGISTRY, KernelModule
 
 __all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS"]
 

@@ -3,7 +3,7 @@
 All four functions share one scheme: move channels-last data to channels-first, split channels into
 ``(groups, channels / groups)``, and loop in Python over the kernel taps only; each tap is one strided
 slice of the (padded) activation and one grouped contraction.  Every shape rule comes from
-:class:`cupyconv._geometry.ConvGeometry`; nothing here recomputes an output size.
+:class:`cupyconv._core.geometry.ConvGeometry`; nothing here recomputes an output size.
 
 Inputs may be NumPy arrays, anything :func:`numpy.asarray` takes, or CuPy arrays (converted with
 ``.get()``).  Results are always float64 NumPy arrays in the caller's layout.
@@ -15,7 +15,7 @@ import itertools
 
 import numpy as np
 
-from ._geometry import (ConvGeometry, normalize_layout, normalize_output_padding, normalize_padding,
+from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
 __all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col",
@@ -182,7 +182,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     ``(C_in, C_out/groups, *kernel)`` or ``(C_in, *kernel, C_out/groups)``; ``bias``: ``(C_out,)``.
     ``padding``: int, per-dim ints or per-dim ``(lo, hi)`` pairs (no string modes); it crops the
     full scatter result.  ``output_padding`` (< max(stride, dilation) per dim) adds elements at the
-    end.  Output spatial size: :func:`cupyconv._geometry.transpose_output_spatial`.
+    end.  Output spatial size: :func:`cupyconv._core.geometry.transpose_output_spatial`.
     """
     if isinstance(padding, str):
         raise ValueError(f"conv_transpose padding must be an int, a per-dim tuple or per-dim (lo, hi) "

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ._arrays import (check_out_disjoint, contiguous_vector, prepare_out, require_array,
+from cupyconv._core.arrays import (check_out_disjoint, contiguous_vector, prepare_out, require_array,
                       require_float_dtype, same_device)
-from ._geometry import ConvGeometry, normalize_layout
-from ._fastpath import call_key, lookup, remember
-from ._separable import ACTIVATIONS, fused_launcher, fused_pays, fused_plan, run_unfused, smem_limit
+from cupyconv._core.geometry import ConvGeometry, normalize_layout
+from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._depthwise.separable import ACTIVATIONS, fused_launcher, fused_pays, fused_plan, run_unfused, smem_limit
 
 __all__ = ["separable_conv"]
 

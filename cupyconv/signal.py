@@ -10,7 +10,7 @@ larger operand goes first, and shapes where neither is larger raise ``ValueError
 Extensions (keyword-only): ``axes=`` on ``correlate``/``convolve`` (as on ``fftconvolve``) filters
 a stack in one launch -- axes not listed broadcast between the operands; ``method=`` on
 ``correlate2d``/``convolve2d``.  ``method="auto"`` chooses between the shared-memory direct kernel
-and the FFT path with a cost model (``cupyconv._signal_cost``).
+and the FFT path with a cost model (``cupyconv._dispatch.signal``).
 
 Differences from SciPy: empty inputs raise ``ValueError`` (except in ``fftconvolve``); a float16
 result under ``method="auto"`` takes the FFT path (SciPy's direct loops refuse float16); integer
@@ -23,12 +23,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._arrays import require_array, same_device
-from ._fastpath import call_key, lookup, remember
-from ._signal_cost import choose
-from ._signal_direct import direct_runner
-from ._signal_fft import fft_work_dtype, run_fft
-from ._signal_plan import (check_boundary, check_direct_dtype, check_direct_sizes,
+from cupyconv._core.arrays import require_array, same_device
+from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._dispatch.signal import choose
+from cupyconv._signal.direct import direct_runner
+from cupyconv._signal.fft import fft_work_dtype, run_fft
+from cupyconv._signal.plan import (check_boundary, check_direct_dtype, check_direct_sizes,
                            check_fillvalue, check_method, check_mode, compute_dtype, direct_fits,
                            plan_filter)
 
@@ -195,7 +195,7 @@ def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
                  _hashable_axes(axes))
     if not measure:
         return choose(plan, compute_dtype(plan.result_dtype))
-    from ._timing import time_gpu
+    from cupyconv._core.timing import time_gpu
 
     methods = ["fft"]
     try:

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 
 from cupyconv import reference
-from cupyconv._backward import phase_dims, uncovered_rows
+from cupyconv._gemm.backward import phase_dims, uncovered_rows
 
 
 def _dx_by_phases(dy, w, size, stride, dilation, pad_lo):

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from cupyconv import _compile_check as cc_check
-from cupyconv._kernels import REGISTRY
+from cupyconv._cli import compile_check as cc_check
+from cupyconv._core.kernels import REGISTRY
 
 
 def _check_vendor(vendor):
@@ -47,9 +47,9 @@ template <typename T> __global__ void k(T* y) { y[threadIdx.x] = cc::store_as<T>
 
 
 def _module(body):
-    from cupyconv._kernels import load_source
+    from cupyconv._core.kernels import load_source
 
-    return FakeModule(load_source("common.cuh") + body)
+    return FakeModule(load_source("common/common.cuh") + body)
 
 
 @pytest.mark.parametrize("vendor,arch", [("nvidia", "sm_90"), ("amd", "gfx90a")])

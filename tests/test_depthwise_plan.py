@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from cupyconv._backward import backward_method
-from cupyconv._depthwise import (MAX_Z, SMEM_LIMIT, THREADS, _window, contiguous_planes,
+from cupyconv._gemm.backward import backward_method
+from cupyconv._depthwise.launch import (MAX_Z, SMEM_LIMIT, THREADS, _window, contiguous_planes,
                                  plane_plan, tile_plan, wgrad_plan)
-from cupyconv._geometry import ConvGeometry
-from cupyconv._separable import fused_pays, fused_plan
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._depthwise.separable import fused_pays, fused_plan
 
 SHAPES = [(1, 1), (7, 7), (14, 14), (28, 28), (56, 56), (112, 112), (9, 70), (1, 50), (300, 3)]
 

@@ -1,4 +1,4 @@
-"""CPU tests of ConvGeometry and the shape rules in cupyconv._geometry (no GPU)."""
+"""CPU tests of ConvGeometry and the shape rules in cupyconv._core.geometry (no GPU)."""
 
 import itertools
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from cupyconv._geometry import (ConvGeometry, GemmShape, effective_kernel, normalize_output_padding,
+from cupyconv._core.geometry import (ConvGeometry, GemmShape, effective_kernel, normalize_output_padding,
                                 normalize_padding, output_shape, transpose_output_spatial)
 
 
@@ -281,7 +281,7 @@ def test_every_extent_beyond_32_bits_is_a_named_value_error(x, w, kw, match):
 
 
 def test_extents_just_below_the_limit_are_accepted_and_fit_int32_arguments():
-    from cupyconv._launch import spatial_args
+    from cupyconv._core.launch import spatial_args
 
     edge = BIG - 1
     assert output_shape(X, W, stride=edge) == (1, 1, 1, 1)
@@ -338,7 +338,7 @@ def test_reference_conv_transpose_names_the_limit():
 
 
 def test_gemm_and_tensor_size_helpers():
-    from cupyconv._geometry import check_matrix_product, check_tensor_size
+    from cupyconv._core.geometry import check_matrix_product, check_tensor_size
 
     check_matrix_product(BIG - 1, 1, 1, None, "float32")
     for m, n, k, batch, match in ((BIG, 1, 1, None, "m"), (1, BIG, 1, None, "n"),

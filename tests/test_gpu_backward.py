@@ -6,8 +6,8 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._kernels import GEMM_TILES
-from cupyconv._verify import poison, random_array, rel_error, tolerance
+from cupyconv._core.kernels import GEMM_TILES
+from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 
 from gpu_cases import CASES, DTYPES, LAYOUTS, case_id, rng_for, shapes
 
@@ -178,8 +178,8 @@ def test_col2im(case, layout, dtype):
 def test_backward_weight_every_tile_and_split(dtype, tile, splits):
     import cupy
 
-    from cupyconv._gemm_launch import GemmPlan, ImplicitConv, launch_conv_wgrad
-    from cupyconv._geometry import ConvGeometry
+    from cupyconv._gemm.launch import GemmPlan, ImplicitConv, launch_conv_wgrad
+    from cupyconv._core.geometry import ConvGeometry
 
     rng = rng_for("wgrad-tile", dtype, tile, splits)
     for xs, ws, opts in [((2, 9, 11, 12), (20, 3, 3, 12), dict(stride=2, padding=1)),

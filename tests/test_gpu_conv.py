@@ -5,9 +5,9 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._geometry import ConvGeometry
-from cupyconv._plan import FORWARD
-from cupyconv._verify import poison, random_array, rel_error, scipy_conv, tolerance
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._dispatch.forward import FORWARD
+from cupyconv._core.verify import poison, random_array, rel_error, scipy_conv, tolerance
 
 from gpu_cases import CASES, DTYPES, LAYOUTS, case_id, rng_for, shapes
 

@@ -11,12 +11,12 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._depthwise import (contiguous_planes, plane_launch, plane_plan,
+from cupyconv._depthwise.launch import (contiguous_planes, plane_launch, plane_plan,
                                  plane_wgrad_launch, plane_wgrad_plan, tile_plan, vector_rows,
                                  wgrad_plan)
-from cupyconv._launch import element_strides
-from cupyconv._geometry import ConvGeometry
-from cupyconv._verify import poison, random_array, rel_error, tolerance
+from cupyconv._core.launch import element_strides
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 
 from gpu_cases import DTYPES, LAYOUTS, rng_for
 

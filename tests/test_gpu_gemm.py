@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import cupyconv
-from cupyconv._gemm_launch import GemmPlan, MatrixView, OutMap, plan_gemm, run_conv_fprop, run_gemm
-from cupyconv._geometry import ConvGeometry
-from cupyconv._kernels import GEMM_TILES, GEMM_VARIANTS, LONG_K_TILE
-from cupyconv._verify import poison, random_array, rel_error, tolerance
+from cupyconv._gemm.launch import GemmPlan, MatrixView, OutMap, plan_gemm, run_conv_fprop, run_gemm
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import GEMM_TILES, GEMM_VARIANTS, LONG_K_TILE
+from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 from cupyconv import reference
 
 from gpu_cases import CASES, case_id, rng_for, shapes

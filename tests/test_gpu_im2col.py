@@ -5,7 +5,7 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._verify import poison, random_array, rel_error
+from cupyconv._core.verify import poison, random_array, rel_error
 
 from gpu_cases import CASES, DTYPES, LAYOUTS, case_id, rng_for, shapes
 

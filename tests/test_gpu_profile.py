@@ -41,8 +41,8 @@ def run_profile_cli(op, extra, verify, tmp_path):
 @pytest.mark.parametrize("op, extra", CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(CASES)])
 def test_profile_each_operation_with_each_verification_mode(op, extra, verify):
     from cupyconv.__main__ import build_parser
-    from cupyconv._profile import format_report, run_profile
-    from cupyconv._profile_args import problem_from_args
+    from cupyconv._cli.profile import format_report, run_profile
+    from cupyconv._cli.profile_args import problem_from_args
 
     parser, _ = build_parser()
     args = parser.parse_args(["profile", op, *extra, "--verify", str(verify), "--repeat", "3",
@@ -97,7 +97,7 @@ def test_separable_and_signal_profile_or_say_they_are_missing(op, extra, verify,
 
 
 def _cases_for_planning():
-    from cupyconv._geometry import ConvGeometry
+    from cupyconv._core.geometry import ConvGeometry
 
     return [ConvGeometry.from_shapes((4, 32, 20, 20), (48, 32, 3, 3), padding=1, dtype="float32"),
             ConvGeometry.from_shapes((2, 64, 40, 40), (32, 64, 1, 1), dtype="float32"),
@@ -109,8 +109,8 @@ def _cases_for_planning():
 def test_reported_plan_is_the_launched_plan(method):
     import cupy
 
-    from cupyconv._gemm_launch import record_plans
-    from cupyconv._plan import FORWARD, choose, describe
+    from cupyconv._gemm.launch import record_plans
+    from cupyconv._dispatch.forward import FORWARD, choose, describe
 
     for g in _cases_for_planning():
         x = cupy.ones(g.input_shape, g.dtype)
@@ -131,7 +131,7 @@ def test_reported_plan_is_the_launched_plan(method):
 
 
 def test_ceilings_are_measured_and_plausible():
-    from cupyconv._ceilings import ceilings
+    from cupyconv._cli.ceilings import ceilings
 
     c = ceilings("float32")
     assert c.source == "measured"
@@ -143,10 +143,11 @@ def test_tune_with_a_fake_timer_then_autotune_runs_the_winner(tmp_path, monkeypa
     import cupy
 
     import cupyconv as cc
-    from cupyconv import _plan, reference
-    from cupyconv._gemm_launch import record_plans
-    from cupyconv._geometry import ConvGeometry
-    from cupyconv._tune import TuneCache, tune_geometry
+    from cupyconv import reference
+    from cupyconv._dispatch import forward as _plan
+    from cupyconv._gemm.launch import record_plans
+    from cupyconv._core.geometry import ConvGeometry
+    from cupyconv._dispatch.tune import TuneCache, tune_geometry
 
     monkeypatch.setenv("CUPYCONV_CACHE_DIR", str(tmp_path))
     g = ConvGeometry.from_shapes((2, 16, 18, 18), (32, 16, 3, 3), padding=1, dtype="float32")

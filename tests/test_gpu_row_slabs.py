@@ -6,8 +6,9 @@ float64 reference.  The real > 2^31-pixel problems are in test_gpu_trust.py (slo
 import pytest
 
 import cupyconv
-from cupyconv import _gemm_launch, reference
-from cupyconv._verify import poison, random_array, rel_error, tolerance
+from cupyconv import reference
+from cupyconv._gemm import launch as _gemm_launch
+from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 
 from gpu_cases import CASES, LAYOUTS, case_id, rng_for, shapes
 

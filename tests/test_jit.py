@@ -6,23 +6,23 @@ import time
 import pytest
 
 from cupyconv import jit
-from cupyconv._kernels import (CTYPES, DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, KernelModule,
+from cupyconv._core.kernels import (CTYPES, DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, KernelModule,
                                load_source)
 
 
 def test_sources_inline_local_includes_once():
-    code = load_source("direct_conv.cu")
+    code = load_source("direct/direct_conv.cu")
     assert "#include \"common.cuh\"" not in code
-    assert code.count("// ---- common.cuh") == 1   # the header, inlined exactly once
+    assert code.count("// ---- common/common.cuh") == 1   # the header, inlined exactly once
     assert "direct_conv" in code
 
 
 def test_defines_and_name_expressions_are_part_of_the_module():
-    m = KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 64),))
+    m = KernelModule("gemm/im2col.cu", ("im2col",), ("float32",), (("TILE", 64),))
     assert m.code.startswith("#define TILE 64\n")
     assert m.name_expressions == ("im2col<float>",)
-    assert m != KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 32),))
-    assert hash(m) == hash(KernelModule("im2col.cu", ("im2col",), ("float32",), (("TILE", 64),)))
+    assert m != KernelModule("gemm/im2col.cu", ("im2col",), ("float32",), (("TILE", 32),))
+    assert hash(m) == hash(KernelModule("gemm/im2col.cu", ("im2col",), ("float32",), (("TILE", 64),)))
 
 
 def test_registry_covers_every_dtype_and_is_unique():
@@ -32,13 +32,13 @@ def test_registry_covers_every_dtype_and_is_unique():
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
     # the signal API's filter kernels have their own compute types (complex, wrapping integers)
-    expected = {"filter_direct.cu": set(FILTER_DTYPES), "filter_plane.cu": set(PLANE_DTYPES)}
+    expected = {"signal/filter_direct.cu": set(FILTER_DTYPES), "signal/filter_plane.cu": set(PLANE_DTYPES)}
     assert all(d == expected.get(src, set(CTYPES)) for src, d in by_source.items()), by_source
     assert len(set(REGISTRY)) == len(REGISTRY)
 
 
 def test_tile_and_variant_are_template_arguments():
-    from cupyconv._kernels import conv_fprop_module
+    from cupyconv._core.kernels import conv_fprop_module
 
     m = conv_fprop_module("float16", (64, 64, 16, 4, 4), (1,))
     assert m.name_expressions == ("conv_fprop<__half, 64, 64, 16, 4, 4, 1>",)
@@ -84,7 +84,7 @@ def test_concurrent_first_calls_compile_once(monkeypatch):
     assert _FakeRawModule.compiles == 1
     info = jit.cache_info()
     assert info["misses"] == 1 and info["hits"] == 15
-    assert info["modules"][0]["source"] == "direct_conv.cu"
+    assert info["modules"][0]["source"] == "direct/direct_conv.cu"
     assert info["modules"][0]["arch"] == "sm_90"
     # another arch is another binary
     monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_80", 0))

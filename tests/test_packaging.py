@@ -28,11 +28,18 @@ def wheel(tmp_path_factory):
 
 def test_wheel_contains_every_kernel_source(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    sources = sorted(p.name for p in (ROOT / "cupyconv" / "kernel_src").iterdir()
+    kernel_dir = ROOT / "cupyconv" / "kernel_src"
+    sources = sorted(p.relative_to(kernel_dir).as_posix() for p in kernel_dir.rglob("*")
                      if p.suffix in (".cu", ".cuh"))
     assert sources
     for s in sources:
         assert f"cupyconv/kernel_src/{s}" in names
+    # every subpackage of the layered layout ships too
+    packages = sorted(p.parent.relative_to(ROOT).as_posix() for p in
+                      (ROOT / "cupyconv").rglob("__init__.py"))
+    assert len(packages) > 1
+    for pkg in packages:
+        assert f"{pkg}/__init__.py" in names
 
 
 def test_non_editable_install_finds_kernel_sources(wheel, tmp_path):
@@ -42,7 +49,7 @@ def test_non_editable_install_finds_kernel_sources(wheel, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                            "--target", str(site), str(wheel)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    code = ("import cupyconv, pathlib; from cupyconv._kernels import REGISTRY; "
+    code = ("import cupyconv, pathlib; from cupyconv._core.kernels import REGISTRY; "
             "[m.code for m in REGISTRY]; print(pathlib.Path(cupyconv.__file__).resolve())")
     env = dict(os.environ, PYTHONPATH=str(site))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -64,7 +71,7 @@ def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_test_one():
 
 def test_demo_command():
     """With a GPU the demo convolves and checks; without one it says so and runs the compile check."""
-    from cupyconv._timing import gpu_available
+    from cupyconv._core.timing import gpu_available
 
     proc = subprocess.run([sys.executable, "-m", "cupyconv", "demo", "--repeat", "3"],
                           capture_output=True, text=True, cwd=ROOT)

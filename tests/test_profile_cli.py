@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cupyconv.__main__ import build_parser, main
-from cupyconv._profile_args import problem_from_args
+from cupyconv._cli.profile_args import problem_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_unknown_operation_and_verify_mode_are_argparse_errors(capsys):
 
 
 def test_profile_without_gpu_says_so():
-    from cupyconv._timing import gpu_available
+    from cupyconv._core.timing import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present: tests/test_gpu_profile.py runs the profiler")

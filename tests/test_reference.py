@@ -8,8 +8,8 @@ import pytest
 from scipy import signal
 
 from cupyconv import reference as ref
-from cupyconv._geometry import ConvGeometry, transpose_output_spatial
-from cupyconv._verify import scipy_conv
+from cupyconv._core.geometry import ConvGeometry, transpose_output_spatial
+from cupyconv._core.verify import scipy_conv
 
 
 def seed(*parts):

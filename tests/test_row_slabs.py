@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from cupyconv._gemm_launch import ImplicitConv, row_slabs
-from cupyconv._geometry import ConvGeometry
+from cupyconv._gemm.launch import ImplicitConv, row_slabs
+from cupyconv._core.geometry import ConvGeometry
 
 
 def _prob(batch, spatial, kernel, stride, dilation, padding, layout="NCHW"):

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from cupyconv import _signal_direct, _signal_fft, jit
-from cupyconv._kernels import plane_rows_per_thread
-from cupyconv._signal_plan import (BOUNDARY_CODE, boundary_indices, check_fillvalue,
+from cupyconv import jit
+from cupyconv._signal import direct as _signal_direct
+from cupyconv._signal import fft as _signal_fft
+from cupyconv._core.kernels import plane_rows_per_thread
+from cupyconv._signal.plan import (BOUNDARY_CODE, boundary_indices, check_fillvalue,
                                    compute_dtype, plan_filter)
 
 CODES = {v: k for k, v in BOUNDARY_CODE.items()}

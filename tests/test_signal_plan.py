@@ -13,8 +13,9 @@ import pytest
 from scipy import signal
 
 import cupyconv.signal as cs
-from cupyconv import _signal_cost, _signal_fft
-from cupyconv._signal_plan import (FilterPlan, check_fillvalue, compute_dtype, fftconvolve_dtype,
+from cupyconv._dispatch import signal as _signal_cost
+from cupyconv._signal import fft as _signal_fft
+from cupyconv._signal.plan import (FilterPlan, check_fillvalue, compute_dtype, fftconvolve_dtype,
                                    numpy_filter, plan_filter, result_dtype)
 
 DTYPES = ["float32", "float64", "complex64", "complex128", "int32", "int16", "uint8"]
@@ -200,8 +201,8 @@ def test_plan_is_hashable_and_frozen():
 
 
 def test_signal_sizes_beyond_the_limits():
-    from cupyconv._signal_cost import choose
-    from cupyconv._signal_plan import check_direct_sizes, direct_fits
+    from cupyconv._dispatch.signal import choose
+    from cupyconv._signal.plan import check_direct_sizes, direct_fits
 
     f4 = np.dtype(np.float32)
     # a full result over 2**48 bytes (possible with broadcast views): a named ValueError

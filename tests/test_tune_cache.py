@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 import cupyconv
-from cupyconv import _gemm_launch, _plan, _tune
-from cupyconv._geometry import ConvGeometry
-from cupyconv._tune import Candidate, TuneCache, autotune, forward_candidates, problem_key
+from cupyconv._gemm import launch as _gemm_launch
+from cupyconv._dispatch import forward as _plan
+from cupyconv._dispatch import tune as _tune
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._dispatch.tune import Candidate, TuneCache, autotune, forward_candidates, problem_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = ("NVIDIA Fake 9000", "90")
@@ -156,7 +158,7 @@ def test_an_unwritable_cache_warns_but_tuning_still_answers(tmp_path):
 
 _WRITER = """
 import sys
-from cupyconv._tune import TuneCache
+from cupyconv._dispatch.tune import TuneCache
 cache = TuneCache(sys.argv[1])
 for i in range(int(sys.argv[3])):
     cache.put(f"{sys.argv[2]}-{i}", {"best": {"algorithm": "direct"}, "ms": float(i)})
@@ -180,7 +182,7 @@ def test_concurrent_writers_keep_the_file_whole_and_every_entry(tmp_path):
 
 
 def test_forward_candidates_cover_algorithms_tiles_and_splits():
-    from cupyconv._kernels import GEMM_TILES
+    from cupyconv._core.kernels import GEMM_TILES
 
     cands = forward_candidates(geom())
     algos = {c.algorithm for c in cands}

@@ -48,7 +48,7 @@ def device_name(device_id: int) -> str:
 
 
 def _median_ms(fn, repeat: int) -> float:
-    from ._timing import time_gpu
+    from cupyconv._core.timing import time_gpu
 
     return time_gpu(fn, warmup=1, repeat=repeat, sample_ms=0.0)
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ._signal_plan import FilterPlan, boundary_indices, finish, kernel_operand
+from cupyconv._signal.plan import FilterPlan, boundary_indices, finish, kernel_operand
 
 
 def next_fast_len(n: int) -> int:

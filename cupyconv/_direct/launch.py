@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import jit
-from ._launch import element_strides, int64s, ints, launch_grid, spatial_args
-from ._geometry import ConvGeometry
-from ._kernels import DIRECT_CONV
+from cupyconv import jit
+from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import DIRECT_CONV
 
 
 def run_direct(geom: ConvGeometry, x, w, bias, y) -> None:

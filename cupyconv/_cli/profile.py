@@ -17,8 +17,8 @@ from collections import Counter
 
 import numpy as np
 
-from ._profile_args import ProfileProblem
-from ._verify import TOLERANCE, rel_error, tolerance
+from cupyconv._cli.profile_args import ProfileProblem
+from cupyconv._core.verify import TOLERANCE, rel_error, tolerance
 
 REFERENCES = {1: "float64 CPU reference (NumPy/SciPy)", 2: "float64 GPU reference"}
 
@@ -82,7 +82,7 @@ def evaluate(fn, *, repeat: int = 20, warmup: int = 3, progress: Progress | None
     """Run ``fn`` once with the GEMM launches recorded, then time it: {"result", "launches", "ms"}."""
     import cupy
 
-    from ._gemm_launch import record_plans
+    from cupyconv._gemm.launch import record_plans
 
     with record_plans() as log:
         result = fn()
@@ -92,7 +92,7 @@ def evaluate(fn, *, repeat: int = 20, warmup: int = 3, progress: Progress | None
 
 
 def _time(fn, repeat, warmup, progress):
-    from ._timing import time_gpu
+    from cupyconv._core.timing import time_gpu
 
     on_sample = progress.sample if progress is not None and progress.enabled else None
     return time_gpu(fn, warmup=warmup, repeat=repeat, on_sample=on_sample)
@@ -103,9 +103,9 @@ def run_profile(prob: ProfileProblem, *, ceilings_mode: str = "measure",
     """Profile ``prob`` on the current device; the JSON-serializable result."""
     import cupy
 
-    from . import __version__
-    from ._ceilings import ceilings
-    from ._profile_ops import build
+    from cupyconv import __version__
+    from cupyconv._cli.ceilings import ceilings
+    from cupyconv._cli.profile_ops import build
 
     progress = progress or Progress(False)
     progress.stage(f"{prob.op}: preparing inputs (init {prob.init})")
@@ -187,9 +187,9 @@ def format_report(r: dict) -> str:
 
 def main(args) -> int:
     """Entry of the ``profile`` subcommand with parsed, already validated-by-argparse args."""
-    from ._profile_args import problem_from_args
-    from ._profile_ops import MissingOperation
-    from ._timing import gpu_available
+    from cupyconv._cli.profile_args import problem_from_args
+    from cupyconv._cli.profile_ops import MissingOperation
+    from cupyconv._core.timing import gpu_available
 
     prob = problem_from_args(args)  # ValueError: reported by the caller as a usage error
     if not gpu_available():

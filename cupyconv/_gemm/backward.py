@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import _depthwise
-from ._depthwise import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
-from ._gemm_launch import ImplicitConv, grid_fits, launch_conv_wgrad, launch_implicit_conv
-from ._geometry import ConvGeometry
-from ._launch import GRID_YZ_MAX
+from cupyconv._depthwise import launch as _depthwise
+from cupyconv._depthwise.launch import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
+from cupyconv._gemm.launch import ImplicitConv, grid_fits, launch_conv_wgrad, launch_implicit_conv
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.launch import GRID_YZ_MAX
 
 BACKWARD_METHODS = ("auto", "implicit_gemm", "depthwise")
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ._kernels import REGISTRY, KernelModule
-from .jit import COMPILE_OPTIONS
+from cupyconv._core.kernels import REGISTRY, KernelModule
+from cupyconv.jit import COMPILE_OPTIONS
 
 NVIDIA_ARCHS = ("sm_80", "sm_90")
 AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")
@@ -137,7 +137,7 @@ def _hiprtc_compile_in_process(code: str, name_expressions, arch: str) -> dict:
         lib.hiprtcDestroyProgram(ctypes.byref(prog))
 
 
-_WORKER_CMD = [sys.executable, "-m", "cupyconv._compile_check", "--hiprtc-worker"]
+_WORKER_CMD = [sys.executable, "-m", "cupyconv._cli.compile_check", "--hiprtc-worker"]
 
 
 def hiprtc_compile(code: str, name_expressions, arch: str, timeout: float = 300) -> dict:

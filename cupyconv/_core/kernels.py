@@ -2,7 +2,7 @@
 
 A :class:`KernelModule` is the unit of compilation: one source file from ``kernel_src/`` plus the
 ``-D`` defines and template instantiations that turn it into one binary.  The JIT layer compiles
-these at first use on the device; the GPU-free compile check (``cupyconv._compile_check``) compiles
+these at first use on the device; the GPU-free compile check (``cupyconv._cli.compile_check``) compiles
 every entry of :data:`REGISTRY` for NVIDIA and AMD targets, so CI proves that everything the
 package can launch builds on both vendors.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-KERNEL_DIR = Path(__file__).with_name("kernel_src")
+KERNEL_DIR = Path(__file__).resolve().parents[1] / "kernel_src"
 
 # dtype name -> the C++ type that the kernels' templates are instantiated with.
 CTYPES = {"float16": "__half", "float32": "float", "float64": "double"}
@@ -67,29 +67,37 @@ class KernelModule:
 
 @lru_cache(maxsize=None)
 def load_source(name: str) -> str:
-    """Text of ``kernel_src/name`` with each local ``#include "x.cuh"`` inlined once."""
+    """Text of ``kernel_src/name`` (``<family>/<file>``) with each local ``#include "x.cuh"``
+    inlined once.  An include is looked up beside the including file, then in ``common/``."""
     seen: set[str] = set()
 
-    def expand(file: str) -> str:
-        path = KERNEL_DIR / file
-        if not path.is_file():
-            raise FileNotFoundError(f"kernel source {file!r} not found in {KERNEL_DIR}")
-        seen.add(file)
+    def find(inc: str, beside: Path) -> Path:
+        for path in (beside / inc, KERNEL_DIR / "common" / inc):
+            if path.is_file():
+                return path
+        raise FileNotFoundError(f"kernel source {inc!r} not found beside {beside} or in "
+                                f"{KERNEL_DIR / 'common'}")
+
+    def expand(path: Path) -> str:
+        seen.add(path)
 
         def sub(m):
-            inc = m.group(1)
+            inc = find(m.group(1), path.parent)
             return "" if inc in seen else expand(inc)
 
         text = _PRAGMA_ONCE.sub("", path.read_text())  # once-only inclusion is done here
-        return f"// ---- {file}\n" + _INCLUDE.sub(sub, text)
+        return f"// ---- {path.relative_to(KERNEL_DIR)}\n" + _INCLUDE.sub(sub, text)
 
-    return expand(name)
+    path = KERNEL_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source {name!r} not found in {KERNEL_DIR}")
+    return expand(path)
 
 
-DIRECT_CONV = KernelModule("direct_conv.cu", ("direct_conv",))
-IM2COL = KernelModule("im2col.cu", ("im2col",))
-SPLITK_REDUCE = KernelModule("splitk_reduce.cu", ("splitk_reduce",))
-COL2IM = KernelModule("col2im.cu", ("col2im",))
+DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
+IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
+SPLITK_REDUCE = KernelModule("gemm/splitk_reduce.cu", ("splitk_reduce",))
+COL2IM = KernelModule("gemm/col2im.cu", ("col2im",))
 # Depthwise kernels (depthwise.cu): forward (transposed = 0) and backward-data (transposed = 1).
 # The tile kernels have fixed-size variants for square unit-stride kernels (KF = 3, 5, 7 for
 # forward/backward-data, 3, 5 for backward-weight; 0 = any shape): one binary per (dtype, pass).
@@ -98,20 +106,20 @@ DEPTHWISE_WGRAD_KF = (0, 3, 5)
 
 
 def depthwise_tile_module(dtype: str, transposed: int) -> KernelModule:
-    return KernelModule("depthwise.cu", ("depthwise_tile",), (dtype,),
+    return KernelModule("depthwise/depthwise.cu", ("depthwise_tile",), (dtype,),
                         variants=tuple((transposed, kf) for kf in DEPTHWISE_KF))
 
 
 def depthwise_gather_module(dtype: str) -> KernelModule:
-    return KernelModule("depthwise.cu", ("depthwise_gather",), (dtype,), variants=((0,), (1,)))
+    return KernelModule("depthwise/depthwise.cu", ("depthwise_gather",), (dtype,), variants=((0,), (1,)))
 
 
 def depthwise_wgrad_module(dtype: str) -> KernelModule:
-    return KernelModule("depthwise.cu", ("depthwise_wgrad_tile",), (dtype,),
+    return KernelModule("depthwise/depthwise.cu", ("depthwise_wgrad_tile",), (dtype,),
                         variants=tuple((kf,) for kf in DEPTHWISE_WGRAD_KF))
 
 
-DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise.cu", ("depthwise_wgrad_gather",))
+DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise/depthwise.cu", ("depthwise_wgrad_gather",))
 # Fused depthwise -> pointwise: one instantiation per pointwise outputs per thread (KT; a block
 # computes 8 * KT outputs), so small pointwise layers do not pay for idle accumulators.
 SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
@@ -120,7 +128,7 @@ SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
 def separable_module(dtype: str, kt: int) -> KernelModule:
     """The fused separable kernel with ``kt`` pointwise outputs per thread: any-kernel and fixed
     3x3 variants (KF = 0, 3)."""
-    return KernelModule("separable.cu", ("separable_fused",), (dtype,), variants=((kt, 0), (kt, 3)))
+    return KernelModule("depthwise/separable.cu", ("separable_fused",), (dtype,), variants=((kt, 0), (kt, 3)))
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
 # tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
@@ -147,22 +155,22 @@ CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
 # multiprocessor): measured on an H200, the dense GEMM is 7 % faster uncapped at 4096^3-8192^3,
 # while the implicit conv kernel is up to 4 % faster with two blocks (benchmarks/NOTES.md).
 def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
-    return KernelModule("gemm.cu", ("gemm",), (dtype,), (("CC_MIN_BLOCKS", 1),), tile, (variant,))
+    return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), (("CC_MIN_BLOCKS", 1),), tile, (variant,))
 
 
 def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
-    return KernelModule("conv_fprop.cu", ("conv_fprop",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile,
+    return KernelModule("gemm/conv_fprop.cu", ("conv_fprop",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile,
                         (variant,))
 
 
 def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
-    return KernelModule("conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
+    return KernelModule("gemm/conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
 
 
 # Signal API filter kernel: one module per compute type, one instantiation per filter-width bucket.
 FILTER_WIDTHS = (4, 8, 16, 32)
 FILTER_DTYPES = ("float32", "float64", "complex64", "complex128", "uint64")
-FILTER_DIRECT = {d: KernelModule("filter_direct.cu", ("filter_direct",), (d,),
+FILTER_DIRECT = {d: KernelModule("signal/filter_direct.cu", ("filter_direct",), (d,),
                                  variants=tuple((w,) for w in FILTER_WIDTHS)) for d in FILTER_DTYPES}
 # Its fast special case for real 2-D planes (filter_plane.cu): one instantiation per width bucket
 # (any filter size up to it) and one per common square filter fixed at compile time.
@@ -182,15 +190,15 @@ def plane_rows_per_thread(itemsize: int) -> int:
 
 
 PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k) for k in PLANE_SQUARES)
-FILTER_PLANE = {d: KernelModule("filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
+FILTER_PLANE = {d: KernelModule("signal/filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
                 for d in PLANE_DTYPES}
 # The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and
 # squares; float16 too (computed in float32).
-DEPTHWISE_PLANE = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane",), (d,),
+DEPTHWISE_PLANE = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane",), (d,),
                                    variants=PLANE_VARIANTS) for d in DTYPES}
 # Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers).
 PLANE_WGRAD_VARIANT = (plane_width(3), 3)
-DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
+DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
                                          variants=(PLANE_WGRAD_VARIANT,)) for d in DTYPES}
 
 

@@ -22,8 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._signal_fft import fft_points, fft_work_dtype
-from ._signal_plan import FilterPlan, direct_fits
+from cupyconv._signal.fft import fft_points, fft_work_dtype
+from cupyconv._signal.plan import FilterPlan, direct_fits
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).

@@ -16,13 +16,13 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import jit
-from ._geometry import ConvGeometry
-from ._kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIANT,
+from cupyconv import jit
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIANT,
                        DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
                        DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
                        depthwise_wgrad_module, plane_rows_per_thread, plane_width)
-from ._launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
+from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
                       spatial_args)
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the

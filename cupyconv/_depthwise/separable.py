@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import jit
-from ._depthwise import SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
-from ._geometry import ConvGeometry
-from ._kernels import SEPARABLE_KT, separable_module
-from ._launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
+from cupyconv import jit
+from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import SEPARABLE_KT, separable_module
+from cupyconv._core.launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 THREADS = 256            # kernel's SEP_THREADS
@@ -156,7 +156,7 @@ def run_unfused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y)
     """Depthwise kernel into a buffer (bias fused), activation in place, then the pointwise conv."""
     import cupy
 
-    from ._plan import choose
+    from cupyconv._dispatch.forward import choose
 
     mid = cupy.empty(dw.output_shape, dtype=dw.dtype)
     run_depthwise(dw, x, w_dw, b_dw, mid)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
-from ._gemm_launch import MatrixView, OutMap, run_conv_fprop, run_gemm
-from ._geometry import ConvGeometry
-from ._launch import GRID_YZ_MAX
-from .im2col import run_im2col
+from cupyconv._gemm.launch import MatrixView, OutMap, run_conv_fprop, run_gemm
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv.im2col import run_im2col
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:

@@ -3,7 +3,7 @@
 The problem comes from the command line in the manner of composable_kernel's ckProfiler; every
 check happens here, before anything is compiled or launched, and a bad argument exits with
 status 2 and a message naming it (argparse's ``parser.error``).  The result is a
-:class:`ProfileProblem` that :mod:`cupyconv._profile` runs.
+:class:`ProfileProblem` that :mod:`cupyconv._cli.profile` runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
-from ._geometry import (PADDING_MODES, ConvGeometry, normalize_output_padding, normalize_padding,
+from cupyconv._core.geometry import (PADDING_MODES, ConvGeometry, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
 
 OPS = ("fwd", "bwd-data", "bwd-weight", "transpose", "separable", "signal")
@@ -179,7 +179,7 @@ def problem_from_args(args) -> ProfileProblem:
     if args.dtype not in CONV_DTYPES:
         raise ValueError(f"--dtype must be one of {CONV_DTYPES} for {args.op}, got {args.dtype!r}")
     if args.op == "fwd":
-        from ._plan import forward_methods
+        from cupyconv._dispatch.forward import forward_methods
 
         if args.method not in forward_methods():
             raise ValueError(f"--method must be one of {forward_methods()} for fwd, "

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._profile_args import ProfileProblem
+from cupyconv._cli.profile_args import ProfileProblem
 
 class MissingOperation(RuntimeError):
     """The operation's module is not in this cupyconv (separable_conv, signal)."""
@@ -85,7 +85,7 @@ def gpu_backward_data64(geom, dy, w):
     """dx in float64 via w^T @ dy (cuBLAS) and col2im: independent of the stride-phase kernel."""
     import cupy
 
-    from .im2col import col2im
+    from cupyconv.im2col import col2im
 
     cl, g = geom.channels_last, geom.groups
     kg, cg = geom.out_channels // g, geom.in_channels // g
@@ -103,7 +103,7 @@ def gpu_backward_weight64(geom, x, dy):
     """dw in float64 via im2col and dy @ col^T (cuBLAS): independent of the wgrad kernel."""
     import cupy
 
-    from .im2col import im2col
+    from cupyconv.im2col import im2col
 
     cl, g = geom.channels_last, geom.groups
     kg, cg = geom.out_channels // g, geom.in_channels // g
@@ -137,7 +137,7 @@ def build(prob: ProfileProblem, rng: np.random.Generator) -> OpRun:
 def _fwd(prob, rng) -> OpRun:
     import cupyconv as cc
 
-    from ._plan import describe
+    from cupyconv._dispatch.forward import describe
 
     geom, opts = prob.geom, prob.options
     xh, x = _device(rng, geom.input_shape, prob.dtype, prob.init)
@@ -166,7 +166,7 @@ _DESCRIPTIONS = {
 def _backward_algorithm(geom, kind: str, name: str, prefix: str = "") -> dict:
     """What the backward pass ``kind`` ("data" / "weight") runs for ``geom``: the same choice as
     the public functions' ``method="auto"`` (depthwise problems take the depthwise kernels)."""
-    from ._backward import backward_method
+    from cupyconv._gemm.backward import backward_method
 
     method = backward_method(geom, "auto")
     return {"algorithm": f"{name} ({method})", "description": prefix + _DESCRIPTIONS[kind, method]}

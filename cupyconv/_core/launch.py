@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._geometry import ConvGeometry
+from cupyconv._core.geometry import ConvGeometry
 
 
 def ints(values) -> list:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ._geometry import ConvGeometry
+from cupyconv._core.geometry import ConvGeometry
 
 SCHEMA = 1
 FILE_NAME = "tune.json"
@@ -40,7 +40,7 @@ SPLIT_CHOICES = (1, 2, 4, 8)
 
 
 def _package_version() -> str:
-    from . import __version__
+    from cupyconv import __version__
 
     return __version__
 
@@ -271,7 +271,7 @@ class Candidate:
         return f"{self.algorithm} tile {'x'.join(map(str, self.tile[:3]))} split {self.splits}"
 
     def plan(self):
-        from ._gemm_launch import GemmPlan
+        from cupyconv._gemm.launch import GemmPlan
 
         return None if self.tile is None else GemmPlan(tuple(self.tile), self.splits, math.nan)
 
@@ -289,9 +289,9 @@ class Candidate:
 def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
     """Every applicable forward algorithm; tiled-GEMM ones once per tile of the dtype and split-K
     count (splits only while each part keeps at least 4 k-slices, as plan_gemm requires)."""
-    from ._forward_gemm import gemm_launch_shape
-    from ._kernels import GEMM_TILES
-    from ._plan import FORWARD
+    from cupyconv._gemm.forward import gemm_launch_shape
+    from cupyconv._core.kernels import GEMM_TILES
+    from cupyconv._dispatch.forward import FORWARD
 
     out = []
     for name, algo in FORWARD.items():
@@ -360,7 +360,7 @@ def autotune(key: str, candidates: Sequence[Candidate], measure: Callable[[Candi
 
 
 def _default_timer(fn) -> float:
-    from ._timing import time_gpu
+    from cupyconv._core.timing import time_gpu
 
     return time_gpu(fn, warmup=2, repeat=5)
 
@@ -373,8 +373,8 @@ def tune_geometry(geom: ConvGeometry, *, device_id: int | None = None, timer=Non
     first: a configuration that computes wrong numbers is never a winner."""
     import cupy
 
-    from ._plan import FORWARD
-    from ._verify import TOLERANCE
+    from cupyconv._dispatch.forward import FORWARD
+    from cupyconv._core.verify import TOLERANCE
 
     if geom.dtype is None:
         raise ValueError("tuning needs a geometry with a dtype")
@@ -407,7 +407,7 @@ def tune_geometry(geom: ConvGeometry, *, device_id: int | None = None, timer=Non
 def tuned_algorithm(geom: ConvGeometry, device_id: int):
     """The ``Algorithm`` (with its plan forced) that the tuning cache names for ``geom``, tuning
     it first when missing; the heuristic choice when tuning is impossible."""
-    from ._plan import FORWARD, _choose
+    from cupyconv._dispatch.forward import FORWARD, _choose
 
     try:
         result = tune_geometry(geom, device_id=device_id)
@@ -447,7 +447,7 @@ def tune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
                            retune=retune)
     if result is None:
         raise RuntimeError(f"no candidate algorithm could run {geom}")
-    from ._plan import _choose_tuned
+    from cupyconv._dispatch.forward import _choose_tuned
 
     _choose_tuned.cache_clear()  # a retuned winner replaces the one this process remembered
     return result

@@ -10,7 +10,7 @@ are the same as on the full path.
 
 from __future__ import annotations
 
-from ._geometry import _freeze
+from cupyconv._core.geometry import _freeze
 
 _MAX_ENTRIES = 4096
 _runners: dict = {}

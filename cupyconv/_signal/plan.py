@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._geometry import EXTENT_LIMIT, check_extents, check_tensor_size
+from cupyconv._core.geometry import EXTENT_LIMIT, check_extents, check_tensor_size
 
 MODES = ("full", "valid", "same")
 METHODS = ("auto", "direct", "fft")

@@ -12,12 +12,12 @@ import time
 
 import numpy as np
 
-from . import reference
-from ._geometry import ConvGeometry
-from ._plan import FORWARD
-from ._profile import evaluate, verdict
-from ._timing import gpu_available
-from ._verify import random_array, scipy_conv
+from cupyconv import reference
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._dispatch.forward import FORWARD
+from cupyconv._cli.profile import evaluate, verdict
+from cupyconv._core.timing import gpu_available
+from cupyconv._core.verify import random_array, scipy_conv
 
 # (label, input shape, weight shape, options, dtype): small enough for the SciPy oracle.
 PROBLEMS = (
@@ -37,7 +37,7 @@ def _im2col_matmul(x, w, geom):
     """Our im2col kernel followed by cupy.matmul, per group: a cross-check of the im2col view."""
     import cupy
 
-    from .im2col import im2col
+    from cupyconv.im2col import im2col
 
     opts = dict(stride=geom.stride, padding=tuple(zip(geom.pad_lo, geom.pad_hi)),
                 dilation=geom.dilation, layout=geom.layout)
@@ -64,7 +64,7 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
         print("No GPU: CuPy sees no CUDA/ROCm device on this machine (cupy.is_available() is "
               "False), so nothing can be convolved here.\nRunning the GPU-free kernel compile "
               "check instead (NVRTC for NVIDIA, HIPRTC for AMD).\n", file=out, flush=True)
-        from ._compile_check import main
+        from cupyconv._cli.compile_check import main
 
         return main(out=out)
 
@@ -77,8 +77,8 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
     header = f"{'problem':24s} {'dtype':8s} {'method':16s} {'ms':>8s} {'GFLOP/s':>9s} " \
              f"{'err(ref)':>9s} {'err(scipy)':>10s} {'tol':>8s} {'GEMM tile/split':>16s}  verdict"
     print(header + "\n" + "-" * len(header), file=out, flush=True)
-    from .backward import conv_backward_data, conv_backward_weight
-    from .conv import conv
+    from cupyconv.backward import conv_backward_data, conv_backward_weight
+    from cupyconv.conv import conv
 
     rng = np.random.default_rng(0)
     failures = 0

@@ -12,8 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._geometry import ConvGeometry
-from ._kernels import DTYPES
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import DTYPES
 
 
 def _cupy():

@@ -12,11 +12,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import jit
-from ._kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
+from cupyconv import jit
+from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
                        plane_rows_per_thread, plane_width)
-from ._launch import GRID_YZ_MAX, int64s, ints
-from ._signal_plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
+from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
+from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
 THREADS = 256

@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
-from ._depthwise import (depthwise_applicable, plane_plan, prepare_depthwise, run_depthwise,
+from cupyconv._depthwise.launch import (depthwise_applicable, plane_plan, prepare_depthwise, run_depthwise,
                          tile_plan)
-from ._direct import run_direct
-from ._forward_gemm import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
-from ._gemm_launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
+from cupyconv._direct.launch import run_direct
+from cupyconv._gemm.forward import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
+from cupyconv._gemm.launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
                            grid_fits, plan_gemm)
-from ._geometry import ConvGeometry
+from cupyconv._core.geometry import ConvGeometry
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -149,7 +149,7 @@ def check_method(method) -> str:
 
 
 def autotune_enabled() -> bool:
-    """``CUPYCONV_AUTOTUNE=1`` (or true/yes/on): ``auto`` asks the tuning cache (cupyconv._tune)."""
+    """``CUPYCONV_AUTOTUNE=1`` (or true/yes/on): ``auto`` asks the tuning cache (cupyconv._dispatch.tune)."""
     return os.environ.get("CUPYCONV_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -167,7 +167,7 @@ def choose(geom: ConvGeometry, method: str) -> Algorithm:
 
 @lru_cache(maxsize=4096)
 def _choose_tuned(geom: ConvGeometry, device_id: int) -> Algorithm:
-    from ._tune import tuned_algorithm
+    from cupyconv._dispatch.tune import tuned_algorithm
 
     return tuned_algorithm(geom, device_id)
 
@@ -175,7 +175,7 @@ def _choose_tuned(geom: ConvGeometry, device_id: int) -> Algorithm:
 def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
     """``(kernel, (m, n, k, batch), GemmPlan)`` that ``algo`` launches for ``geom``, or None where it
     does not use the tiled GEMM.  Reads the same plan functions as the launchers, so the report is
-    what runs (the GPU tests compare it with :func:`cupyconv._gemm_launch.record_plans`)."""
+    what runs (the GPU tests compare it with :func:`cupyconv._gemm.launch.record_plans`)."""
     launch = gemm_launch_shape(geom, algo.name) if algo.tiled else None
     if launch is None:
         return None
