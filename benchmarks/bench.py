@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 import cupyconv  # noqa: E402
 from cupyconv._core.geometry import ConvGeometry  # noqa: E402
-from cupyconv._dispatch.forward import FORWARD, choose  # noqa: E402
+from cupyconv._dispatch.choose import choose  # noqa: E402
+from cupyconv._dispatch.forward import FORWARD  # noqa: E402
 from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
 from cupyconv._core.verify import rel_error  # noqa: E402
 

@@ -16,7 +16,7 @@ from bench import BACKWARD  # noqa: E402
 from cupyconv._gemm.launch import MatrixView, OutMap, plan_gemm, run_gemm  # noqa: E402
 from cupyconv._core.geometry import ConvGeometry  # noqa: E402
 from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
-from cupyconv.im2col import run_im2col  # noqa: E402
+from cupyconv._gemm.im2col import run_im2col  # noqa: E402
 
 rng = cupy.random.default_rng(0)
 for name, (n, c, h, w, k, r, s, p) in BACKWARD.items():

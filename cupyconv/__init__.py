@@ -13,9 +13,10 @@ from cupyconv.im2col import col2im, im2col
 from cupyconv.separable import separable_conv
 from cupyconv._dispatch.tune import tune
 from cupyconv import signal  # SciPy-compatible signal API (cupyconv.signal)
+from cupyconv._core.version import __version__
+from cupyconv._core.caches import clear_caches
 
-__version__ = "0.1.0"
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "separable_conv", "gemm", "im2col", "col2im", "output_shape",
-           "ConvGeometry", "reference", "jit", "signal", "tune", "__version__"]
+           "ConvGeometry", "reference", "jit", "signal", "tune", "clear_caches", "__version__"]

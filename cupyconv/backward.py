@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from cupyconv._core.arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
                       require_float_dtype, same_device)
-from cupyconv._gemm.backward import (backward_method, prepare_backward_data, prepare_backward_weight,
-                        run_backward_data)
-from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._core.program import not_preparable
+from cupyconv._dispatch.backward import backward_method
+from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._core.geometry import check_tensor_size
 from cupyconv._core.geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
                         per_dim, transpose_output_spatial)
@@ -38,24 +38,6 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
     return geom, out
 
 
-def _runner(names, shape, dtype, launch):
-    """The fast-path runner ``(a, b, out) -> result`` of a validated gradient call whose operands
-    are called ``names``: check that ``out`` (if given) overlaps neither, allocate the result
-    (unless ``out`` is given) and ``launch(a, b, result)`` on ``a``'s device."""
-
-    def run(a, b, out):
-        import cupy
-
-        if out is not None:  # (the warm path builds no dict without out)
-            check_out_disjoint(out, dict(zip(names, (a, b))))
-        with a.device:
-            result = cupy.empty(shape, dtype=dtype) if out is None else out
-            launch(a, b, result)
-        return result
-
-    return run
-
-
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
                        layout="NCHW", method="auto", out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
@@ -70,20 +52,16 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     """
     key = call_key("conv_backward_data", (dy, w, out),
                    (input_shape, stride, padding, dilation, groups, layout, method))
-    run = lookup(key)
-    if run is not None:
-        return run(dy, w, out)
+    call = lookup(key)
+    if call is not None:
+        return call((dy, w), out)
     dy, w = require_array(dy, "dy"), require_array(w, "w")
     geom, out = _gradient_operands(("dy", dy), ("w", w), input_shape, w.shape, dy, out, stride,
                                    padding, dilation, groups, layout)
-    method = backward_method(geom, method)
-
+    algo = backward_method(geom, method)
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype, what="dx (of input_shape)")
-        run = _runner(("dy", "w"), geom.input_shape, geom.dtype,
-                      prepare_backward_data(geom, dy, w, dx, method))
-    run(dy, w, dx)
-    remember(key, run)
+        remember(key, algo.prepare_data(geom, dy, w, dx))
     return dx
 
 
@@ -100,20 +78,16 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     """
     key = call_key("conv_backward_weight", (x, dy, out),
                    (weight_shape, stride, padding, dilation, groups, layout, method))
-    run = lookup(key)
-    if run is not None:
-        return run(x, dy, out)
+    call = lookup(key)
+    if call is not None:
+        return call((x, dy), out)
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
                                    padding, dilation, groups, layout)
-    method = backward_method(geom, method)
-
+    algo = backward_method(geom, method)
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype, what="dw (of weight_shape)")
-        run = _runner(("x", "dy"), geom.weight_shape, geom.dtype,
-                      prepare_backward_weight(geom, x, dy, dw, method))
-    run(x, dy, dw)
-    remember(key, run)
+        remember(key, algo.prepare_weight(geom, x, dy, dw))
     return dw
 
 
@@ -129,8 +103,11 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution
     (``method`` as in :func:`conv_backward_data`).
     """
-    import cupy
-
+    key = call_key("conv_transpose", (x, w, bias, out),
+                   (stride, padding, output_padding, dilation, groups, layout, method))
+    call = lookup(key)
+    if call is not None:
+        return call((x, w, bias), out)
     x = require_array(x, "x")
     w = require_array(w, "w")
     dtype = require_float_dtype(x, "x")
@@ -171,16 +148,25 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
         out = require_array(out, "out")
     same_device({"x": x, "w": w, "bias": bias, "out": out})
     check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
-    method = backward_method(geom, method)
-    with x.device:
+    algo = backward_method(geom, method)
+    grow = [(0, o - s) for o, s in zip(geom.out_spatial, spatial)]
+
+    def run(inputs, y):
+        import cupy
+
+        x, w, bias = inputs
         dy = x
-        if geom.out_spatial != tuple(spatial):
+        if any(g for _, g in grow):
             # output_padding >= stride (allowed when dilation is larger): the forward view has
             # more outputs than x; the missing ones are zeros.
-            grow = [(0, o - s) for o, s in zip(geom.out_spatial, spatial)]
+            not_preparable("the padded input is made with cupy.pad")
             dy = cupy.pad(x, [(0, 0)] + grow + [(0, 0)] if cl else [(0, 0), (0, 0)] + grow)
-        y = prepare_out(out, geom.input_shape, dtype)
-        run_backward_data(geom, dy, w, y, method)
+        algo.data(geom, dy, w, y)
         if bias is not None:
+            not_preparable("the bias is added with CuPy")
             y += bias if cl else bias.reshape((-1,) + (1,) * nsp)
+
+    with x.device:
+        y = prepare_out(out, geom.input_shape, dtype)
+        remember(key, prepare(run, ("x", "w", "bias"), (x, w, bias), y))
     return y

@@ -2,38 +2,27 @@
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import check_out_disjoint, contiguous_vector, conv_operands
+from cupyconv._core.arrays import conv_operands
 from cupyconv._dispatch.callcache import call_key, lookup, remember
-from cupyconv._dispatch.forward import autotune_enabled, check_method, choose
+from cupyconv._dispatch.choose import autotune_enabled, choose
+from cupyconv._dispatch.forward import check_method
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d"]
 
-
 def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out):
+    """The pipeline: a prepared call for a known key; else validate, build the geometry, choose
+    the algorithm, run it while recording, and remember the prepared call."""
     key = call_key("conv", (x, w, bias, out),
                    (ndim, stride, padding, dilation, groups, layout, method, autotune_enabled()))
-    run = lookup(key)
-    if run is not None:
-        return run(x, w, bias, out)
+    call = lookup(key)
+    if call is not None:
+        return call((x, w, bias), out)
     method = check_method(method)
     geom, x, w, bias, y = conv_operands(
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                               layout=layout), ndim=ndim)
     with x.device:
-        launch = choose(geom, method).prepared(geom, x, w, bias, y)
-
-    def run(x, w, bias, out):  # validated but for out's address: allocate (unless given), launch
-        import cupy
-
-        if out is not None:  # (the warm path builds no dict without out)
-            check_out_disjoint(out, {"x": x, "w": w, "bias": bias})
-        with x.device:
-            y = cupy.empty(geom.output_shape, dtype=geom.dtype) if out is None else out
-            launch(x, w, contiguous_vector(bias), y)
-        return y
-
-    run(x, w, bias, y)
-    remember(key, run)
+        remember(key, choose(geom, method).prepare(geom, x, w, bias, y))
     return y
 
 

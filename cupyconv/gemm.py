@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype, same_device
-from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
+from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import check_matrix_product
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.program import zero_fill
+from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
+from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
 
 __all__ = ["gemm"]
 
@@ -31,8 +34,10 @@ def gemm(a, b, out=None):
     Operands are read through their strides (transposed views need no copy); an operand with no
     unit stride in its last two dims is copied once.
     """
-    import cupy
-
+    key = call_key("gemm", (a, b, out), ())
+    call = lookup(key)
+    if call is not None:
+        return call((a, b), out)
     a = require_array(a, "a")
     b = require_array(b, "b")
     dtype = require_float_dtype(a, "a")
@@ -56,34 +61,42 @@ def gemm(a, b, out=None):
     same_device({"a": a, "b": b, "out": out})
     with a.device:
         c = prepare_out(out, shape, dtype, {"a": a, "b": b})
-        if c.size == 0:
-            return c
-        if k == 0:
-            c.fill(0)
-            return c
-        sa, sb = _elem_strides(a), _elem_strides(b)
-        if sa[-1] != 1 and sa[-2] != 1:
-            a = cupy.ascontiguousarray(a)
-            sa = _elem_strides(a)
-        if sb[-1] != 1 and sb[-2] != 1:
-            b = cupy.ascontiguousarray(b)
-            sb = _elem_strides(b)
-        av = MatrixView(a, rs=sa[-2], ks=sa[-1], so=sa[0] if a.ndim == 3 else 0)
-        bv = MatrixView(b, rs=sb[-1], ks=sb[-2], so=sb[0] if b.ndim == 3 else 0)  # rows = n
-        if not av.kcontig and not bv.kcontig:
-            # the (k-strided A, k-strided B) kernel is not built: make A row-major instead
-            a = cupy.ascontiguousarray(a)
-            sa = _elem_strides(a)
-            av = MatrixView(a, rs=sa[-2], ks=1, so=sa[0] if a.ndim == 3 else 0)
-        # One launch per GRID_YZ_MAX batch entries and per MAX_GRID_COLUMNS columns (the grid's
-        # z and y extents): slices keep the operands' strides, so the views above still apply.
-        for z0 in range(0, batch or 1, GRID_YZ_MAX):
-            zs = slice(z0, z0 + GRID_YZ_MAX)
-            a_z, b_z, c_z = ((arr[zs] if arr.ndim == 3 else arr) for arr in (a, b, c))
-            for n0 in range(0, n, MAX_GRID_COLUMNS):
-                ns = slice(n0, n0 + MAX_GRID_COLUMNS)
-                b_part, c_part = b_z[..., ns], c_z[..., ns]
-                run_gemm(dtype, replace(av, array=a_z), replace(bv, array=b_part), c_part,
-                         m, c_part.shape[-1], k, batch=c_part.shape[0] if batch else 1,
-                         c_so=m * n, out=OutMap(m, 0, n, 1))
+        remember(key, prepare(lambda ops, c: _run(*ops, c), ("a", "b"), (a, b), c))
     return c
+
+
+def _run(a, b, c) -> None:
+    """c = a @ b for validated operands; the caller holds their device."""
+    if c.size == 0:
+        return
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = c.shape[0] if c.ndim == 3 else None
+    if k == 0:
+        zero_fill(c)
+        return
+    sa, sb = _elem_strides(a), _elem_strides(b)
+    if sa[-1] != 1 and sa[-2] != 1:
+        a = contiguous(a)
+        sa = _elem_strides(a)
+    if sb[-1] != 1 and sb[-2] != 1:
+        b = contiguous(b)
+        sb = _elem_strides(b)
+    av = MatrixView(a, rs=sa[-2], ks=sa[-1], so=sa[0] if a.ndim == 3 else 0)
+    bv = MatrixView(b, rs=sb[-1], ks=sb[-2], so=sb[0] if b.ndim == 3 else 0)  # rows = n
+    if not av.kcontig and not bv.kcontig:
+        # the (k-strided A, k-strided B) kernel is not built: make A row-major instead
+        a = contiguous(a)
+        sa = _elem_strides(a)
+        av = MatrixView(a, rs=sa[-2], ks=1, so=sa[0] if a.ndim == 3 else 0)
+    # One launch per GRID_YZ_MAX batch entries and per MAX_GRID_COLUMNS columns (the grid's z and
+    # y extents): slices keep the operands' strides, so the views above still apply.
+    for z0 in range(0, batch or 1, GRID_YZ_MAX):
+        zs = slice(z0, z0 + GRID_YZ_MAX)
+        a_z, b_z, c_z = ((arr[zs] if arr.ndim == 3 else arr) for arr in (a, b, c))
+        for n0 in range(0, n, MAX_GRID_COLUMNS):
+            ns = slice(n0, n0 + MAX_GRID_COLUMNS)
+            b_part, c_part = b_z[..., ns], c_z[..., ns]
+            run_gemm(c.dtype.name, replace(av, array=a_z), replace(bv, array=b_part), c_part,
+                     m, c_part.shape[-1], k, batch=c_part.shape[0] if batch else 1,
+                     c_so=m * n, out=OutMap(m, 0, n, 1))

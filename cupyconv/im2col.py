@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cupyconv import jit
 from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype
-from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 from cupyconv._core.geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
-from cupyconv._core.kernels import COL2IM, IM2COL
+from cupyconv._core.copy import contiguous
+from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
+from cupyconv._gemm.im2col import run_col2im, run_im2col
 
 __all__ = ["im2col", "col2im"]
 
@@ -33,29 +33,18 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
         ``y[n] = w.reshape(K, -1) @ col[n]``.  NHWC: ``(N, prod(out_spatial), prod(kernel) * C)``
         with columns ordered ``(*kernel, c)``, so ``y[n] = col[n] @ w.reshape(K, -1).T``.
     """
+    key = call_key("im2col", (x, out), (kernel_size, stride, padding, dilation, layout))
+    call = lookup(key)
+    if call is not None:
+        return call((x,), out)
     x = require_array(x, "x")
     dtype = require_float_dtype(x, "x")
     geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
     check_tensor_size("the im2col matrix", geom.col_shape, dtype)
     with x.device:
         col = prepare_out(out, geom.col_shape, dtype, {"x": x}, what="the column matrix (output)")
-        run_im2col(geom, x, col)
+        remember(key, prepare(lambda ops, col: run_im2col(geom, ops[0], col), ("x",), (x,), col))
     return col
-
-
-def run_im2col(geom: ConvGeometry, x, col, groups: int = 1) -> None:
-    """Write the im2col matrix of ``x`` into ``col`` (shape ``geom.col_shape``).
-
-    With ``groups > 1`` (channels-last only) the columns are ordered ``(g, *kernel, c)``, so each
-    group's block of columns is one contiguous GEMM operand.
-    """
-    fn = jit.get_function(IM2COL, "im2col", geom.dtype)
-    cl = geom.channels_last
-    args = [x, col, *ints((geom.batch, geom.in_channels, groups)), *spatial_args(geom),
-            *int64s(element_strides(x, cl)), *ints((cl,))]
-    grid, block = launch_grid(col.size)
-    with x.device:
-        fn(grid, block, tuple(args))
 
 
 def _im2col_geometry(input_shape, kernel_size, stride, padding, dilation, layout, dtype):
@@ -80,20 +69,19 @@ def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, la
     windows add up and padding positions are dropped.  Each output element is gathered by one
     thread in a fixed order (no atomics): deterministic.  Returns an array of ``input_shape``.
     """
+    key = call_key("col2im", (col, out),
+                   (input_shape, kernel_size, stride, padding, dilation, layout))
+    call = lookup(key)
+    if call is not None:
+        return call((col,), out)
     col = require_array(col, "col")
     dtype = require_float_dtype(col, "col")
     geom = _im2col_geometry(input_shape, kernel_size, stride, padding, dilation, layout, dtype)
     if tuple(col.shape) != geom.col_shape:
         raise ValueError(f"col must have shape {geom.col_shape} (im2col of {geom.input_shape}), "
                          f"got {tuple(col.shape)}")
-    import cupy
-
     with col.device:
         x = prepare_out(out, geom.input_shape, dtype, {"col": col})
-        col = cupy.ascontiguousarray(col)
-        fn = jit.get_function(COL2IM, "col2im", dtype)
-        args = [col, x, *ints((geom.batch, geom.in_channels)), *spatial_args(geom),
-                *ints((geom.channels_last,))]
-        grid, block = launch_grid(x.size)
-        fn(grid, block, tuple(args))
+        remember(key, prepare(lambda ops, x: run_col2im(geom, contiguous(ops[0]), x), ("col",),
+                              (col,), x))
     return x

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import (check_out_disjoint, contiguous_vector, prepare_out, require_array,
-                      require_float_dtype, same_device)
+from cupyconv._core.arrays import (check_out_disjoint, prepare_out, require_array,
+                                   require_float_dtype, same_device)
 from cupyconv._core.geometry import ConvGeometry, normalize_layout
+from cupyconv._depthwise.separable import ACTIVATIONS, fused_plan, smem_limit
 from cupyconv._dispatch.callcache import call_key, lookup, remember
-from cupyconv._depthwise.separable import ACTIVATIONS, fused_launcher, fused_pays, fused_plan, run_unfused, smem_limit
+from cupyconv._dispatch.separable import METHODS, prepare_separable
 
 __all__ = ["separable_conv"]
-
-METHODS = ("auto", "fused", "unfused")
 
 
 def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, padding=0, dilation=1,
@@ -47,9 +46,9 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     """
     key = call_key("separable_conv", (x, w_dw, w_pw, bias_dw, bias_pw, out),
                    (stride, padding, dilation, activation, layout, method))
-    run = lookup(key)
-    if run is not None:
-        return run(x, w_dw, w_pw, bias_dw, bias_pw, out)
+    call = lookup(key)
+    if call is not None:
+        return call((x, w_dw, w_pw, bias_dw, bias_pw), out)
     x, w_dw, w_pw = require_array(x, "x"), require_array(w_dw, "w_dw"), require_array(w_pw, "w_pw")
     dtype = require_float_dtype(x, "x")
     require_float_dtype(w_dw, "w_dw", dtype)
@@ -90,25 +89,10 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     inputs = ("x", "w_dw", "w_pw", "bias_dw", "bias_pw")
     check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
     out_shape = dw.layout_shape(dw.batch, kp, dw.out_spatial)
-    fused = method == "fused" or (method == "auto" and fused_pays(dw, kp, budget))
     with x.device:
         y = prepare_out(out, out_shape, dtype)
-        launch = (fused_launcher(dw, x, w_dw, b_dw, w_pw, b_pw, activation, y) if fused else
-                  lambda x, w_dw, b_dw, w_pw, b_pw, y: run_unfused(dw, x, w_dw, b_dw, w_pw, b_pw,
-                                                                   activation, y))
-
-    def run(x, w_dw, w_pw, b_dw, b_pw, out):  # validated but for out's address: allocate, launch
-        import cupy
-
-        if out is not None:  # (the warm path builds no dict without out)
-            check_out_disjoint(out, dict(zip(inputs, (x, w_dw, w_pw, b_dw, b_pw))))
-        with x.device:
-            y = cupy.empty(out_shape, dtype=dtype) if out is None else out
-            launch(x, w_dw, contiguous_vector(b_dw), w_pw, contiguous_vector(b_pw), y)
-        return y
-
-    run(x, w_dw, w_pw, b_dw, b_pw, y)
-    remember(key, run)
+        remember(key, prepare_separable(dw, method, budget, activation,
+                                        (x, w_dw, w_pw, b_dw, b_pw), y))
     return y
 
 

@@ -19,24 +19,24 @@ inputs under ``"auto"`` always take the exact direct path.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 
 from cupyconv._core.arrays import require_array, same_device
-from cupyconv._dispatch.callcache import call_key, lookup, remember
+from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._dispatch.signal import choose
-from cupyconv._signal.direct import direct_runner
+from cupyconv._signal.direct import direct_runner, lean_plane_runner
 from cupyconv._signal.fft import fft_work_dtype, run_fft
 from cupyconv._signal.plan import (check_boundary, check_direct_dtype, check_direct_sizes,
                            check_fillvalue, check_method, check_mode, compute_dtype, direct_fits,
                            plan_filter)
+from cupyconv._core.caches import memoized
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve",
            "choose_conv_method"]
 
 
-@lru_cache(maxsize=512)
+@memoized(512)
 def _plan(shape1, shape2, dtype1, dtype2, func, mode, boundary, axes):
     return plan_filter(shape1, shape2, dtype1, dtype2, func=func, mode=mode, boundary=boundary,
                        axes=axes, prefer_small_kernel=True)
@@ -57,11 +57,11 @@ def _operands(in1, in2):
 def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=None):
     """Validate everything, then run the planned correlation by the chosen method.  A call equal
     to an earlier validated one (arrays' shape, strides, dtype, device, alignment; every option)
-    goes straight to the run (`_fastpath`)."""
+    goes straight to its prepared call (:mod:`cupyconv._dispatch.callcache`)."""
     key = call_key("signal." + func, (in1, in2), (mode, method, boundary, fillvalue, axes))
-    run = lookup(key)
-    if run is not None:
-        return run(in1, in2)
+    call = lookup(key)
+    if call is not None:
+        return call((in1, in2), None)
     mode, method = check_mode(mode), check_method(method)
     check_boundary(boundary)
     if func in ("correlate2d", "convolve2d"):
@@ -79,6 +79,16 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
         check_direct_dtype(plan.result_dtype, func)
         check_direct_sizes(plan)
 
+    if method == "direct" and plan.result_dtype == np.dtype(compute):
+        lean = lean_plane_runner(plan, in1, in2, fill, compute)
+        if lean is not None:  # one plane-kernel launch: a prepared call
+            import cupy
+
+            with in1.device:
+                z = cupy.empty(plan.out_shape, compute)
+                remember(key, prepare(lambda ops, z: lean(*ops, z), ("in1", "in2"), (in1, in2),
+                                      z))
+            return z
     direct = direct_runner(plan, in1, in2, fill, compute) if method == "direct" else None
 
     def run(in1, in2):
@@ -96,7 +106,7 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
         return z.astype(plan.result_dtype, copy=False)
 
     z = run(in1, in2)
-    remember(key, run)
+    remember(key, lambda inputs, out: run(*inputs))
     return z
 
 

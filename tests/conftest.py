@@ -47,11 +47,17 @@ def pytest_report_header(config):
     return f"cupyconv: GPU {'available' if HAS_GPU else 'NOT available: gpu tests skip'}"
 
 
+# Every prepared call the suite makes is replayed once into poisoned outputs and compared with its
+# full path (cupyconv._core.program.verify): a launch path whose device work escapes the
+# recording fails the test that runs it.
+os.environ.setdefault("CUPYCONV_VERIFY_PREPARED", "1")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_fast_path():
     """Each test plans its calls afresh: a runner prepared by an earlier test (under other
     monkeypatched plans or tuning settings) must not answer for it."""
-    from cupyconv._dispatch import callcache as _fastpath
+    from cupyconv._dispatch import callcache
 
-    _fastpath.clear()
+    callcache.clear()
     yield

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cupyconv._gemm.backward import backward_method
+from cupyconv._dispatch.backward import backward_method
 from cupyconv._depthwise.launch import (MAX_Z, SMEM_LIMIT, THREADS, _window, contiguous_planes,
                                  plane_plan, tile_plan, wgrad_plan)
 from cupyconv._core.geometry import ConvGeometry
@@ -117,9 +117,9 @@ def test_fused_plan_tiles_cover_the_output_and_threads_fit(spatial, kernel, opts
 def test_backward_method_choice_and_errors():
     dw = _geom((8, 8), padding=1)
     dense = ConvGeometry.from_shapes((2, 8, 8, 8), (4, 8, 3, 3), padding=1)
-    assert backward_method(dw, "auto") == "depthwise"
-    assert backward_method(dense, "auto") == "implicit_gemm"
-    assert backward_method(dw, "implicit_gemm") == "implicit_gemm"
+    assert backward_method(dw, "auto").name == "depthwise"
+    assert backward_method(dense, "auto").name == "implicit_gemm"
+    assert backward_method(dw, "implicit_gemm").name == "implicit_gemm"
     with pytest.raises(ValueError, match="groups == input channels"):
         backward_method(dense, "depthwise")
     with pytest.raises(ValueError, match="method must be one of"):

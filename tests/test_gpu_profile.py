@@ -110,7 +110,8 @@ def test_reported_plan_is_the_launched_plan(method):
     import cupy
 
     from cupyconv._gemm.launch import record_plans
-    from cupyconv._dispatch.forward import FORWARD, choose, describe
+    from cupyconv._dispatch.choose import choose, describe
+    from cupyconv._dispatch.forward import FORWARD
 
     for g in _cases_for_planning():
         x = cupy.ones(g.input_shape, g.dtype)
@@ -144,7 +145,7 @@ def test_tune_with_a_fake_timer_then_autotune_runs_the_winner(tmp_path, monkeypa
 
     import cupyconv as cc
     from cupyconv import reference
-    from cupyconv._dispatch import forward as _plan
+    from cupyconv._dispatch import choose as _choose
     from cupyconv._gemm.launch import record_plans
     from cupyconv._core.geometry import ConvGeometry
     from cupyconv._dispatch.tune import TuneCache, tune_geometry
@@ -167,18 +168,18 @@ def test_tune_with_a_fake_timer_then_autotune_runs_the_winner(tmp_path, monkeypa
     assert (tmp_path / "tune.json").exists()
 
     monkeypatch.setenv("CUPYCONV_AUTOTUNE", "1")
-    _plan._choose_tuned.cache_clear()
+    _choose.tuned_choice.cache_clear()
     rng = np.random.default_rng(1)
     xh = rng.uniform(-1, 1, g.input_shape).astype("float32")
     wh = rng.uniform(-1, 1, g.weight_shape).astype("float32")
     with record_plans() as log:
         y = cc.conv(cupy.asarray(xh), cupy.asarray(wh), padding=1)
-    assert _plan.choose(g, "auto").name == winner.algorithm
+    assert _choose.choose(g, "auto").name == winner.algorithm
     if winner.tile is not None:
         assert log and all(p.tile == winner.tile and p.splits == winner.splits for _, _, p in log)
     ref = reference.conv(xh, wh, padding=1)
     assert np.linalg.norm(y.get() - ref) / np.linalg.norm(ref) < 1e-5
-    _plan._choose_tuned.cache_clear()
+    _choose.tuned_choice.cache_clear()
 
 
 def test_public_tune_measures_once_then_reads_the_cache(tmp_path):

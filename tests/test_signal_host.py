@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from cupyconv import jit
+from cupyconv._core import jit
 from cupyconv._signal import direct as _signal_direct
 from cupyconv._signal import fft as _signal_fft
 from cupyconv._core.kernels import plane_rows_per_thread
@@ -195,7 +195,7 @@ def test_lean_plane_runner_matches_scipy(numpy_cupy, func, mode, boundary):
     a, b = rng.standard_normal((9, 13)), rng.standard_normal((3, 4))
     plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode=mode,
                        boundary=boundary, axes=None, prefer_small_kernel=True)
-    assert _signal_direct._lean_plane_runner(plan, a, b, 0.5, "float64") is not None
+    assert _signal_direct.lean_plane_runner(plan, a, b, 0.5, "float64") is not None
     ref = getattr(signal, func)(a, b, mode=mode, boundary=boundary, fillvalue=0.5)
     assert np.allclose(_run(func, a, b, mode, "runner", boundary, 0.5), ref, atol=1e-12)
     if boundary == "fill":

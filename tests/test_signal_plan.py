@@ -150,7 +150,7 @@ def test_fillvalue_rules_follow_scipy():
 
 def test_public_functions_validate_before_touching_arrays(monkeypatch):
     """Bad arguments raise ValueError/TypeError before any kernel is compiled or array touched."""
-    from cupyconv import jit
+    from cupyconv._core import jit
 
     def boom(*args, **kwargs):
         raise AssertionError("a kernel was requested")

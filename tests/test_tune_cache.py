@@ -13,6 +13,7 @@ import pytest
 import cupyconv
 from cupyconv._gemm import launch as _gemm_launch
 from cupyconv._dispatch import forward as _plan
+from cupyconv._dispatch import choose as _choose
 from cupyconv._dispatch import tune as _tune
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._dispatch.tune import Candidate, TuneCache, autotune, forward_candidates, problem_key
@@ -34,7 +35,7 @@ def fake_sm_count(monkeypatch):
     """132 multiprocessors without a GPU; the plan caches filled under it are dropped after."""
     monkeypatch.setattr(_gemm_launch, "_sm_count", lambda device_id: 132)
     yield
-    for cached in (_gemm_launch.plan_gemm, _plan._choose, _plan._choose_tuned):
+    for cached in (_gemm_launch.plan_gemm, _plan.heuristic_choice, _choose.tuned_choice):
         cached.cache_clear()
 
 
@@ -211,7 +212,7 @@ def test_with_plan_forces_the_gemm_plan_only_inside_the_run():
 def test_autotune_switch_and_fallback_to_the_heuristic(monkeypatch, fake_sm_count):
     for value, on in (("1", True), ("true", True), ("0", False), ("", False)):
         monkeypatch.setenv("CUPYCONV_AUTOTUNE", value)
-        assert _plan.autotune_enabled() is on
+        assert _choose.autotune_enabled() is on
     g = geom()
 
     def broken(*a, **k):
@@ -220,12 +221,12 @@ def test_autotune_switch_and_fallback_to_the_heuristic(monkeypatch, fake_sm_coun
     monkeypatch.setattr(_tune, "tune_geometry", broken)
     with pytest.warns(RuntimeWarning, match="heuristic"):
         algo = _tune.tuned_algorithm(g, 0)
-    assert algo is _plan._choose(g, "auto", 0)
+    assert algo is _plan.heuristic_choice(g, "auto", 0)
 
     winner = _tune.TuneResult("k", Candidate("im2col_gemm", (64, 64, 16, 4, 4), 2), 1.0, {}, True)
     monkeypatch.setattr(_tune, "tune_geometry", lambda *a, **k: winner)
-    _plan._choose_tuned.cache_clear()
-    algo = _plan._choose_tuned(g, 0)
+    _choose.tuned_choice.cache_clear()
+    algo = _choose.tuned_choice(g, 0)
     assert algo.name == "im2col_gemm" and algo.plan.tile == (64, 64, 16, 4, 4)
     kernel, shape, plan = _plan.planned_gemm(g, algo, 0)
     assert kernel == "gemm" and plan.splits == 2
@@ -233,7 +234,7 @@ def test_autotune_switch_and_fallback_to_the_heuristic(monkeypatch, fake_sm_coun
 
 def test_planned_gemm_reports_the_heuristic_plan(fake_sm_count):
     g = geom()
-    algo = _plan._choose(g, "auto", 0)
+    algo = _plan.heuristic_choice(g, "auto", 0)
     kernel, shape, plan = _plan.planned_gemm(g, _plan.FORWARD["implicit_gemm"], 0)
     assert kernel == "conv_fprop" and shape == tuple(g.gemm_forward)
     assert plan == _gemm_launch.plan_gemm("float32", *shape, 0)

@@ -11,7 +11,7 @@ measured once per process and device; :data:`TABLE` holds the numbers measured o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from cupyconv._core.caches import memoized
 
 # Measured on one NVIDIA H200 (2026-11-22, /work/shared/notes/anchors.md): memcpy 4.27 TB/s,
 # cuBLAS 8192^3 fp32 TF32 off 51.3 TFLOP/s, fp16 657; fp64 from the data sheet (~60 with
@@ -53,7 +53,7 @@ def _median_ms(fn, repeat: int) -> float:
     return time_gpu(fn, warmup=1, repeat=repeat, sample_ms=0.0)
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def measured_bandwidth(device_id: int) -> float:
     """Bytes read + written per second by a 512 MiB device-to-device copy."""
     import cupy
@@ -68,7 +68,7 @@ def measured_bandwidth(device_id: int) -> float:
     return 2 * _COPY_BYTES / (ms * 1e-3)
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def measured_flops(device_id: int, dtype: str) -> float:
     """FLOP/s of ``cupy.matmul`` (cuBLAS) on square matrices of ``dtype``."""
     import cupy

@@ -24,11 +24,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from cupyconv._core.kernels import REGISTRY, KernelModule
 from cupyconv.jit import COMPILE_OPTIONS
+from cupyconv._core.caches import memoized
 
 NVIDIA_ARCHS = ("sm_80", "sm_90")
 AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")
@@ -226,7 +226,7 @@ class _WorkerPool:
 
 
 # --------------------------------------------------------------------------- driver
-@lru_cache(maxsize=None)
+@memoized(None)
 def _compiler_version(vendor: str) -> str:
     """The compiler's version, for the result cache's key ("?" where it cannot be asked)."""
     try:

@@ -103,7 +103,7 @@ def run_profile(prob: ProfileProblem, *, ceilings_mode: str = "measure",
     """Profile ``prob`` on the current device; the JSON-serializable result."""
     import cupy
 
-    from cupyconv import __version__
+    from cupyconv._core.version import __version__
     from cupyconv._cli.ceilings import ceilings
     from cupyconv._cli.profile_ops import build
 

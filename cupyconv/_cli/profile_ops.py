@@ -137,7 +137,7 @@ def build(prob: ProfileProblem, rng: np.random.Generator) -> OpRun:
 def _fwd(prob, rng) -> OpRun:
     import cupyconv as cc
 
-    from cupyconv._dispatch.forward import describe
+    from cupyconv._dispatch.choose import describe
 
     geom, opts = prob.geom, prob.options
     xh, x = _device(rng, geom.input_shape, prob.dtype, prob.init)
@@ -166,9 +166,9 @@ _DESCRIPTIONS = {
 def _backward_algorithm(geom, kind: str, name: str, prefix: str = "") -> dict:
     """What the backward pass ``kind`` ("data" / "weight") runs for ``geom``: the same choice as
     the public functions' ``method="auto"`` (depthwise problems take the depthwise kernels)."""
-    from cupyconv._gemm.backward import backward_method
+    from cupyconv._dispatch.backward import backward_method
 
-    method = backward_method(geom, "auto")
+    method = backward_method(geom, "auto").name
     return {"algorithm": f"{name} ({method})", "description": prefix + _DESCRIPTIONS[kind, method]}
 
 

@@ -8,12 +8,12 @@ Every check here runs before any kernel is compiled or launched, and raises a ``
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
+from cupyconv._core.caches import memoized
 
 
 def _cupy():
@@ -65,14 +65,6 @@ def check_bias(bias, channels: int, dtype: str):
     return bias
 
 
-def contiguous_vector(v):
-    """``v`` (a bias, or None) as the kernels read it: one value per channel, unit stride from its
-    base pointer.  Strided and reversed views (``b[::2]``, ``b[::-1]``) are copied, K elements."""
-    if v is None or v.flags.c_contiguous:
-        return v
-    return _cupy().ascontiguousarray(v)
-
-
 def memory_bounds(a) -> tuple[int, int]:
     """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides too)."""
     lo = hi = a.data.ptr
@@ -102,7 +94,7 @@ def check_out_disjoint(out, inputs: dict) -> None:
                              f"written): pass a separate output array, or out=None")
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def _device_memory(device_id: int) -> int:
     return _cupy().cuda.Device(device_id).mem_info[1]
 

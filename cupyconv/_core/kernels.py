@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
+from cupyconv._core.caches import memoized
 
 KERNEL_DIR = Path(__file__).resolve().parents[1] / "kernel_src"
 
@@ -65,7 +65,7 @@ class KernelModule:
         return head + load_source(self.source)
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def load_source(name: str) -> str:
     """Text of ``kernel_src/name`` (``<family>/<file>``) with each local ``#include "x.cuh"``
     inlined once.  An include is looked up beside the including file, then in ``common/``."""
@@ -94,6 +94,9 @@ def load_source(name: str) -> str:
     return expand(path)
 
 
+# Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
+STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy",))
+COPY_DIMS = 6  # dims the copy kernel takes (its signature): keep in step with copy.cu
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("gemm/splitk_reduce.cu", ("splitk_reduce",))
@@ -204,7 +207,7 @@ DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depth
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
     DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + (
-    DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
+    STRIDED_COPY, DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.program import keep_constant
+from cupyconv._core.caches import memoized
 
 
 def ints(values) -> list:
@@ -50,7 +51,7 @@ def launch_grid(total: int, block: int = 256) -> tuple[tuple[int], tuple[int]]:
 DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a launch gets without opting in
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def device_smem_limit(device: int, most: int) -> int:
     """Dynamic shared memory a kernel may ask for on ``device`` (opting in beyond 48 KB where the
     device allows it: 227 KB on H100), at most ``most``, less 1 KB for the kernels' static arrays
@@ -77,15 +78,14 @@ def upload_constant(host: np.ndarray):
         dev = cupy.empty(host.shape, dtype=host.dtype)
         dev.set(host, stream=stream)
     stream.synchronize()
-    return dev
+    return keep_constant(dev)  # prepared calls point at it
 
 
 class Launch:
-    """A kernel launch prepared once per problem: function, grid, block, shared memory and the
-    scalar arguments, which follow the array arguments.  CuPy converts every argument on every
-    launch (about a microsecond each), and a convolution kernel has ~35 scalars: ``packed``
-    kernels take them as one int64 array instead (uploaded here, once per problem and device),
-    so a call passes only the arrays and that one pointer."""
+    """A kernel launch planned once per problem: function, grid, block, shared memory and the
+    scalar arguments, which follow the array arguments.  ``packed`` kernels take the scalars as
+    one int64 array (uploaded here, once per problem and device) instead of ~35 arguments, which
+    CuPy converts one by one on calls that do not replay a prepared program."""
 
     __slots__ = ("fn", "grid", "block", "smem", "scalars")
 

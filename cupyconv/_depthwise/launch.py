@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
-from cupyconv import jit
+from cupyconv._core import jit
+from cupyconv._core.copy import contiguous
+from cupyconv._core.program import scratch
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIANT,
                        DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
@@ -24,6 +25,7 @@ from cupyconv._core.kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLAN
                        depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
                       spatial_args)
+from cupyconv._core.caches import memoized
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
 # kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
@@ -101,7 +103,7 @@ def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=Fal
                   rows_max, pitch, smem, cw)
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
     """Tiling of the forward (or, ``transposed``, backward-data) tile kernel; None: use gather."""
     if geom.channels_last:
@@ -181,7 +183,7 @@ PLANE_ROUNDS = {4: 2, 8: 4}  # by itemsize
 PLANE_MIN_BLOCKS = 1024
 
 
-@lru_cache(maxsize=2048)
+@memoized(2048)
 def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
                rounds: int | None = None, ry: int | None = None) -> PlanePlan | None:
     """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
@@ -261,7 +263,7 @@ def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: b
                   plane.smem, packed=True)
 
 
-@lru_cache(maxsize=2048)
+@memoized(2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
                  vec: bool, dst_aligned: bool, device: int) -> Launch:
     """Forward (or backward-data) launch: the plane kernel where it applies (forward), else the
@@ -290,46 +292,31 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
                   + ints((t.vr, t.tiles_w, t.rows_max, t.pitch, vec)), t.smem, packed=True)
 
 
-def prepare_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool):
-    """A runner ``(src, w, bias, dst) -> None`` of the forward (or, ``transposed``, backward-data)
-    pass for calls whose arrays match these in shape, strides, dtype, device and alignment (the
-    fast-path key): the launch is resolved here, once.  The caller holds the arrays' device."""
-    import cupy
-
-    copy_w = not w.flags.c_contiguous  # (K, taps) in memory for both layouts (one channel/group)
+def run_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
+    """The forward (or, ``transposed``, backward-data) pass: dst from src; dst C-contiguous.  The
+    caller holds the arrays' device."""
     strides = _strides(src, geom)
     launch = _pass_launch(geom, transposed, bias is not None, strides,
                           not geom.channels_last and vector_rows(src, strides),
                           dst.data.ptr % 16 == 0, dst.data.device_id)
-
-    def run(src, w, bias, dst):
-        if copy_w:
-            w = cupy.ascontiguousarray(w)
-        launch(src, w, bias if bias is not None else dst, dst)
-
-    return run
+    # (K, taps) in memory for both layouts (one channel per group)
+    launch(src, contiguous(w), bias if bias is not None else dst, dst)
 
 
 def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
     """y = depthwise conv(x, w) + bias; y C-contiguous."""
     with y.device:
-        prepare_pass(geom, x, w, bias, y, False)(x, w, bias, y)
-
-
-def prepare_depthwise(geom: ConvGeometry, x, w, bias, y):
-    """:func:`run_depthwise` prepared for calls like this one: a runner ``(x, w, bias, y)`` (see
-    :func:`prepare_pass`)."""
-    return prepare_pass(geom, x, w, bias, y, False)
+        run_pass(geom, x, w, bias, y, False)
 
 
 def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
     """dx = gradient of the depthwise conv with respect to its input; dx C-contiguous.  Each dx
     element gathers from every (channel multiple, tap) that reads it, in a fixed order."""
     with dx.device:
-        prepare_pass(geom, dy, w, None, dx, True)(dy, w, None, dx)
+        run_pass(geom, dy, w, None, dx, True)
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
     """(tiling or None for the gather kernel, chunks, planes or pixels per chunk)."""
     g3 = geom.as_3d()
@@ -367,7 +354,7 @@ def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
 PLANE_WGRAD_ROUNDS = 4
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
     """(plan, chunks) of the plane backward-weight kernel (3x3 only), or None: then the tile or
     gather kernel.  Block (k, chunk) takes plan.ipb of channel k's batch * plan.cpp items."""
@@ -400,7 +387,7 @@ def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in:
                   smem, packed=True)
 
 
-@lru_cache(maxsize=2048)
+@memoized(2048)
 def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: bool,
                     plane: bool, device: int) -> tuple[Launch, Launch, int]:
     """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight, on the
@@ -434,31 +421,17 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec
     return main, reduce, chunks * k * taps
 
 
-def prepare_backward_weight(geom: ConvGeometry, x, dy, dw):
-    """A runner ``(x, dy, dw) -> None`` of backward-weight for calls whose arrays match these (the
-    fast-path key), its launches resolved here, once.  The caller holds the arrays' device."""
-    import cupy
-
-    xs = _strides(x, geom)
-    plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
-    tiled = plane or wgrad_plan(geom)[0] is not None
-    copy_dy = tiled and not dy.flags.c_contiguous
-    main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
-                                          tiled and vector_rows(x, xs), plane, dw.data.device_id)
-    acc = "float64" if geom.dtype == "float64" else "float32"
-
-    def run(x, dy, dw):
-        if copy_dy:
-            dy = cupy.ascontiguousarray(dy)
-        partial = cupy.empty(count, dtype=acc)
-        main(x, dy, partial)
-        reduce(partial, dw, dw)
-
-    return run
-
-
 def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
     sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
+    xs = _strides(x, geom)
+    plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
+    tiled = plane or wgrad_plan(geom)[0] is not None
+    main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),
+                                          tiled and vector_rows(x, xs), plane, dw.data.device_id)
     with dw.device:
-        prepare_backward_weight(geom, x, dy, dw)(x, dy, dw)
+        if tiled:  # the plane and tile kernels read dy contiguous
+            dy = contiguous(dy)
+        partial = scratch(count, "float64" if geom.dtype == "float64" else "float32")
+        main(x, dy, partial)
+        reduce(partial, dw, dw)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
-from cupyconv import jit
-from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, run_depthwise, vector_rows
+from cupyconv._core import jit
+from cupyconv._core.copy import contiguous
+from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import SEPARABLE_KT, separable_module
 from cupyconv._core.launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
+from cupyconv._core.caches import memoized
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 THREADS = 256            # kernel's SEP_THREADS
@@ -68,7 +69,7 @@ def smem_limit(device: int) -> int:
     return device_smem_limit(device, SMEM_MOST)
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def fused_plan(dw: ConvGeometry, kp: int, smem_budget: int = SMEM_LIMIT) -> FusedPlan | None:
     """The fused kernel's launch for depthwise problem ``dw`` followed by ``kp`` pointwise outputs
     within ``smem_budget`` bytes of shared memory, or None where it cannot run (3-d, or a window
@@ -112,7 +113,7 @@ def fused_pays(dw: ConvGeometry, kp: int, smem_budget: int = SMEM_LIMIT) -> bool
     return plan is not None and plan.kp_blocks <= FUSED_MAX_KP_BLOCKS
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act, x_strides: tuple,
                   vec: bool, device: int) -> Launch:
     plan = fused_plan(dw, kp, smem_limit(device))
@@ -129,40 +130,12 @@ def _fused_launch(dw: ConvGeometry, kp: int, has_b_dw: bool, has_b_pw: bool, act
                           plan.rows_max, plan.pitch, vec)), plan.smem, packed=True)
 
 
-def fused_launcher(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y):
-    """``f(x, w_dw, b_dw, w_pw, b_pw, y)`` running the fused kernel on these operands' layout
-    (and on any later ones of the same shapes, strides and alignment)."""
-    import cupy
-
+def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
+    """y = pointwise(act(depthwise(x, w_dw) + b_dw), w_pw) + b_pw in one kernel; y C-contiguous.
+    The caller holds the arrays' device."""
     strides = element_strides(x, dw.channels_last)
     launch = _fused_launch(dw, w_pw.shape[0], b_dw is not None, b_pw is not None, act, strides,
                            not dw.channels_last and vector_rows(x, strides), y.data.device_id)
-    contiguous = w_dw.flags.c_contiguous and w_pw.flags.c_contiguous
-
-    def run(x, w_dw, b_dw, w_pw, b_pw, y):
-        if not contiguous:  # (Cm, taps) and (Kp, Cm) rows in memory
-            w_dw, w_pw = cupy.ascontiguousarray(w_dw), cupy.ascontiguousarray(w_pw)
-        launch(x, w_dw, y if b_dw is None else b_dw, w_pw, y if b_pw is None else b_pw, y)
-
-    return run
-
-
-def run_fused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
-    with y.device:
-        fused_launcher(dw, x, w_dw, b_dw, w_pw, b_pw, act, y)(x, w_dw, b_dw, w_pw, b_pw, y)
-
-
-def run_unfused(dw: ConvGeometry, x, w_dw, b_dw, w_pw, b_pw, act: str | None, y) -> None:
-    """Depthwise kernel into a buffer (bias fused), activation in place, then the pointwise conv."""
-    import cupy
-
-    from cupyconv._dispatch.forward import choose
-
-    mid = cupy.empty(dw.output_shape, dtype=dw.dtype)
-    run_depthwise(dw, x, w_dw, b_dw, mid)
-    if act == "relu":
-        cupy.maximum(mid, 0, out=mid)
-    elif act == "relu6":
-        cupy.clip(mid, 0, 6, out=mid)
-    pw = ConvGeometry.from_shapes(mid.shape, w_pw.shape, layout=dw.layout, dtype=dw.dtype)
-    choose(pw, "auto").run(pw, mid, w_pw, b_pw, y)
+    # (Cm, taps) and (Kp, Cm) rows in memory
+    launch(x, contiguous(w_dw), y if b_dw is None else b_dw, contiguous(w_pw),
+           y if b_pw is None else b_pw, y)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupyconv import jit
+from cupyconv._core import jit
 from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DIRECT_CONV

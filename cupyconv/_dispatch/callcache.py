@@ -1,25 +1,24 @@
-"""Per-call fast path of the public functions.
+"""The cache of prepared calls: what a warm call of a public function does.
 
-Validating the arguments and planning a launch costs tens of microseconds of Python per call
-(shape rules, geometry, plan lookups), as much as a small kernel runs.  A call whose arrays
-(shape, strides, dtype, device, 16-byte alignment) and options equal those of an earlier call
-that passed validation gets that call's prepared runner and skips straight to allocating the
-output and launching: every rule that could reject it depends only on the key, so the errors
-are the same as on the full path.
+Validating the arguments, building the geometry, choosing an algorithm and planning its launches
+cost tens to hundreds of microseconds of Python, more than a small kernel runs.  A call whose
+arrays (shape, strides, dtype, device, 16-byte alignment) and options equal those of an earlier
+call that passed validation gets that call's :class:`PreparedCall`: check ``out`` (the one rule
+that depends on addresses), allocate the result, replay the recorded launches
+(:mod:`cupyconv._core.program`).  Every other rule that could reject the call depends only on the
+key, so the errors are the same as on the full path.
 """
 
 from __future__ import annotations
 
+from cupyconv._core.arrays import check_out_disjoint
+from cupyconv._core.caches import register
 from cupyconv._core.geometry import _freeze
+from cupyconv._core.program import recording, verify, verify_enabled
+from cupyconv._gemm.launch import plan_hooks_active
 
 _MAX_ENTRIES = 4096
-_runners: dict = {}
-
-
-def _array_key(a):
-    if a is None:
-        return None
-    return (a.shape, a.strides, a.dtype, a.data.device_id, a.data.ptr % 16)
+_calls: dict = {}
 
 
 def _option_key(v):
@@ -32,11 +31,19 @@ def call_key(name: str, arrays: tuple, options: tuple):
     option is unhashable: such calls take the full path, which reports the error."""
     import cupy
 
+    ndarray = cupy.ndarray
+    parts = [name]
     for a in arrays:
-        if a is not None and type(a) is not cupy.ndarray:
+        if a is None:
+            parts.append(None)
+        elif type(a) is ndarray:
+            data = a.data
+            parts.append((a.shape, a.strides, a.dtype, data.device_id, data.ptr & 15))
+        else:
             return None
     try:
-        key = (name, tuple(_array_key(a) for a in arrays), tuple(_option_key(v) for v in options))
+        parts.append(tuple([_option_key(v) for v in options]))
+        key = tuple(parts)
         hash(key)
     except TypeError:
         return None
@@ -44,17 +51,68 @@ def call_key(name: str, arrays: tuple, options: tuple):
 
 
 def lookup(key):
-    return None if key is None else _runners.get(key)
+    """The prepared call of ``key``, or None (always None inside the GEMM plan hooks)."""
+    if key is None or plan_hooks_active():
+        return None
+    return _calls.get(key)
 
 
-def remember(key, runner) -> None:
-    if key is None:
+def remember(key, call) -> None:
+    if key is None or plan_hooks_active():
         return
-    if len(_runners) >= _MAX_ENTRIES:
-        _runners.clear()
-    _runners[key] = runner
+    if len(_calls) >= _MAX_ENTRIES:
+        _calls.clear()
+    _calls[key] = call
 
 
+@register
 def clear() -> None:
-    """Forget every prepared call (tests; after changing plans or tuning by hand)."""
-    _runners.clear()
+    """Forget every prepared call."""
+    _calls.clear()
+
+
+class PreparedCall:
+    """The warm path of one validated call: ``call(inputs, out)`` checks that ``out`` (when
+    given) overlaps no input, allocates the result otherwise, and replays the call's device work
+    on the device it was prepared for, on the current stream of that device."""
+
+    __slots__ = ("replay", "shape", "dtype", "device", "names", "recorded")
+
+    def __init__(self, replay, shape, dtype, device: int, names: tuple, recorded: bool):
+        self.replay, self.shape, self.dtype, self.device = replay, shape, dtype, device
+        self.names, self.recorded = names, recorded
+
+    def __call__(self, inputs: tuple, out):
+        import cupy
+
+        if out is not None:  # (no dict is built without out)
+            check_out_disjoint(out, dict(zip(self.names, inputs)))
+        if cupy.cuda.runtime.getDevice() != self.device:
+            with cupy.cuda.Device(self.device):
+                return self._run(inputs, out)
+        return self._run(inputs, out)
+
+    def _run(self, inputs, out):
+        import cupy
+
+        y = cupy.empty(self.shape, dtype=self.dtype) if out is None else out
+        self.replay(inputs + (y,))
+        return y
+
+
+def prepare(run_full, names: tuple, inputs: tuple, y) -> PreparedCall:
+    """Run a validated call's device work ``run_full(inputs, y)`` (on the current device, which
+    holds the arrays) while recording it, and return the call's :class:`PreparedCall`: a replay
+    of the recording, or, where the work could not be recorded, ``run_full`` again per call."""
+    import cupy
+
+    operands = inputs + (y,)
+    with recording(operands) as rec:
+        run_full(inputs, y)
+    program = rec.program(outputs=(len(inputs),))
+    if program is not None and verify_enabled():
+        verify(program, operands)
+    replay = (program.run if program is not None
+              else lambda ops: run_full(ops[:-1], ops[-1]))
+    return PreparedCall(replay, y.shape, y.dtype, cupy.cuda.runtime.getDevice(), names,
+                        program is not None)

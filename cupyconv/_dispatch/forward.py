@@ -1,7 +1,9 @@
 """Algorithm registry and choice: which kernel runs a given convolution.
 
-Each :class:`Algorithm` says whether it can run a problem (``applicable``) and what it should cost
-(``cost``, in relative units: only comparisons between algorithms matter).  ``method="auto"`` takes
+Each :class:`Algorithm` says whether it can run a problem (``applicable``), what it should cost
+(``cost``, in relative units: only comparisons between algorithms matter) and how a call is
+prepared (``prepare``: its run, recorded once into a replayable program, see
+:mod:`cupyconv._dispatch.callcache`).  ``method="auto"`` takes
 the cheapest applicable one; the direct kernel applies to everything and is the fallback, in the
 manner of MIOpen's solver list.  Choices are cached per geometry (which includes dtype and layout).
 """
@@ -9,18 +11,18 @@ manner of MIOpen's solver list.  Choices are cached per geometry (which includes
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Callable
 
-from cupyconv._depthwise.launch import (depthwise_applicable, plane_plan, prepare_depthwise, run_depthwise,
-                         tile_plan)
+from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.launch import run_direct
 from cupyconv._gemm.forward import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
 from cupyconv._gemm.launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
                            grid_fits, plan_gemm)
+from cupyconv._core.caches import memoized
+from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._dispatch.callcache import PreparedCall, prepare
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -34,15 +36,16 @@ class Algorithm:
     description: str = ""
     tiled: bool = False              # runs the tiled GEMM: its tile/split-K can be forced (tuning)
     plan: GemmPlan | None = None     # a tuned plan the run is forced to; None: plan_gemm's choice
-    # prepare(geometry, x, w, bias, y) -> runner(x, w, bias, y): the launch resolved once for calls
-    # whose arrays match these (the fast-path key); None: every call goes through run
-    prepare: Callable | None = None
 
-    def prepared(self, geom: ConvGeometry, x, w, bias, y) -> Callable:
-        """A runner ``(x, w, bias, y)`` for calls like this one (the caller holds the device)."""
-        if self.prepare is not None and self.plan is None:
-            return self.prepare(geom, x, w, bias, y)
-        return lambda x, w, bias, y: self.run(geom, x, w, bias, y)
+    def prepare(self, geom: ConvGeometry, x, w, bias, y) -> PreparedCall:
+        """Run ``geom`` on these validated arrays (writing y; the caller holds the device) and
+        return the prepared call that repeats it for arrays like these."""
+
+        def run(inputs, y):
+            x, w, bias = inputs
+            self.run(geom, x, w, contiguous_vector(bias), y)
+
+        return prepare(run, ("x", "w", "bias"), (x, w, bias), y)
 
     def with_plan(self, plan: GemmPlan | None) -> "Algorithm":
         """This algorithm with every GEMM launch of its run forced to ``plan``."""
@@ -131,8 +134,7 @@ FORWARD: dict[str, Algorithm] = {
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
                            "groups == channels: row walk per plane (channels-first, unit stride), "
                            "halo windows in shared memory (other channels-first), "
-                           "channel-parallel gather (channels-last)",
-                           prepare=prepare_depthwise),
+                           "channel-parallel gather (channels-last)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }
@@ -146,30 +148,6 @@ def check_method(method) -> str:
     if not isinstance(method, str) or method not in forward_methods():
         raise ValueError(f"method must be one of {forward_methods()}, got {method!r}")
     return method
-
-
-def autotune_enabled() -> bool:
-    """``CUPYCONV_AUTOTUNE=1`` (or true/yes/on): ``auto`` asks the tuning cache (cupyconv._dispatch.tune)."""
-    return os.environ.get("CUPYCONV_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def choose(geom: ConvGeometry, method: str) -> Algorithm:
-    """The algorithm that runs ``geom`` on the current device: the heuristic choice
-    (:func:`_choose`), or with ``CUPYCONV_AUTOTUNE=1`` and ``method="auto"`` the measured winner
-    from the tuning cache (tuned on first use of the problem)."""
-    import cupy
-
-    device_id = cupy.cuda.Device().id
-    if method == "auto" and autotune_enabled():
-        return _choose_tuned(geom, device_id)
-    return _choose(geom, method, device_id)
-
-
-@lru_cache(maxsize=4096)
-def _choose_tuned(geom: ConvGeometry, device_id: int) -> Algorithm:
-    from cupyconv._dispatch.tune import tuned_algorithm
-
-    return tuned_algorithm(geom, device_id)
 
 
 def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
@@ -186,27 +164,8 @@ def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
     return kernel, shape, dense_plan(plan, geom.dtype, shape[2]) if kernel == "gemm" else plan
 
 
-def describe(geom: ConvGeometry, method: str = "auto", device_id: int | None = None) -> dict:
-    """What ``method`` runs for ``geom``: algorithm, its cost estimate, and the GEMM tile
-    ``(BM, BN, BK, TM, TN)`` and split-K count where it is a GEMM path.  JSON-serializable."""
-    if device_id is None:
-        import cupy
-
-        device_id = cupy.cuda.Device().id
-    algo = choose(geom, method)
-    out = {"algorithm": algo.name, "description": algo.description,
-           "tuned": algo.plan is not None or (method == "auto" and autotune_enabled()),
-           "estimated_ms": algo.cost(geom, device_id) * 1e3, "gemm": None}
-    planned = planned_gemm(geom, algo, device_id)
-    if planned is not None:
-        kernel, shape, plan = planned
-        out["gemm"] = {"kernel": kernel, "m": shape[0], "n": shape[1], "k": shape[2],
-                       "batch": shape[3], "tile": list(plan.tile), "splits": plan.splits}
-    return out
-
-
-@lru_cache(maxsize=4096)
-def _choose(geom: ConvGeometry, method: str, device_id: int) -> Algorithm:
+@memoized(4096)
+def heuristic_choice(geom: ConvGeometry, method: str, device_id: int) -> Algorithm:
     """The algorithm that runs ``geom``: the named one, or the cheapest applicable for "auto"."""
     if method != "auto":
         algo = FORWARD[method]

@@ -18,12 +18,12 @@ time and varies between hosts).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits
+from cupyconv._core.caches import memoized
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).
@@ -61,7 +61,7 @@ def fft_ms(plan: FilterPlan) -> float:
     return FFT_FIXED_MS + units * FFT_MS_PER_GUNIT[fft_work_dtype(plan)] / 1e9
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def choose(plan: FilterPlan, compute: str) -> str:
     """'direct' or 'fft' for ``plan`` computed in ``compute`` (a kernel dtype name).
 

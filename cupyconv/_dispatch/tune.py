@@ -1,7 +1,7 @@
 """Autotuning: time the candidate algorithms and tile configurations of a problem once, keep the
 winner in a JSON file under the user cache directory.
 
-The heuristic choice (``_plan._choose``) stays the default.  ``cupyconv.tune(...)`` tunes one
+The heuristic choice (``_dispatch.forward.heuristic_choice``) stays the default.  ``cupyconv.tune(...)`` tunes one
 problem explicitly; ``CUPYCONV_AUTOTUNE=1`` makes ``method="auto"`` look every problem up in the
 cache and tune it on first use.  A cache entry is keyed by device name, compute capability and the
 geometry (which holds dtype and layout), so a file shared between machines or GPUs never hands one
@@ -40,7 +40,7 @@ SPLIT_CHOICES = (1, 2, 4, 8)
 
 
 def _package_version() -> str:
-    from cupyconv import __version__
+    from cupyconv._core.version import __version__
 
     return __version__
 
@@ -407,7 +407,7 @@ def tune_geometry(geom: ConvGeometry, *, device_id: int | None = None, timer=Non
 def tuned_algorithm(geom: ConvGeometry, device_id: int):
     """The ``Algorithm`` (with its plan forced) that the tuning cache names for ``geom``, tuning
     it first when missing; the heuristic choice when tuning is impossible."""
-    from cupyconv._dispatch.forward import FORWARD, _choose
+    from cupyconv._dispatch.forward import FORWARD, heuristic_choice
 
     try:
         result = tune_geometry(geom, device_id=device_id)
@@ -416,7 +416,7 @@ def tuned_algorithm(geom: ConvGeometry, device_id: int):
                       RuntimeWarning, stacklevel=2)
         result = None
     if result is None:
-        return _choose(geom, "auto", device_id)
+        return heuristic_choice(geom, "auto", device_id)
     return FORWARD[result.best.algorithm].with_plan(result.best.plan())
 
 
@@ -447,7 +447,7 @@ def tune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
                            retune=retune)
     if result is None:
         raise RuntimeError(f"no candidate algorithm could run {geom}")
-    from cupyconv._dispatch.forward import _choose_tuned
+    from cupyconv._core.caches import clear_caches
 
-    _choose_tuned.cache_clear()  # a retuned winner replaces the one this process remembered
+    clear_caches()  # a retuned winner replaces the choice (and prepared calls) remembered
     return result

@@ -17,35 +17,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
-from cupyconv._depthwise import launch as _depthwise
-from cupyconv._depthwise.launch import is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight
-from cupyconv._gemm.launch import ImplicitConv, grid_fits, launch_conv_wgrad, launch_implicit_conv
+from cupyconv._core.copy import contiguous, copy_into
+from cupyconv._core.program import scratch, zero_fill
+from cupyconv._gemm.launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.launch import GRID_YZ_MAX
-
-BACKWARD_METHODS = ("auto", "implicit_gemm", "depthwise")
-
-
-def backward_method(geom: ConvGeometry, method) -> str:
-    """The backward algorithm for ``method``: "auto" takes the depthwise kernels for depthwise
-    problems (bandwidth-bound; the GEMM view wastes its tiles on one channel per group) and the
-    implicit GEMM otherwise.  Raises ValueError for unknown or inapplicable methods."""
-    if not isinstance(method, str) or method not in BACKWARD_METHODS:
-        raise ValueError(f"method must be one of {BACKWARD_METHODS}, got {method!r}")
-    if method == "depthwise" and not is_depthwise(geom):
-        raise ValueError("method 'depthwise' needs groups == input channels "
-                         f"(got groups={geom.groups}, {geom.in_channels} channels)")
-    if method == "auto":
-        method = "depthwise" if is_depthwise(geom) else "implicit_gemm"
-    # GEMM columns: C/g (backward-data), taps x C/g (backward-weight)
-    columns = geom.in_channels // geom.groups * math.prod(geom.kernel)
-    if method == "implicit_gemm" and not grid_fits(columns, geom.groups):
-        raise ValueError(f"method 'implicit_gemm' runs at most {GRID_YZ_MAX} groups (one launch "
-                         f"grid row each), got groups={geom.groups}")
-    return method
-
+from cupyconv._core.caches import memoized
 
 @dataclass(frozen=True)
 class PhaseDim:
@@ -100,15 +77,17 @@ def _tap_slice(taps: tuple[int, ...]) -> slice:
 
 
 def _weight_for_phase(w_cf, taps3, groups: int):
-    """(C, taps, Kg) weights of one phase: w[k, c, selected taps], taps flipped, k <-> c swapped."""
-    import cupy
-
+    """(C, taps, Kg) weights of one phase: w[k, c, selected taps], taps flipped, k <-> c swapped
+    (a copy per call: weights change in place between calls)."""
     k, cg = w_cf.shape[:2]
     sel = w_cf[(slice(None), slice(None)) + tuple(_tap_slice(t) for t in taps3)]
-    t = math.prod(len(taps) for taps in taps3)
+    taps = sel.shape[2:]
     kg = k // groups
-    sel = sel.reshape(groups, kg, cg, t).transpose(0, 2, 3, 1)   # (G, Cg, T, Kg)
-    return cupy.ascontiguousarray(sel.reshape(groups * cg, t, kg))
+    # (G, Cg, *taps, Kg) without merging the (strided) tap dims, which would copy
+    sel = sel.reshape((groups, kg, cg) + taps).transpose(0, 2, 3, 4, 5, 1)
+    out = scratch((groups * cg, math.prod(taps), kg), w_cf.dtype)
+    copy_into(sel, out.reshape(sel.shape))
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,7 +109,7 @@ class PhasePlan:
     zero_fill: bool
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def phase_plan(geom: ConvGeometry) -> PhasePlan:
     """The stride phases of ``geom``'s backward-data, computed once per problem."""
     g3 = geom.as_3d()
@@ -153,59 +132,36 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
     return PhasePlan(tuple(plan), zero_fill)
 
 
-def run_backward_data(geom: ConvGeometry, dy, w, dx, method: str = "implicit_gemm") -> None:
-    """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous.  ``method``
-    as returned by :func:`backward_method`."""
+def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
+    """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous.  The caller
+    holds the arrays' device."""
     import cupy
 
-    if method == "depthwise":
-        run_depthwise_backward_data(geom, dy, w, dx)
-        return
-    w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)
+    w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)  # (a view)
     w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
     plan = phase_plan(geom)
     if plan.zero_fill:
-        dx.fill(0)  # rows no tap reaches (stride > dilated kernel): one contiguous memset
+        zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset
     for ph in plan.phases:
         wt = _weight_for_phase(w_cf, ph.taps, geom.groups)
         if len(plan.phases) == 1 and not plan.zero_fill:  # the one phase is all of dx
             launch_implicit_conv(ph.prob, dy, wt, None, dx)
             continue
-        part = cupy.empty(ph.shape, dtype=geom.dtype)
+        part = scratch(ph.shape, geom.dtype)
         launch_implicit_conv(ph.prob, dy, wt, None, part)
-        dx[ph.window] = part
+        copy_into(part, dx[ph.window])
 
 
-def run_backward_weight(geom: ConvGeometry, x, dy, dw, method: str = "implicit_gemm") -> None:
-    """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  ``method``
-    as returned by :func:`backward_method`."""
+def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
+    """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  The caller
+    holds the arrays' device."""
     import cupy
 
-    if method == "depthwise":
-        run_depthwise_backward_weight(geom, x, dy, dw)
-        return
     if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
         geom_l = replace(geom, layout="NHWC")
-        dw_l = cupy.empty(geom_l.weight_shape, dtype=geom.dtype)
+        dw_l = scratch(geom_l.weight_shape, geom.dtype)
         launch_conv_wgrad(ImplicitConv.from_geometry(geom_l), cupy.moveaxis(x, 1, -1),
-                          cupy.ascontiguousarray(cupy.moveaxis(dy, 1, -1)), dw_l)
-        dw[...] = cupy.moveaxis(dw_l, -1, 1)
+                          contiguous(cupy.moveaxis(dy, 1, -1)), dw_l)
+        copy_into(cupy.moveaxis(dw_l, -1, 1), dw)
         return
-    launch_conv_wgrad(ImplicitConv.from_geometry(geom), x, cupy.ascontiguousarray(dy), dw)
-
-
-def prepare_backward_data(geom: ConvGeometry, dy, w, dx, method: str):
-    """A runner ``(dy, w, dx)`` of :func:`run_backward_data` for calls whose arrays match these
-    (the fast-path key): the depthwise launch is resolved once (the caller holds the device)."""
-    if method == "depthwise":
-        run = _depthwise.prepare_pass(geom, dy, w, None, dx, True)
-        return lambda dy, w, dx: run(dy, w, None, dx)
-    return lambda dy, w, dx: run_backward_data(geom, dy, w, dx, method)
-
-
-def prepare_backward_weight(geom: ConvGeometry, x, dy, dw, method: str):
-    """A runner ``(x, dy, dw)`` of :func:`run_backward_weight` for calls whose arrays match these
-    (the fast-path key): the depthwise launches are resolved once (the caller holds the device)."""
-    if method == "depthwise":
-        return _depthwise.prepare_backward_weight(geom, x, dy, dw)
-    return lambda x, dy, dw: run_backward_weight(geom, x, dy, dw, method)
+    launch_conv_wgrad(ImplicitConv.from_geometry(geom), x, contiguous(dy), dw)

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import math
 
+from cupyconv._core.copy import contiguous
+from cupyconv._core.program import scratch
 from cupyconv._gemm.launch import MatrixView, OutMap, run_conv_fprop, run_gemm
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import GRID_YZ_MAX
-from cupyconv.im2col import run_im2col
+from cupyconv._gemm.im2col import run_im2col
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:
     """1x1 kernel, stride 1, no padding: x itself is the GEMM's A operand."""
     return (all(k == 1 for k in geom.kernel) and all(s == 1 for s in geom.stride)
             and not any(geom.pad_lo + geom.pad_hi))
-
-
-def _contiguous(a):
-    import cupy
-
-    return cupy.ascontiguousarray(a)
 
 
 def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int) -> None:
@@ -51,7 +47,7 @@ def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
     """No buffer: 1x1/stride-1/unpadded convs are a plain GEMM on x; the rest read x through the
     implicit-im2col loader."""
     if is_pointwise(geom) and pointwise_as_gemm(geom):
-        _run_matrix_conv(geom, _contiguous(x), _contiguous(w), bias, y, taps=1)
+        _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1)
     else:
         run_conv_fprop(geom, x, w, bias, y)
 
@@ -84,8 +80,6 @@ def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
 
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
     """Explicit im2col into a buffer, then one batched GEMM."""
-    import cupy
-
-    col = cupy.empty(geom.col_shape, dtype=geom.dtype)
+    col = scratch(geom.col_shape, geom.dtype)
     run_im2col(geom, x, col, groups=geom.groups if geom.channels_last else 1)
-    _run_matrix_conv(geom, col, _contiguous(w), bias, y, taps=math.prod(geom.kernel))
+    _run_matrix_conv(geom, col, contiguous(w), bias, y, taps=math.prod(geom.kernel))

@@ -12,13 +12,15 @@ import contextvars
 import itertools
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
-from cupyconv import jit
+from cupyconv._core import jit
+from cupyconv._core.copy import contiguous
+from cupyconv._core.program import not_preparable, scratch
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
                        conv_wgrad_module, gemm_module)
 from cupyconv._core.launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
+from cupyconv._core.caches import memoized
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -72,7 +74,7 @@ def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
     return aligned and all(s % 4 == 0 for s in others + tuple(batch_strides))
 
 
-@lru_cache(maxsize=None)
+@memoized(None)
 def _sm_count(device_id: int) -> int:
     import cupy
 
@@ -113,7 +115,7 @@ def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes) -> float:
     return seconds
 
 
-@lru_cache(maxsize=4096)
+@memoized(4096)
 def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0) -> GemmPlan:
     """The (tile, splits) with the least estimated time for an m x n x k GEMM batch.
 
@@ -165,6 +167,12 @@ def record_plans():
         _RECORD.reset(token)
 
 
+def plan_hooks_active() -> bool:
+    """Whether a :func:`forced_plan` or :func:`record_plans` block is active: calls made there
+    must plan afresh (and are not remembered), so the hooks see every launch."""
+    return _FORCED.get() is not None or _RECORD.get() is not None
+
+
 def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple) -> GemmPlan:
     """The plan a launch uses: explicit, else forced by the context, else ``default()``."""
     plan = plan or _FORCED.get() or default()
@@ -202,9 +210,7 @@ def _workspace(dtype: str, splits: int, count: int, placeholder):
     gets ``placeholder`` (the output) instead of a fresh allocation."""
     if splits == 1:
         return placeholder
-    import cupy
-
-    return cupy.empty(count * splits, dtype="float64" if dtype == "float64" else "float32")
+    return scratch(count * splits, "float64" if dtype == "float64" else "float32")
 
 
 def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap) -> None:
@@ -327,12 +333,11 @@ def slab_view(a, index: tuple, channels_last: bool):
 
 def fprop_weight(geom: ConvGeometry, w):
     """Weights as the implicit kernel reads them: (K, taps, Cg), channels fastest, C-contiguous."""
-    import cupy
-
     if geom.channels_last:
-        return cupy.ascontiguousarray(w)
+        return contiguous(w)
     k, cg = w.shape[:2]
-    return cupy.ascontiguousarray(w.reshape(k, cg, -1).transpose(0, 2, 1))
+    # (a copy per call: weights change in place between calls, e.g. in training)
+    return contiguous(w.reshape(k, cg, -1).transpose(0, 2, 1))
 
 
 def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
@@ -357,7 +362,7 @@ def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
     return OutMap(math.prod(prob.out_spatial), ys[0], 1, ys[1]), n * ys[1]
 
 
-@lru_cache(maxsize=4096)
+@memoized(4096)
 def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
                        flags: tuple) -> tuple:
     """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
@@ -409,12 +414,11 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     kg, tcg = prob.out_channels // g, math.prod(prob.kernel) * prob.in_channels // g
     pixels = prob.batch * math.prod(prob.out_spatial)
     if pixels > MAX_GEMM_ROWS:
-        import cupy
-
+        not_preparable("slabs of backward-weight are summed with CuPy")
         part = None
         for i, (sub, index) in enumerate(row_slabs(prob)):
             if i == 1:
-                part = cupy.empty_like(dw)
+                part = scratch(dw.shape, dw.dtype)
             launch_conv_wgrad(sub, slab_view(x, index[:1], True), slab_view(dy, index, True),
                               dw if i == 0 else part, plan)
             if i:

@@ -8,15 +8,15 @@ The filter is shared across the batch (batch stride 0) unless it has batch exten
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
-from cupyconv import jit
+from cupyconv._core import jit
 from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
                        plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
 from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
+from cupyconv._core.caches import memoized
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
 THREADS = 256
@@ -82,7 +82,7 @@ def plane_config(compute: str, spatial3, kernel3, out3, vec_out: bool):
     return (kwb, smem) if smem <= SMEM_LIMIT else None
 
 
-@lru_cache(maxsize=1024)
+@memoized(1024)
 def _launch(plan: FilterPlan, compute: str, fillvalue, nbatch: int, spatial3, kernel3, out3,
             shared: bool, vec_in: bool, out_aligned: bool, flip: bool = False):
     """(kernel, grid, block, fill arguments, scalar arguments, shared bytes) of one launch, the
@@ -143,13 +143,15 @@ def direct_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     call instead of ~115 (on the 2026-11-23 H100 host), so a 4096^2 3x3 call costs its kernel time.  Anything else runs
     :func:`run_direct`.
     """
-    lean = _lean_plane_runner(plan, in1, in2, fillvalue, compute)
+    lean = lean_plane_runner(plan, in1, in2, fillvalue, compute)
     if lean is not None:
         return lean
     return lambda a, b: run_direct(plan, a, b, fillvalue, compute)
 
 
-def _lean_plane_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
+def lean_plane_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
+    """The lean runner ``run(a, b, y=None) -> y`` of :func:`direct_runner` (``y``: a fresh
+    C-contiguous result in ``compute`` of ``plan.out_shape``), or None where it does not apply."""
     import cupy
 
     nd, k = in1.ndim, len(plan.axes)
@@ -173,8 +175,9 @@ def _lean_plane_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     tail = fill + tuple(scalars)
     shape, functions = plan.out_shape, {}
 
-    def run(a, b):
-        y = cupy.empty(shape, compute)
+    def run(a, b, y=None):
+        if y is None:
+            y = cupy.empty(shape, compute)
         dev = getattr(y.data, "device_id", None)  # (None: host arrays in the CPU model)
         fn = functions.get(dev)
         if fn is None:

@@ -1,0 +1,66 @@
+"""Strided copies through the package's own kernel (``kernel_src/common/copy.cu``).
+
+The launch paths move data between layouts (weights to the implicit kernel's (K, taps, C) order,
+channels-first tensors through channels-last views, a stride phase into its rows of dx).  Done
+with CuPy's elementwise copies these cost ~10 us of host time each and are invisible to a
+prepared call's recording; this kernel is one recorded launch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cupyconv._core import jit
+from cupyconv._core.kernels import COPY_DIMS, STRIDED_COPY
+from cupyconv._core.launch import int64s, launch_grid
+from cupyconv._core.program import scratch
+
+
+def _merged(shape, src_strides, dst_strides):
+    """The copy's dims with extent-1 dims dropped and neighbours that are one run in both arrays
+    merged (so most copies fit COPY_DIMS dims)."""
+    dims = [(n, s, d) for n, s, d in zip(shape, src_strides, dst_strides) if n != 1]
+    out: list = []
+    for n, s, d in dims:
+        if out and out[-1][1] == n * s and out[-1][2] == n * d:
+            pn, _, _ = out.pop()
+            out.append((pn * n, s, d))
+        else:
+            out.append((n, s, d))
+    return out
+
+
+def copy_into(src, dst) -> None:
+    """``dst[...] = src`` for arrays of one shape and dtype on the current device (any strides;
+    ``dst`` must not overlap ``src``)."""
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise ValueError(f"copy_into needs equal shapes and dtypes, got {src.shape} {src.dtype} "
+                         f"and {dst.shape} {dst.dtype}")
+    total = math.prod(src.shape)
+    if total == 0:
+        return
+    item = src.itemsize
+    dims = _merged(src.shape, [s // item for s in src.strides], [s // item for s in dst.strides])
+    if len(dims) > COPY_DIMS:
+        raise ValueError(f"copy_into handles at most {COPY_DIMS} non-mergeable dims, got "
+                         f"{len(dims)}")
+    dims = [(1, 0, 0)] * (COPY_DIMS - len(dims)) + dims
+    ext, ss, ds = zip(*dims)
+    fn = jit.get_function(STRIDED_COPY, "strided_copy", src.dtype.name)
+    grid, block = launch_grid(total)
+    fn(grid, block, (src, dst, *int64s((total,) + ext + ss + ds)))
+
+
+def contiguous(a):
+    """``a`` itself when C-contiguous, else a C-contiguous copy in a :func:`scratch` array."""
+    if a.flags.c_contiguous:
+        return a
+    out = scratch(a.shape, a.dtype)
+    copy_into(a, out)
+    return out
+
+
+def contiguous_vector(v):
+    """``v`` (a bias, or None) as the kernels read it: one value per channel, unit stride from its
+    base pointer.  Strided and reversed views (``b[::2]``, ``b[::-1]``) are copied, K elements."""
+    return v if v is None else contiguous(v)

@@ -1,0 +1,123 @@
+"""JIT compilation of the kernel sources: the only module that touches ``cupy.RawModule``.
+
+Modules are compiled at first use (NVRTC on NVIDIA, HIPRTC on ROCm), kept in memory per device, and
+stored by CuPy's own on-disk kernel cache, so a later process loads them without compiling.  The
+in-memory key is an explicit tuple of everything that changes the binary: the
+:class:`~cupyconv._core.kernels.KernelModule` (file, templates, dtypes, defines), the compiler options, the
+backend, the architecture and the device.  Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from cupyconv._core.caches import register
+from cupyconv._core.kernels import REGISTRY, KernelModule
+from cupyconv._core.program import Kernel
+
+__all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS"]
+
+# The same flags on both vendors: NVRTC defaults to C++17 and HIPRTC to C++14.
+COMPILE_OPTIONS = ("-std=c++17",)
+
+
+@dataclass
+class _Entry:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    module: object = None
+    seconds: float = 0.0
+    kernels: dict = field(default_factory=dict)  # name expression -> Kernel
+
+
+_lock = threading.Lock()
+_entries: dict[tuple, _Entry] = {}
+_stats = {"hits": 0, "misses": 0}
+
+
+def _target() -> tuple[str, str, int]:
+    """(backend, arch, device id) of the current CuPy device."""
+    import cupy
+
+    dev = cupy.cuda.Device()
+    if cupy.cuda.runtime.is_hip:
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        arch = props["gcnArchName"]
+        return "hiprtc", arch.decode() if isinstance(arch, bytes) else str(arch), dev.id
+    return "nvrtc", "sm_" + dev.compute_capability, dev.id
+
+
+def _cache_key(module: KernelModule) -> tuple:
+    return (module, COMPILE_OPTIONS) + _target()
+
+
+def _entry(module: KernelModule) -> _Entry:
+    """The cache entry of ``module`` on the current device, its module compiled once."""
+    key = _cache_key(module)
+    with _lock:
+        entry = _entries.get(key)
+        if entry is None:
+            entry = _entries[key] = _Entry()
+    # Per-entry lock: concurrent first calls for one module compile it once, while other modules
+    # compile in parallel.
+    with entry.lock:
+        if entry.module is not None:
+            with _lock:
+                _stats["hits"] += 1
+            return entry
+        import cupy
+
+        start = time.perf_counter()
+        raw = cupy.RawModule(code=module.code, options=COMPILE_OPTIONS,
+                             name_expressions=list(module.name_expressions))
+        raw.compile()
+        entry.seconds = time.perf_counter() - start
+        entry.module = raw
+        with _lock:
+            _stats["misses"] += 1
+        return entry
+
+
+def get_function(module: KernelModule, template: str, dtype: str,
+                 variant: tuple[int, ...] = ()) -> Kernel:
+    """The kernel ``template<dtype, *tile, *variant>`` of ``module``, compiled on first use (a
+    :class:`~cupyconv._core.program.Kernel`: launches made while recording a call are seen)."""
+    entry = _entry(module)
+    name = module.name_expression(template, dtype, variant)
+    kernel = entry.kernels.get(name)
+    if kernel is None:
+        kernel = entry.kernels[name] = Kernel(entry.module.get_function(name))
+    return kernel
+
+
+def precompile(modules=None) -> int:
+    """Compile ``modules`` (default: every registered kernel) for the current device now.
+
+    Use it to move JIT latency out of a timed region or a request path.  Returns how many modules
+    were compiled or found in the cache.
+    """
+    modules = REGISTRY if modules is None else tuple(modules)
+    for m in modules:
+        _entry(m)
+    return len(modules)
+
+
+def cache_info() -> dict:
+    """Hits and misses of the in-memory cache and, per loaded module, its key and compile time.
+
+    A miss that found the binary in CuPy's on-disk cache shows a compile time of milliseconds.
+    """
+    with _lock:
+        loaded = [{"source": k[0].source, "templates": k[0].templates, "dtypes": k[0].dtypes,
+                   "defines": k[0].defines, "tile": k[0].tile, "variants": k[0].variants, "backend": k[2], "arch": k[3], "device": k[4],
+                   "seconds": e.seconds} for k, e in _entries.items() if e.module is not None]
+        return {"hits": _stats["hits"], "misses": _stats["misses"], "modules": loaded}
+
+
+@register
+def clear_cache() -> None:
+    """Forget every loaded module (CuPy's on-disk cache is left alone) and reset the counters."""
+    with _lock:
+        _entries.clear()
+        _stats["hits"] = _stats["misses"] = 0
