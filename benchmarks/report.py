@@ -7,7 +7,10 @@ Markdown (stdout or ``--out``): forward problems with ms, TFLOP/s, GB/s, the fra
 device ceilings and the ratio to each peer (cuDNN fp32 / TF32, im2col + cupy.matmul; > 1:
 cupyconv faster); backward-data and backward-weight against cuDNN; the GEMM against cuBLAS.
 Results of bench_depthwise.py (GB/s of the copy rate, ratios to cuDNN), bench_signal.py (ratios
-to CuPy's routines) and calibrate_signal.py render too.
+to CuPy's routines), calibrate_signal.py, bench_network.py (whole-network passes: wall and
+CUDA-graph ms against cuDNN fp32 / TF32 / fp16 NCHW / fp16 channels_last) and bench_host.py
+(host µs per warm call against the 15 µs target) render too.  bench.py's float16 columns and
+wall times, where the run has them, get a table and a column of their own.
 Plots (``DIR``, default: next to the JSON): ``<name>-peers.png`` (ratio to each peer per problem)
 and ``<name>-ceilings.png`` (achieved fraction of the FLOP and copy-bandwidth ceilings).
 
@@ -36,9 +39,12 @@ PEERS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32", "im2col_matmul"
 
 def kind_of(data) -> str | None:
     """Which benchmark wrote ``data``: "bench" (bench.py), "depthwise" (bench_depthwise.py),
-    "signal" (bench_signal.py), "calibration" (calibrate_signal.py), or None."""
+    "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
+    (bench_network.py), "host" (bench_host.py), or None."""
     if not isinstance(data, dict):
         return None
+    if data.get("benchmark") in ("network", "host") and isinstance(data.get("rows"), list):
+        return data["benchmark"]
     if {"forward", "backward", "gemm"} & set(data):
         return "bench"
     rows = data.get("rows")
@@ -79,7 +85,8 @@ def forward_metrics(row: dict, ceil) -> dict:
     if ms is None:  # older runs without "auto": the best method that ran
         ms = min(v for m, v in row["ms"].items() if m not in PEERS)
     sec = ms * 1e-3
-    out = {"problem": row["problem"], "ms": ms, "tflops": geom.flops / sec / 1e12,
+    out = {"problem": row["problem"], "ms": ms, "wall_ms": (row.get("wall_ms") or {}).get("auto"),
+           "tflops": geom.flops / sec / 1e12,
            "gbps": geom.bytes_moved(4) / sec / 1e9, "picked": row.get("auto_choice", ""),
            "host_us": row.get("host_us_auto"),
            "ratios": {p: row["ms"][p] / ms for p in PEERS if p in row["ms"]}}
@@ -146,17 +153,130 @@ def _calibration_markdown(data: dict, name: str) -> tuple[str, list[dict], list[
     return "\n".join(lines), [], []
 
 
+NETWORK_PEERS = {"float32": ("cudnn_fp32", "cudnn_tf32"),
+                 "float16": ("cudnn_fp16", "cudnn_fp16_cl")}
+NETWORK_LABELS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32",
+                  "cudnn_fp16": "cuDNN fp16", "cudnn_fp16_cl": "cuDNN fp16 CL"}
+
+
+def _network_markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+    """bench_network.py: one pass over a network's convs, wall and graph ms, against cuDNN."""
+    settings = data.get("settings") or {}
+    l2 = data.get("l2_bytes")
+    lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", "",
+             "Every convolution of the network (224x224 input) as one pass of eager cupyconv "
+             "calls: "
+             "*wall* = perf_counter around a loop of passes ending in a device synchronize, per "
+             "pass (host included); *graph* = replay of a CUDA graph of the pass (device only). "
+             f"Peers: cuDNN through PyTorch {data.get('torch')} (cuDNN {data.get('cudnn')}), "
+             f"autotuned (cudnn.benchmark {settings.get('cudnn_benchmark')}); fp16 CL = "
+             "channels_last.  Operands rotated over "
+             f">= {settings.get('l2_factor', 3)}x the L2"
+             + (f" of {l2 / 2 ** 20:.0f} MiB" if l2 else "") + " (copies: of every layer's "
+             "operands, one per pass in turn); x = peer ms / cupyconv ms (> 1: cupyconv faster).",
+             ""]
+    for dtype, peers in NETWORK_PEERS.items():
+        rows = [r for r in data["rows"] if r.get("dtype") == dtype]
+        if not rows:
+            continue
+        head = [f"network ({dtype})", "batch", "layout", "copies", "wall ms", "graph ms"]
+        for p in peers:
+            head += [f"{NETWORK_LABELS[p]} wall ms", "x wall", f"{NETWORK_LABELS[p]} graph ms",
+                     "x graph"]
+        head += ["max err"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        geo = {(p, kind): [] for p in peers for kind in ("wall", "graph")}
+        for r in rows:
+            for layout, ours in r["cupyconv"].items():
+                cells = [r["network"], str(r["batch"]), layout, str(r.get("copies", "—")),
+                         _fmt(ours.get("wall_ms"), ".3f"), _fmt(ours.get("graph_ms"), ".3f")]
+                ratios = ((r.get("ratios") or {}).get(layout)) or {}
+                for p in peers:
+                    peer = (r.get("peers") or {}).get(p) or {}
+                    for kind in ("wall", "graph"):
+                        x = (ratios.get(kind) or {}).get(p)
+                        geo[(p, kind)].append(x)
+                        cells += [_fmt(peer.get(f"{kind}_ms"), ".3f"), _fmt(x)]
+                cells.append(_fmt(ours.get("max_err"), ".1e"))
+                lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        means = [f"{NETWORK_LABELS[p]} {_geomean(geo[(p, kind)]):.2f}x ({kind})"
+                 for p in peers for kind in ("wall", "graph")
+                 if not math.isnan(_geomean(geo[(p, kind)]))]
+        if means:
+            lines += [f"Geomean over the {dtype} rows: " + ", ".join(means) + ".", ""]
+    return "\n".join(lines), [], []
+
+
+def _host_markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+    """bench_host.py: host µs per warm call against the target, graph replay µs per call."""
+    target = data.get("target_us", 15)
+    lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", "",
+             "Host time per warm call: µs of Python per call, median of "
+             f"{data.get('loops')} loops of {data.get('calls')} calls without synchronizing (tiny problems: the device is "
+             f"never the bottleneck); target {target:g} µs.  graph µs: device time per call of "
+             f"{data.get('graph_calls')} calls captured in one CUDA graph and replayed.", "",
+             f"| op | call | host µs | <= {target:g} µs | graph µs |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        ok = {True: "yes", False: "no"}.get(r.get("meets_target"), "—")
+        graph = _fmt(r.get("graph_us"), ".2f") if r.get("graph_us") is not None else (
+            "— (not capturable)" if r.get("graph_error") else "—")
+        op = r["op"] + (" (reference)" if r.get("peer") else "")
+        lines.append(f"| {op} | `{r.get('call', '')}` | {_fmt(r.get('host_us'), '.1f')} | "
+                     f"{ok if not r.get('peer') else '—'} | {graph} |")
+    ours = [r for r in data["rows"] if not r.get("peer")]
+    meeting = sum(bool(r.get("meets_target")) for r in ours)
+    lines += ["", f"{meeting} of {len(ours)} cupyconv rows meet {target:g} µs.", ""]
+    return "\n".join(lines), [], []
+
+
+FP16_KEYS = {"auto": "cupyconv NCHW", "auto_nhwc": "cupyconv NHWC", "cudnn_fp16": "cuDNN fp16",
+             "cudnn_fp16_cl": "cuDNN fp16 CL"}
+
+
+def _fp16_table(rows: list[dict]) -> list[str]:
+    """bench.py's float16 columns: device ms of each, and peer / ours per layout pairing."""
+    rows = [r for r in rows if r.get("fp16")]
+    if not rows:
+        return []
+    head = ["problem (float16)"] + [f"{v} ms" for v in FP16_KEYS.values()] + [
+        "x cuDNN fp16 (NCHW)", "x cuDNN fp16 CL (NHWC)", "x best (best)", "err"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        ms = r["fp16"].get("ms", {})
+        best_ours = min((ms[k] for k in ("auto", "auto_nhwc") if ms.get(k)), default=None)
+        best_peer = min((ms[k] for k in ("cudnn_fp16", "cudnn_fp16_cl") if ms.get(k)), default=None)
+        cells = [r["problem"]] + [_fmt(ms.get(k), ".3f") for k in FP16_KEYS]
+        cells += [_fmt(_ratio(ms.get("cudnn_fp16"), ms.get("auto"))),
+                  _fmt(_ratio(ms.get("cudnn_fp16_cl"), ms.get("auto_nhwc"))),
+                  _fmt(_ratio(best_peer, best_ours)),
+                  _fmt(r["fp16"].get("err", {}).get("auto"), ".1e")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _ratio(peer, ours):
+    return peer / ours if peer and ours else None
+
+
 def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
     """The Markdown of one results file, with the forward metrics and the other per-problem peer
     ratios (backward passes, depthwise, signal) for the plots."""
     kind = kind_of(data)
     if kind != "bench":
         return {"depthwise": _depthwise_markdown, "signal": _signal_markdown,
-                "calibration": _calibration_markdown}[kind](data, name)
+                "calibration": _calibration_markdown, "network": _network_markdown,
+                "host": _host_markdown}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "
                  f"median of {data.get('repeat')} samples; ratios > 1: cupyconv faster.")
+    settings = data.get("settings") or {}
+    if settings:
+        lines.append(f"cuDNN autotuned (cudnn.benchmark {settings.get('cudnn_benchmark')}); "
+                     f"operands rotated over >= {settings.get('l2_factor')}x the L2 (up to "
+                     f"{settings.get('max_copies')} copies per problem); wall ms: a loop of calls "
+                     "ending in a device synchronize, per call.")
     if ceil:
         lines.append(f"Ceilings ({ceil[2]}): {ceil[0] / 1e12:.1f} TFLOP/s fp32 (cuBLAS, TF32 "
                      f"off), {ceil[1] / 1e12:.2f} TB/s copy.")
@@ -164,15 +284,18 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
     fwd = [forward_metrics(r, ceil) for r in data.get("forward") or []]
     if fwd:
         present = [p for p in PEERS if any(p in m["ratios"] for m in fwd)]
-        head = ["problem (float32, batch 32 unless noted)", "ms", "TFLOP/s", "GB/s"]
+        wall = any(m["wall_ms"] for m in fwd)
+        head = ["problem (float32, batch 32 unless noted)", "ms"] + (["wall ms"] if wall else [])
+        head += ["TFLOP/s", "GB/s"]
         head += ["% FLOP ceiling", "% copy ceiling"] if ceil else []
         head += [f"x {PEERS[p]}" for p in present] + ["auto picked"]
         host = any(m["host_us"] for m in fwd)
         head += ["host µs"] if host else []
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for m in fwd:
-            cells = [m["problem"], _fmt(m["ms"], ".3f"), _fmt(m["tflops"], ".1f"),
-                     _fmt(m["gbps"], ".0f")]
+            cells = [m["problem"], _fmt(m["ms"], ".3f")] + (
+                [_fmt(m["wall_ms"], ".3f")] if wall else [])
+            cells += [_fmt(m["tflops"], ".1f"), _fmt(m["gbps"], ".0f")]
             if ceil:
                 cells += [_fmt(100 * m["flop_frac"], ".0f"), _fmt(100 * m["bw_frac"], ".0f")]
             cells += [_fmt(m["ratios"].get(p)) for p in present] + [m["picked"] or "—"]
@@ -182,7 +305,14 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
         lines.append("Geomean over all problems: " + ", ".join(
             f"{_geomean([m['ratios'].get(p) for m in fwd]):.2f}x {PEERS[p]}" for p in present)
             + ".")
+        walls = [r.get("wall_ms") or {} for r in data["forward"]]
+        walls = {p: _geomean([_ratio(w.get(p), w.get("auto")) for w in walls]) for p in PEERS}
+        walls = {p: v for p, v in walls.items() if not math.isnan(v)}
+        if walls:
+            lines.append("By wall time (a loop of calls ending in a synchronize): " + ", ".join(
+                f"{v:.2f}x {PEERS[p]}" for p, v in walls.items()) + ".")
         lines.append("")
+        lines += _fp16_table(data["forward"])
     bwd = []
     if data.get("backward") and data["backward"].get("rows"):
         lines += ["| backward problem (float32) | data ms | cuDNN | x cuDNN | weight ms | cuDNN | "

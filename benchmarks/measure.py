@@ -1,0 +1,262 @@
+"""Measurement shared by bench.py, bench_network.py and bench_host.py.
+
+- device time per call: ``time_gpu`` (CUDA events around back-to-back calls, median of samples);
+- wall time per call: :func:`wall_ms` (``perf_counter`` around a loop of calls that ends in a
+  device synchronize, median of repeats): what a Python loop of eager calls costs, host included;
+- host time per call: :func:`host_us` (``host_overhead_us``: a loop of warm calls without
+  synchronizing, median of several loops);
+- CUDA-graph replay time: :func:`cupy_graph_ms` (calls captured on a non-blocking CuPy stream)
+  and :func:`torch_graph_ms` (``torch.cuda.CUDAGraph``), timed with events around replays;
+- input rotation: :func:`rotation_copies` copies of the operands, used in turn, so that the
+  working set exceeds ``L2_FACTOR`` times the L2 cache and no call finds its inputs there.
+
+The package's timing helpers are imported here and nowhere else among these three scripts (one
+line to change when they move).  Everything that touches the GPU imports CuPy/PyTorch inside the
+function, so the pure parts (rotation, loop sizes, ratios) import and test without a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402  (the one import)
+
+__all__ = ["time_gpu", "host_overhead_us", "rotation_copies", "loop_count", "ratio", "geomean",
+           "rotating", "synchronize", "device_facts", "load_torch", "torch_facts",
+           "set_cudnn_tf32", "host_us", "wall_ms", "cupy_graph_ms", "torch_graph_ms",
+           "rel_err_gpu", "L2_FACTOR", "MAX_COPIES"]
+
+L2_FACTOR = 3      # rotated operands span at least this many times the L2 cache
+MAX_COPIES = 8     # ... with at most this many copies of them
+
+
+# ------------------------------------------------------------------------------- pure helpers
+def rotation_copies(l2_bytes: int, bytes_per_copy: int, *, factor: float = L2_FACTOR,
+                    cap: int = MAX_COPIES) -> int:
+    """How many copies of operands of ``bytes_per_copy`` bytes to use in turn so that together
+    they span ``factor`` times an L2 cache of ``l2_bytes``: ceil(factor * L2 / bytes), 1 to cap."""
+    if bytes_per_copy <= 0:
+        return 1
+    return max(1, min(cap, math.ceil(factor * l2_bytes / bytes_per_copy)))
+
+
+def loop_count(target_ms: float, estimate_ms: float, *, multiple: int = 1, lo: int = 1,
+               hi: int = 10_000) -> int:
+    """Calls per timed loop: enough for about ``target_ms`` at ``estimate_ms`` per call, within
+    [lo, hi], rounded up to a multiple of ``multiple`` (each rotated copy used equally often)."""
+    n = math.ceil(target_ms / max(estimate_ms, 1e-4))
+    n = max(lo, min(hi, n))
+    return max(multiple, math.ceil(n / multiple) * multiple)
+
+
+def ratio(peer, ours):
+    """peer / ours (> 1: ours is faster), or None where either time is missing."""
+    if peer is None or ours is None or ours <= 0:
+        return None
+    return peer / ours
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def rotating(call, copies):
+    """A function of no arguments that calls ``call(c)`` on each of ``copies`` in turn."""
+    it = itertools.cycle(copies)
+    return lambda: call(next(it))
+
+
+# ------------------------------------------------------------------------------------- device
+def synchronize() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def device_facts() -> dict:
+    """GPU name and L2 size of the current CuPy device, with the CuPy version."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"gpu": name, "l2_bytes": int(props["l2CacheSize"]), "cupy": cupy.__version__}
+
+
+def load_torch():
+    """PyTorch with cuDNN autotuning on (``cudnn.benchmark``), or None where it is absent."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cudnn.benchmark = True
+    return torch
+
+
+def torch_facts(torch) -> dict:
+    if torch is None:
+        return {"torch": None, "cudnn": None}
+    return {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+
+
+def set_cudnn_tf32(torch, on: bool) -> bool:
+    """Allow (PyTorch's default) or forbid TF32 tensor cores in cuDNN convolutions through
+    ``torch.backends.cudnn.allow_tf32``; returns the flag read back (recorded in the results).
+    PyTorch >= 2.9 warns that ``torch.backends.cudnn.conv.fp32_precision`` will replace this
+    flag; nothing here sets that newer switch, so the two cannot disagree."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.backends.cudnn.allow_tf32 = on
+        return bool(torch.backends.cudnn.allow_tf32)
+
+
+# ------------------------------------------------------------------------------------ timing
+def host_us(fn, *, loops: int = 7, calls: int = 50) -> tuple[float, list[float]]:
+    """(median, all) host µs per warm call of ``fn()``: ``loops`` loops of ``calls`` calls each,
+    none synchronizing (the device may lag; only the Python time is counted)."""
+    samples = [host_overhead_us(fn, repeat=calls) for _ in range(loops)]
+    return statistics.median(samples), samples
+
+
+def wall_ms(fn, *, multiple: int = 1, repeat: int = 5, target_ms: float = 50.0,
+            max_calls: int = 10_000, sync=synchronize) -> float:
+    """Median wall milliseconds per call of ``fn()``: ``perf_counter`` around a loop of calls
+    that ends in ``sync()`` (a device synchronize), divided by the calls; ``repeat`` loops of
+    about ``target_ms`` each, a multiple of ``multiple`` calls long.  Call ``fn`` once before
+    (compilation and planning stay out)."""
+    sync()
+    t = time.perf_counter()
+    fn()
+    sync()
+    n = loop_count(target_ms, (time.perf_counter() - t) * 1e3, multiple=multiple, hi=max_calls)
+    times = []
+    for _ in range(repeat):
+        sync()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3 / n)
+    return statistics.median(times)
+
+
+def _replay_ms(launch, events, *, repeat: int, target_ms: float) -> float:
+    """Median ms per ``launch()``: ``repeat`` samples, each of enough back-to-back launches for
+    about ``target_ms`` between two events.  ``events()`` gives fresh (mark_start, mark_stop,
+    elapsed) functions; ``elapsed()`` waits for the stop event and returns the ms between."""
+    mark_start, mark_stop, elapsed = events()
+    mark_start()
+    launch()
+    mark_stop()
+    n = loop_count(target_ms, elapsed(), hi=1000)
+    times = []
+    for _ in range(repeat):
+        mark_start()
+        for _ in range(n):
+            launch()
+        mark_stop()
+        times.append(elapsed() / n)
+    return statistics.median(times)
+
+
+def cupy_graph_ms(body, *, per_graph: int = 1, repeat: int = 5, target_ms: float = 20.0) -> float:
+    """Device milliseconds of ``body()``'s work replayed as a CUDA graph, divided by ``per_graph``
+    (the number of calls or passes ``body`` makes).
+
+    ``body`` runs once under stream capture on a fresh non-blocking CuPy stream: run it eagerly
+    before (kernels compiled, calls prepared; nothing may compile or synchronize in a capture).
+    What it returns (the outputs the graph writes) stays referenced while the graph exists, and
+    the stream too: temporaries freed during the capture return to that stream's pool arena,
+    which nothing else allocates from while the graph is replayed here.
+    """
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    synchronize()  # the capture stream does not wait for the legacy stream: settle inputs first
+    with stream:
+        stream.begin_capture()
+        try:
+            keep = body()
+        except BaseException:
+            try:
+                stream.end_capture()
+            except Exception:
+                pass
+            raise
+        graph = stream.end_capture()
+        graph.launch(stream)  # the first launch uploads the graph
+        stream.synchronize()
+
+        def events():
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+
+            def elapsed():
+                stop.synchronize()
+                return cupy.cuda.get_elapsed_time(start, stop)
+
+            return (lambda: start.record(stream)), (lambda: stop.record(stream)), elapsed
+
+        ms = _replay_ms(lambda: graph.launch(stream), events, repeat=repeat, target_ms=target_ms)
+        stream.synchronize()
+    del keep  # the outputs: referenced until the replays are done
+    return ms / per_graph
+
+
+def torch_graph_ms(torch, body, *, per_graph: int = 1, repeat: int = 5,
+                   target_ms: float = 20.0) -> float:
+    """As :func:`cupy_graph_ms` for PyTorch work: ``body()`` warmed up on a side stream (as
+    PyTorch's CUDA-graph notes ask), captured into a ``torch.cuda.CUDAGraph``, replayed on the
+    current stream between CUDA events.  Call ``body`` eagerly before too (cuDNN's autotuning
+    must not run inside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        keep = body()
+    graph.replay()
+    torch.cuda.synchronize()
+
+    def events():
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+
+        def elapsed():
+            stop.synchronize()
+            return start.elapsed_time(stop)
+
+        return start.record, stop.record, elapsed
+
+    ms = _replay_ms(graph.replay, events, repeat=repeat, target_ms=target_ms)
+    torch.cuda.synchronize()
+    del keep
+    return ms / per_graph
+
+
+def rel_err_gpu(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64, computed on the GPU (CuPy arrays or DLPack tensors)."""
+    import cupy
+
+    a = cupy.from_dlpack(out) if not isinstance(out, cupy.ndarray) else out
+    b = cupy.from_dlpack(ref) if not isinstance(ref, cupy.ndarray) else ref
+    a, b = a.astype(cupy.float64), b.astype(cupy.float64)
+    if a.shape != b.shape:
+        return math.inf
+    denom = float(cupy.sqrt((b * b).sum()))
+    diff = float(cupy.sqrt(((a - b) ** 2).sum()))
+    return diff / (denom if denom > 0 else 1.0) if math.isfinite(diff) else math.inf

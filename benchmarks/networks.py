@@ -1,0 +1,157 @@
+"""The convolution layers of ResNet-50 and MobileNetV2 (224x224 input), in network order.
+
+Pure Python (no GPU, no cupyconv): ``bench_network.py`` runs these layers as one pass, and
+tests/test_networks.py checks the counts, the chaining and the multiply-add totals.
+
+- ``resnet50()``: torchvision's ResNet-50 (v1.5: the stride of a stage's first bottleneck sits
+  in its 3x3 conv), 53 convolutions: the 7x7 stem, 16 bottlenecks of 1x1 -> 3x3 -> 1x1, and the
+  1x1 projection ("downsample") of each stage's first block, listed after that block's third
+  conv as torchvision's forward runs it.  About 4.1e9 multiply-adds per image.
+- ``mobilenetv2()``: torchvision's MobileNetV2, width 1.0, 52 convolutions: the 3x3 stride-2
+  stem, 17 inverted-residual blocks (expand 1x1, except in the first block whose expansion is 1;
+  depthwise 3x3 with groups = channels; project 1x1) and the final 1x1 to 1280 channels.  About
+  3.0e8 multiply-adds per image.
+
+Each layer names the layer whose output it reads (``source``), where that output reaches it
+unchanged in shape: a residual add keeps the shape of the block's last conv, so a block's first
+conv reads that conv.  ``source`` is None where a non-convolution layer changes the shape in
+between (ResNet's max-pool after the stem) or for the network's first layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Layer", "resnet50", "mobilenetv2", "NETWORKS", "total_macs", "pass_bytes",
+           "maxpool_out"]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One 2-d convolution: square kernel, symmetric padding, no dilation, no bias."""
+
+    in_channels: int
+    out_channels: int
+    H: int          # input height
+    W: int          # input width
+    kernel: int
+    stride: int
+    padding: int
+    groups: int = 1
+    name: str = ""
+    source: str | None = None  # the layer whose output is this layer's input (see module doc)
+
+    @property
+    def out_H(self) -> int:
+        return (self.H + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def out_W(self) -> int:
+        return (self.W + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.in_channels == self.out_channels
+
+    def input_shape(self, batch: int, layout: str = "NCHW") -> tuple:
+        if layout == "NHWC":
+            return (batch, self.H, self.W, self.in_channels)
+        return (batch, self.in_channels, self.H, self.W)
+
+    def weight_shape(self, layout: str = "NCHW") -> tuple:
+        cg = self.in_channels // self.groups
+        if layout == "NHWC":
+            return (self.out_channels, self.kernel, self.kernel, cg)
+        return (self.out_channels, cg, self.kernel, self.kernel)
+
+    def output_shape(self, batch: int, layout: str = "NCHW") -> tuple:
+        if layout == "NHWC":
+            return (batch, self.out_H, self.out_W, self.out_channels)
+        return (batch, self.out_channels, self.out_H, self.out_W)
+
+    def macs(self, batch: int = 1) -> int:
+        """Multiply-adds: one per weight tap per output element."""
+        per_output = self.in_channels // self.groups * self.kernel * self.kernel
+        return batch * self.out_channels * self.out_H * self.out_W * per_output
+
+    def input_elements(self, batch: int = 1) -> int:
+        return batch * self.in_channels * self.H * self.W
+
+    def weight_elements(self) -> int:
+        return math.prod(self.weight_shape())
+
+    def output_elements(self, batch: int = 1) -> int:
+        return batch * self.out_channels * self.out_H * self.out_W
+
+
+def maxpool_out(size: int, kernel: int = 3, stride: int = 2, padding: int = 1) -> int:
+    """Output size of ResNet's stem max-pool (3x3, stride 2, padding 1)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def resnet50(image: int = 224) -> tuple[Layer, ...]:
+    """The 53 convolutions of torchvision's ResNet-50, in the order its forward runs them."""
+    layers = [Layer(3, 64, image, image, 7, 2, 3, name="conv1")]
+    size = maxpool_out(layers[0].out_H)
+    channels, last = 64, None  # the stem's max-pool output: no conv source
+    for stage, (width, blocks, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2),
+                                                     (512, 3, 2)), start=1):
+        out = 4 * width
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            p = f"layer{stage}.{b}"
+            c1 = Layer(channels, width, size, size, 1, 1, 0, name=f"{p}.conv1", source=last)
+            c2 = Layer(width, width, size, size, 3, s, 1, name=f"{p}.conv2", source=c1.name)
+            c3 = Layer(width, out, c2.out_H, c2.out_W, 1, 1, 0, name=f"{p}.conv3", source=c2.name)
+            layers += [c1, c2, c3]
+            if b == 0:  # projection shortcut: the block input to the block output's shape
+                layers.append(Layer(channels, out, size, size, 1, s, 0,
+                                    name=f"{p}.downsample", source=last))
+            channels, size, last = out, c3.out_H, c3.name
+    return tuple(layers)
+
+
+# MobileNetV2's inverted-residual settings: expansion t, output channels c, blocks n, stride s
+_MOBILENETV2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenetv2(image: int = 224) -> tuple[Layer, ...]:
+    """The 52 convolutions of torchvision's MobileNetV2 (width 1.0), in network order."""
+    stem = Layer(3, 32, image, image, 3, 2, 1, name="features.0")
+    layers, channels, size, last = [stem], 32, stem.out_H, stem.name
+    block = 1
+    for t, c, n, s in _MOBILENETV2:
+        for i in range(n):
+            p = f"features.{block}"
+            hidden = channels * t
+            src = last
+            if t != 1:
+                expand = Layer(channels, hidden, size, size, 1, 1, 0, name=f"{p}.expand",
+                               source=src)
+                layers.append(expand)
+                src = expand.name
+            dw = Layer(hidden, hidden, size, size, 3, s if i == 0 else 1, 1, groups=hidden,
+                       name=f"{p}.depthwise", source=src)
+            project = Layer(hidden, c, dw.out_H, dw.out_W, 1, 1, 0, name=f"{p}.project",
+                            source=dw.name)
+            layers += [dw, project]
+            channels, size, last = c, project.out_H, project.name
+            block += 1
+    layers.append(Layer(channels, 1280, size, size, 1, 1, 0, name=f"features.{block}",
+                        source=last))
+    return tuple(layers)
+
+
+NETWORKS = {"resnet50": resnet50, "mobilenetv2": mobilenetv2}
+
+
+def total_macs(layers, batch: int = 1) -> int:
+    return sum(layer.macs(batch) for layer in layers)
+
+
+def pass_bytes(layers, batch: int, itemsize: int) -> int:
+    """Bytes one pass reads as operands: every layer's input and weight once."""
+    return itemsize * sum(layer.input_elements(batch) + layer.weight_elements()
+                          for layer in layers)

@@ -1,0 +1,143 @@
+"""benchmarks/networks.py: the ResNet-50 and MobileNetV2 conv layers (CPU only)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def networks():
+    spec = importlib.util.spec_from_file_location("networks", ROOT / "benchmarks" / "networks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module while the class is built
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def _by_name(layers):
+    names = [layer.name for layer in layers]
+    assert len(set(names)) == len(names), "layer names must be unique"
+    return {layer.name: layer for layer in layers}
+
+
+def _check_chain(layers):
+    """Every layer with a source reads exactly that layer's output (channels and spatial size),
+    and the source comes before it in network order."""
+    index = {layer.name: i for i, layer in enumerate(layers)}
+    by_name = _by_name(layers)
+    for i, layer in enumerate(layers):
+        if layer.source is None:
+            continue
+        src = by_name[layer.source]
+        assert index[src.name] < i, f"{layer.name} reads {src.name}, which runs later"
+        assert (src.out_channels, src.out_H, src.out_W) == (layer.in_channels, layer.H, layer.W), \
+            f"{layer.name} input does not match {src.name} output"
+
+
+def test_resnet50_has_53_convs_with_stem_and_four_projections(networks):
+    layers = networks.resnet50()
+    assert len(layers) == 53
+    stem = layers[0]
+    assert (stem.in_channels, stem.out_channels, stem.kernel, stem.stride, stem.padding) == (3, 64, 7, 2, 3)
+    assert (stem.H, stem.out_H) == (224, 112)
+    downsample = [layer for layer in layers if "downsample" in layer.name]
+    assert len(downsample) == 4
+    assert all(d.kernel == 1 and d.padding == 0 for d in downsample)
+    assert [d.stride for d in downsample] == [1, 2, 2, 2]
+    assert [(d.in_channels, d.out_channels) for d in downsample] == [
+        (64, 256), (256, 512), (512, 1024), (1024, 2048)]
+    kernels = [layer.kernel for layer in layers]
+    assert kernels.count(7) == 1 and kernels.count(3) == 16 and kernels.count(1) == 36
+    assert all(layer.groups == 1 for layer in layers)
+
+
+def test_resnet50_layers_chain(networks):
+    layers = networks.resnet50()
+    _check_chain(layers)
+    by_name = _by_name(layers)
+    # the stem's 112x112 output goes through the 3x3/2 max-pool (pad 1) into the first stage
+    pooled = networks.maxpool_out(by_name["conv1"].out_H)
+    assert pooled == 56
+    for name in ("layer1.0.conv1", "layer1.0.downsample"):
+        assert (by_name[name].in_channels, by_name[name].H) == (64, pooled)
+    # a projection reads the block input and lands on the block output's shape
+    for stage in range(1, 5):
+        d = by_name[f"layer{stage}.0.downsample"]
+        c1, c3 = by_name[f"layer{stage}.0.conv1"], by_name[f"layer{stage}.0.conv3"]
+        assert (d.in_channels, d.H, d.W) == (c1.in_channels, c1.H, c1.W)
+        assert (d.out_channels, d.out_H, d.out_W) == (c3.out_channels, c3.out_H, c3.out_W)
+    # every other layer has a source: only the stem and the two readers of the max-pool lack one
+    assert sorted(layer.name for layer in layers if layer.source is None) == [
+        "conv1", "layer1.0.conv1", "layer1.0.downsample"]
+    last = layers[-1]
+    assert (last.out_channels, last.out_H, last.out_W) == (2048, 7, 7)
+
+
+def test_resnet50_multiply_adds(networks):
+    layers = networks.resnet50()
+    macs = networks.total_macs(layers)
+    # torchvision's published 4.09 GFLOPS (multiply-adds) include the 2048x1000 classifier
+    assert macs == pytest.approx(4.09e9 - 2048 * 1000, rel=0.005)
+    assert macs == 4_087_136_256
+    assert 2 * macs == pytest.approx(8.2e9, rel=0.01)          # flops at 2 per multiply-add
+    assert networks.total_macs(layers, batch=32) == 32 * macs
+    # 25.56 M parameters in all, less the classifier (2.05 M) and batch norms (53 k)
+    assert sum(layer.weight_elements() for layer in layers) == 23_454_912
+
+
+def test_mobilenetv2_has_52_convs(networks):
+    layers = networks.mobilenetv2()
+    # stem + first block (depthwise, project) + 16 blocks x (expand, depthwise, project) + last
+    assert len(layers) == 1 + 2 + 16 * 3 + 1 == 52
+    depthwise = [layer for layer in layers if layer.groups > 1]
+    assert len(depthwise) == 17
+    assert all(d.depthwise and d.kernel == 3 and d.padding == 1 for d in depthwise)
+    assert [d.stride for d in depthwise] == [1, 2, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1]
+    assert sum("expand" in layer.name for layer in layers) == 16
+    assert sum("project" in layer.name for layer in layers) == 17
+    stem, last = layers[0], layers[-1]
+    assert (stem.in_channels, stem.out_channels, stem.kernel, stem.stride, stem.out_H) == (3, 32, 3, 2, 112)
+    assert (last.in_channels, last.out_channels, last.kernel, last.H) == (320, 1280, 1, 7)
+    # the first block has no expansion: its depthwise conv reads the stem directly
+    assert layers[1].depthwise and layers[1].source == "features.0" and layers[1].in_channels == 32
+
+
+def test_mobilenetv2_layers_chain(networks):
+    layers = networks.mobilenetv2()
+    _check_chain(layers)
+    assert [layer.name for layer in layers if layer.source is None] == ["features.0"]
+    # the spatial sizes of the stages: 112 -> 56 -> 28 -> 14 -> 7
+    sizes = sorted({layer.H for layer in layers if layer.depthwise}, reverse=True)
+    assert sizes == [112, 56, 28, 14, 7]
+    projects = [layer.out_channels for layer in layers if "project" in layer.name]
+    assert projects == [16, 24, 24, 32, 32, 32, 64, 64, 64, 64, 96, 96, 96, 160, 160, 160, 320]
+
+
+def test_mobilenetv2_multiply_adds(networks):
+    layers = networks.mobilenetv2()
+    macs = networks.total_macs(layers)
+    # the paper's 300 M multiply-adds include the 1280x1000 classifier
+    assert macs == pytest.approx(300e6 - 1280 * 1000, rel=0.01)
+    assert macs == 299_494_272
+    # 3.50 M parameters in all, less the classifier (1.28 M) and batch norms (34 k)
+    assert sum(layer.weight_elements() for layer in layers) == 2_189_760
+
+
+def test_shapes_and_pass_bytes(networks):
+    layer = networks.Layer(144, 144, 56, 56, 3, 2, 1, groups=144, name="dw")
+    assert layer.out_H == layer.out_W == 28
+    assert layer.input_shape(8) == (8, 144, 56, 56)
+    assert layer.input_shape(8, "NHWC") == (8, 56, 56, 144)
+    assert layer.weight_shape() == (144, 1, 3, 3)
+    assert layer.weight_shape("NHWC") == (144, 3, 3, 1)
+    assert layer.output_shape(2, "NHWC") == (2, 28, 28, 144)
+    assert layer.macs(2) == 2 * 144 * 28 * 28 * 9
+    both = [layer, networks.Layer(3, 8, 10, 10, 1, 1, 0)]
+    assert networks.pass_bytes(both, 2, 4) == 4 * (2 * 144 * 56 * 56 + 144 * 9 + 2 * 3 * 100 + 24)
+    for name, build in networks.NETWORKS.items():
+        assert build() == build(224), name
