@@ -13,7 +13,8 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
     """The pipeline: a prepared call for a known key; else validate, build the geometry, choose
     the algorithm, run it while recording, and remember the prepared call."""
     key = call_key("conv", (x, w, bias, out),
-                   (ndim, stride, padding, dilation, groups, layout, method, autotune_enabled()))
+                   (ndim, stride, padding, dilation, groups, layout, method,
+                    "tuned" if autotune_enabled() else ""))
     call = lookup(key)
     if call is not None:
         return call((x, w, bias), out)

@@ -58,7 +58,7 @@ CONV_CASES = {
     "grouped": ((2, 12, 9, 9), (12, 4, 3, 3), dict(groups=3, padding=1)),
     "depthwise_nchw": ((2, 16, 20, 20), (16, 1, 3, 3), dict(groups=16, padding=1)),
     "depthwise_nhwc": ((2, 20, 20, 16), (16, 3, 3, 1), dict(groups=16, padding=1, layout="NHWC")),
-    "conv1d": ((3, 5, 50), (7, 5, 4), dict(padding=(1, 2))),
+    "conv1d": ((3, 5, 50), (7, 5, 4), dict(padding=((1, 2),))),
     "conv3d": ((1, 4, 6, 7, 8), (6, 4, 3, 3, 3), dict(padding=1)),
 }
 

@@ -452,6 +452,7 @@ def test_cuda_graph_capture_replays_with_new_data(target, layout):
     rng = rng_for("graph", target, layout)
     dev, changing, call, ref, out_shape = _graph_problem(target, layout, rng)
     out = cupy.empty(out_shape, cupy.float32)
+    cupy.cuda.Device().synchronize()  # the inputs were written on the null stream
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for _ in range(2):                       # warm up: same arrays, same alignment

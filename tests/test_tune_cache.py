@@ -33,7 +33,8 @@ def geom(**kw):
 @pytest.fixture
 def fake_sm_count(monkeypatch):
     """132 multiprocessors without a GPU; the plan caches filled under it are dropped after."""
-    monkeypatch.setattr(_gemm_launch, "_sm_count", lambda device_id: 132)
+    monkeypatch.setattr(_gemm_launch, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(_plan, "sm_count", lambda device_id: 132)
     yield
     for cached in (_gemm_launch.plan_gemm, _plan.heuristic_choice, _choose.tuned_choice):
         cached.cache_clear()

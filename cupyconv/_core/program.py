@@ -228,27 +228,34 @@ class Program:
     with arrays shaped like the recorded call's (None where it had None) on the current device
     and stream.  Thread-safe: one replay at a time writes the argument bytes."""
 
-    __slots__ = ("n_operands", "temp_bytes", "steps", "outputs", "lock")
+    __slots__ = ("n_operands", "temp_bytes", "steps", "outputs", "lock", "_alloc", "_stream",
+                 "_launch", "_memset")
 
     def __init__(self, n_operands, temp_bytes, steps, outputs):
-        self.n_operands, self.temp_bytes, self.steps = n_operands, temp_bytes, steps
-        self.outputs = outputs
-        self.lock = threading.Lock()
-
-    def run(self, operands, poison: bool = False) -> None:
         import cupy
         from cupy.cuda import driver
 
+        self.n_operands, self.temp_bytes, self.steps = n_operands, temp_bytes, steps
+        self.outputs = outputs
+        self.lock = threading.Lock()
+        # bound once: a replay is a few microseconds, module attribute lookups count
+        self._alloc, self._stream = cupy.cuda.alloc, cupy.cuda.get_current_stream
+        self._launch, self._memset = driver.launchKernel, cupy.cuda.runtime.memsetAsync
+
+    def run(self, operands, poison: bool = False) -> None:
         ptrs = [0 if a is None else a.data.ptr for a in operands]
-        temps = [cupy.cuda.alloc(n) for n in self.temp_bytes]  # freed after the queued work
-        ptrs += [t.ptr for t in temps]
-        stream = cupy.cuda.get_current_stream().ptr
-        if poison:
+        temps = None
+        if self.temp_bytes:  # freed when this returns: the pool reuses them in stream order
+            temps = [self._alloc(n) for n in self.temp_bytes]
+            ptrs += [t.ptr for t in temps]
+        stream = self._stream().ptr
+        if poison and temps:
             for t, n in zip(temps, self.temp_bytes):
-                cupy.cuda.runtime.memsetAsync(t.ptr, 0xFF, n, stream)
+                self._memset(t.ptr, 0xFF, n, stream)
+        launch = self._launch
         with self.lock:
             for step in self.steps:
-                step.run(ptrs, stream, driver.launchKernel)
+                step.run(ptrs, stream, launch)
 
 
 def verify_enabled() -> bool:

@@ -21,9 +21,7 @@ _MAX_ENTRIES = 4096
 _calls: dict = {}
 
 
-def _option_key(v):
-    # plain ints and strings as themselves; anything else typed (True must not pass as 1)
-    return v if type(v) in (int, str) else _freeze(v)
+_PLAIN = frozenset((int, str, type(None)))
 
 
 def call_key(name: str, arrays: tuple, options: tuple):
@@ -41,9 +39,13 @@ def call_key(name: str, arrays: tuple, options: tuple):
             parts.append((a.shape, a.strides, a.dtype, data.device_id, data.ptr & 15))
         else:
             return None
+    # plain ints, strings and None as themselves; anything else typed (True must not pass as 1)
+    if {*map(type, options)} <= _PLAIN:
+        parts.append(options)
+        return tuple(parts)
+    parts.append(_freeze(options))
+    key = tuple(parts)
     try:
-        parts.append(tuple([_option_key(v) for v in options]))
-        key = tuple(parts)
         hash(key)
     except TypeError:
         return None
@@ -76,26 +78,28 @@ class PreparedCall:
     given) overlaps no input, allocates the result otherwise, and replays the call's device work
     on the device it was prepared for, on the current stream of that device."""
 
-    __slots__ = ("replay", "shape", "dtype", "device", "names", "recorded")
+    __slots__ = ("replay", "shape", "dtype", "device", "names", "recorded", "_empty",
+                 "_get_device")
 
     def __init__(self, replay, shape, dtype, device: int, names: tuple, recorded: bool):
-        self.replay, self.shape, self.dtype, self.device = replay, shape, dtype, device
-        self.names, self.recorded = names, recorded
-
-    def __call__(self, inputs: tuple, out):
         import cupy
 
+        self.replay, self.shape, self.dtype, self.device = replay, shape, dtype, device
+        self.names, self.recorded = names, recorded
+        self._empty, self._get_device = cupy.empty, cupy.cuda.runtime.getDevice
+
+    def __call__(self, inputs: tuple, out):
         if out is not None:  # (no dict is built without out)
             check_out_disjoint(out, dict(zip(self.names, inputs)))
-        if cupy.cuda.runtime.getDevice() != self.device:
+        if self._get_device() != self.device:
+            import cupy
+
             with cupy.cuda.Device(self.device):
                 return self._run(inputs, out)
         return self._run(inputs, out)
 
     def _run(self, inputs, out):
-        import cupy
-
-        y = cupy.empty(self.shape, dtype=self.dtype) if out is None else out
+        y = self._empty(self.shape, dtype=self.dtype) if out is None else out
         self.replay(inputs + (y,))
         return y
 

@@ -15,7 +15,8 @@ from cupyconv._dispatch.tune import tuned_algorithm
 def autotune_enabled() -> bool:
     """``CUPYCONV_AUTOTUNE=1`` (or true/yes/on): ``auto`` asks the tuning cache
     (:mod:`cupyconv._dispatch.tune`)."""
-    return os.environ.get("CUPYCONV_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+    value = os.environ.get("CUPYCONV_AUTOTUNE")  # (read per call: it may change at run time)
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def choose(geom: ConvGeometry, method: str) -> Algorithm:

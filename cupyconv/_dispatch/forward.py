@@ -16,9 +16,10 @@ from typing import Callable
 
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.launch import run_direct
-from cupyconv._gemm.forward import gemm_launch_shape, run_im2col_gemm, run_implicit_gemm
-from cupyconv._gemm.launch import (BANDWIDTH, MAX_GEMM_ROWS, GemmPlan, dense_plan, forced_plan,
-                           grid_fits, plan_gemm)
+from cupyconv._gemm.forward import (gemm_launch_shape, is_pointwise, run_im2col_gemm,
+                                    run_implicit_gemm)
+from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
+                                   forced_plan, grid_fits, plan_gemm, sm_count)
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import ConvGeometry
@@ -61,10 +62,16 @@ class Algorithm:
 
 
 # Cost hints are estimated seconds; only their ratios matter.  The GEMM paths take the planned
-# GEMM time (tile, split-K and wave quantization included, see _gemm_launch.plan_gemm) and add what
+# GEMM time (tile, split-K and wave quantization included, see _gemm.launch.plan_gemm) and add what
 # their operand view costs: the implicit loader's tap decoding (a factor measured on an H200,
-# benchmarks/NOTES.md), or the im2col buffer's round trip through memory.
+# benchmarks/NOTES.md), or the im2col buffer's round trip through memory; every launch beyond the
+# first adds LAUNCH_S (small problems are bound by launches, not by the GPU).
 _DIRECT_RATE = 1.5e12
+# The direct kernel's thread walks its C/g x taps products one after the other: on a problem of
+# less than a wave of outputs that chain is the time (H100, benchmarks/NOTES.md: 7x7 1x1 layers of
+# 960 channels ran 139 us, ~145 ns per step).
+_DIRECT_STEP_S = 1.45e-7
+_DIRECT_THREADS_PER_SM = 2048
 _IMPLICIT_FACTOR = 1.15       # channels a multiple of the k-slice: one tap decode per slice
 _IMPLICIT_GENERIC_FACTOR = 3  # otherwise every element decodes its tap with divisions
 _IM2COL_PASSES = 6            # the im2col kernel's cost, in col-sized trips through memory
@@ -81,7 +88,9 @@ def _bytes(g: ConvGeometry) -> int:
 
 
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
-    return max(g.flops / _DIRECT_RATE, _bytes(g) / _DIRECT_BANDWIDTH)
+    waves = math.ceil(math.prod(g.output_shape) / (sm_count(device_id) * _DIRECT_THREADS_PER_SM))
+    chain = waves * (g.in_channels // g.groups) * math.prod(g.kernel) * _DIRECT_STEP_S
+    return max(g.flops / _DIRECT_RATE, _bytes(g) / _DIRECT_BANDWIDTH, chain)
 
 
 def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
@@ -112,7 +121,9 @@ def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
     if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
         return plan.seconds
     uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
-    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds
+    # channels-first weights are transposed to (K, taps, C/g) by one more launch
+    transpose = LAUNCH_S if not g.channels_last and math.prod(g.kernel) > 1 else 0.0
+    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds + transpose
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:
@@ -120,9 +131,12 @@ def _im2col_applicable(g: ConvGeometry) -> bool:
 
 
 def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
-    col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
     gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id)
-    return _IM2COL_PASSES * col_bytes / BANDWIDTH + _IM2COL_GEMM_FACTOR * gemm.seconds
+    if is_pointwise(g):  # the column matrix is x itself: no im2col pass
+        return _IM2COL_GEMM_FACTOR * gemm.seconds
+    col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
+    return (_IM2COL_PASSES * col_bytes / BANDWIDTH + LAUNCH_S
+            + _IM2COL_GEMM_FACTOR * gemm.seconds)
 
 
 FORWARD: dict[str, Algorithm] = {

@@ -80,6 +80,9 @@ def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
 
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
     """Explicit im2col into a buffer, then one batched GEMM."""
-    col = scratch(geom.col_shape, geom.dtype)
-    run_im2col(geom, x, col, groups=geom.groups if geom.channels_last else 1)
+    if is_pointwise(geom):  # 1x1, stride 1, unpadded: the column matrix is x itself
+        col = contiguous(x)
+    else:
+        col = scratch(geom.col_shape, geom.dtype)
+        run_im2col(geom, x, col, groups=geom.groups if geom.channels_last else 1)
     _run_matrix_conv(geom, col, contiguous(w), bias, y, taps=math.prod(geom.kernel))

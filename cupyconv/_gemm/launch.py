@@ -75,7 +75,7 @@ def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
 
 
 @memoized(None)
-def _sm_count(device_id: int) -> int:
+def sm_count(device_id: int) -> int:
     import cupy
 
     return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
@@ -123,7 +123,7 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     tail is small and the workspace round trip is not worth it), and while each part keeps at
     least 4 k-slices.
     """
-    slots = 2 * _sm_count(device_id)
+    slots = 2 * sm_count(device_id)
     acc_bytes = 8 if dtype == "float64" else 4
     best = None
     for tile in GEMM_TILES[dtype]:
