@@ -121,9 +121,7 @@ def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
     if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
         return plan.seconds
     uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
-    # channels-first weights are transposed to (K, taps, C/g) by one more launch
-    transpose = LAUNCH_S if not g.channels_last and math.prod(g.kernel) > 1 else 0.0
-    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds + transpose
+    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:

@@ -332,12 +332,10 @@ def slab_view(a, index: tuple, channels_last: bool):
 
 
 def fprop_weight(geom: ConvGeometry, w):
-    """Weights as the implicit kernel reads them: (K, taps, Cg), channels fastest, C-contiguous."""
-    if geom.channels_last:
-        return contiguous(w)
-    k, cg = w.shape[:2]
-    # (a copy per call: weights change in place between calls, e.g. in training)
-    return contiguous(w.reshape(k, cg, -1).transpose(0, 2, 1))
+    """``(weights, channels_first)`` as the implicit kernel reads them: C-contiguous (K, taps, Cg)
+    for channels-last, or C-contiguous channels-first (K, Cg, *kernel), which the kernel's weight
+    loader reads in (tap, c) order itself (no transposed copy per call)."""
+    return contiguous(w), not geom.channels_last
 
 
 def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
@@ -350,7 +348,8 @@ def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
 
 def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None) -> None:
     """Implicit-GEMM forward convolution (no im2col buffer)."""
-    launch_implicit_conv(ImplicitConv.from_geometry(geom), x, fprop_weight(geom, w), bias, y, plan)
+    wt, w_cf = fprop_weight(geom, w)
+    launch_implicit_conv(ImplicitConv.from_geometry(geom), x, wt, bias, y, plan, w_cf)
 
 
 def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
@@ -366,24 +365,26 @@ def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
 def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
                        flags: tuple) -> tuple:
     """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
-    calls skip converting some 40 Python ints.  flags = (has_bias, w_vec, x_vec, c_vec)."""
-    has_bias, w_vec, x_vec, c_vec = flags
-    return (*ints((has_bias, prob.batch, prob.out_channels, w_vec, x_vec, c_vec,
+    calls skip converting some 40 Python ints.  flags = (has_bias, w_vec, w_cf, x_vec, c_vec)."""
+    has_bias, w_vec, w_cf, x_vec, c_vec = flags
+    return (*ints((has_bias, prob.batch, prob.out_channels, w_vec, w_cf, x_vec, c_vec,
                    prob.in_channels // prob.groups)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
             *int64s(xs + ys[:2]), *ints((prob.groups, splits)))
 
 
-def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None) -> None:
-    """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous and y a
-    C-contiguous (N, K, *out) or (N, *out, K) array (or, within this function, a slab of rows of
-    one: see :func:`row_slabs`)."""
+def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None,
+                         w_cf: bool = False) -> None:
+    """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous (or,
+    with ``w_cf``, channels-first (K, Cg, taps) C-contiguous) and y a C-contiguous (N, K, *out)
+    or (N, *out, K) array (or, within this function, a slab of rows of one: see
+    :func:`row_slabs`)."""
     m, n, k, groups = prob.gemm
     if m > MAX_GEMM_ROWS:
         for sub, index in row_slabs(prob):
             launch_implicit_conv(sub, slab_view(x, index[:1], prob.channels_last), wt, bias,
-                                 slab_view(y, index, prob.channels_last), plan)
+                                 slab_view(y, index, prob.channels_last), plan, w_cf)
         return
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id),
                     "conv_fprop", (m, n, k, groups))
@@ -395,7 +396,7 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
     out, group_stride = _fprop_out_map(prob, ys)
-    flags = (bias is not None, MatrixView(wt, rs=k, ks=1).vectorizable(n, k),
+    flags = (bias is not None, not w_cf and MatrixView(wt, rs=k, ks=1).vectorizable(n, k), w_cf,
              _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
     args = (x, wt, y, bias if bias is not None else y,
             *_fprop_scalar_args(prob, xs, ys, plan.splits, flags), ws)

@@ -1,7 +1,8 @@
 // Implicit-GEMM forward convolution: the main loop with the implicit-im2col loader for A (no
 // buffer) and a dense loader for the weights.  Per group g = blockIdx.z:
 //   y[(n, out pixel), g*Kg + j] = sum_k A[(n, pixel), k] * w[g*Kg + j, k],  k = (tap, c),
-// so w is (K, taps, Cg): channels-last weights as they are, channels-first ones transposed.
+// with w (K, taps, Cg) (channels-last weights as they are), or with w_cf, channels-first weights
+// (K, Cg, taps) read in that order by the B loader's k split (no transposed copy).
 // y's output rows are contiguous pixels: channels-last y is (M, K) row-major; channels-first y
 // has image stride ysn and channel stride ysc (a slab of rows of a larger output when the host
 // splits a problem of more than 2^30 rows into launches).
@@ -12,8 +13,8 @@
 template <typename T, int BM, int BN, int BK, int TM, int TN, int CL>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-           const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int x_vec, int c_vec,
-           int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
+           const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int w_cf, int x_vec,
+           int c_vec, int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
            cc::index_t ysn, cc::index_t ysc, int groups, int splits,
@@ -36,6 +37,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, true, Cfg::LDB> lb;
   lb.base = w + ((cc::index_t)g * Kg + n0) * Kgemm;
   lb.rs = Kgemm; lb.ks = 1; lb.rows = Kg - n0; lb.K = ke; lb.vec = w_vec;
+  if (w_cf) { lb.kdiv = Cg; lb.ks = KD * KH * KW; lb.khs = 1; lb.vec = false; }
 
   Acc acc[TM][TN];
   cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);

@@ -41,6 +41,11 @@ struct DenseLoader {
   index_t rs, ks;
   int rows, K;
   bool vec;
+  // With kdiv > 0 (KCONTIG only), k = q * kdiv + r sits at base[row * rs + q * khs + r * ks]: a
+  // channels-first weight (K, C, taps) read in the (tap, c) order of the implicit loader, with
+  // kdiv = C, ks = taps, khs = 1, so no transposed copy is made.  Never vectorized.
+  int kdiv = 0;
+  index_t khs = 0;
   int kc;  // cursor: first k of the next slice
   A regs[VECS][4];
 
@@ -63,6 +68,14 @@ struct DenseLoader {
       if (vec) {
         if (r < rows && gk < K) ldg4(base + r * rs + gk * ks, regs[v]);
         else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = A(0); }
+      } else if (KCONTIG && kdiv > 0) {
+        int q = gk / kdiv, rem = gk - q * kdiv;  // one division per 4 elements
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          regs[v][e] = (r < rows && gk + e < K) ? load_as<A>(base[r * rs + q * khs + rem * ks])
+                                                : A(0);
+          if (++rem == kdiv) { rem = 0; ++q; }
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
