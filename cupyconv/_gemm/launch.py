@@ -85,7 +85,9 @@ def sm_count(device_id: int) -> int:
 # bandwidth that the split-K workspace round trip costs.
 GEMM_RATE = 40e12
 BANDWIDTH = 3e12
-LAUNCH_S = 4e-6
+# One more launch: the driver call, the workspace allocation and the gap on the device (the host
+# side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
+LAUNCH_S = 8e-6
 MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
 
 
@@ -331,11 +333,29 @@ def slab_view(a, index: tuple, channels_last: bool):
     return a[(batch, slice(None)) + spatial]
 
 
+# Reading channels-first weights in the kernel (strided, scalar loads) made the implicit GEMM
+# 12-17 % slower on ResNet-50 at batch 32 (H100, benchmarks/NOTES.md); the transposed copy costs
+# one launch.  The kernel reads them itself on problems whose GEMM takes less than about
+# LAUNCH_S / 0.15 (all of ResNet-50's layers at batch 1), and gets the copy above that.
+_W_CF_MAX_FLOPS = LAUNCH_S / 0.15 * GEMM_RATE
+
+
 def fprop_weight(geom: ConvGeometry, w):
     """``(weights, channels_first)`` as the implicit kernel reads them: C-contiguous (K, taps, Cg)
-    for channels-last, or C-contiguous channels-first (K, Cg, *kernel), which the kernel's weight
-    loader reads in (tap, c) order itself (no transposed copy per call)."""
-    return contiguous(w), not geom.channels_last
+    (channels-last weights, or a transposed copy of channels-first ones), or, on small problems,
+    C-contiguous channels-first (K, Cg, *kernel), which the kernel's weight loader reads in
+    (tap, c) order itself."""
+    w = contiguous(w)
+    if geom.channels_last:
+        return w, False
+    k, cg = w.shape[:2]
+    wt = w.reshape(k, cg, -1).transpose(0, 2, 1)
+    if wt.flags.c_contiguous:  # one tap: (K, 1, Cg) is w itself
+        return wt, False
+    if geom.flops <= _W_CF_MAX_FLOPS:
+        return w, True
+    # (a copy per call: weights change in place between calls, e.g. in training)
+    return contiguous(wt), False
 
 
 def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
