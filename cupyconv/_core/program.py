@@ -28,9 +28,11 @@ import threading
 import numpy as np
 
 from cupyconv._core.arrays import memory_bounds
+from cupyconv._core.caches import register
 
 _RECORDER: contextvars.ContextVar = contextvars.ContextVar("cupyconv_recorder", default=None)
-_CONSTANTS: dict[int, object] = {}  # device pointer -> array that lives as long as the process
+# device pointer -> constant array (see keep_constant); a program keeps the ones it points at
+_CONSTANTS: dict[int, object] = {}
 
 
 class Kernel:
@@ -60,10 +62,13 @@ class Kernel:
 
 
 def keep_constant(array):
-    """Mark ``array`` (device memory that lives as long as the process, e.g. packed kernel
-    arguments) as a constant that prepared calls may point at."""
+    """Mark ``array`` (device memory written once, e.g. packed kernel arguments) as a constant
+    that prepared calls may point at (each program then holds a reference to it)."""
     _CONSTANTS[array.data.ptr] = array
     return array
+
+
+register(_CONSTANTS.clear)
 
 
 def scratch(shape, dtype):
@@ -144,13 +149,14 @@ class Recorder:
         import cupy
 
         try:
-            layout, slots, offsets = bytearray(), [], []
+            layout, slots, offsets, keep = bytearray(), [], [], []
             for v in args:
                 if isinstance(v, cupy.ndarray):
                     buf, off = self._place(v)
                     size, data = 8, None
                     if buf == -1:
                         data = np.uint64(off).tobytes()
+                        keep.append(_CONSTANTS[off])
                 elif v is None:
                     size, data = 8, bytes(8)
                 elif isinstance(v, np.generic) and v.dtype.kind in "biuf":
@@ -166,7 +172,7 @@ class Recorder:
             grid = tuple(grid) + (1,) * (3 - len(grid))
             block = tuple(block) + (1,) * (3 - len(block))
             self.steps.append(_LaunchStep(raw.kernel.ptr, grid, block, smem, bytes(layout),
-                                          offsets, slots))
+                                          offsets, slots, keep))
         except _Failed as e:
             self.fail(str(e))
 
@@ -191,10 +197,11 @@ class _LaunchStep:
     """One recorded launch: argument bytes with pointer slots, and the kernelParams array (one
     address per argument into those bytes) that cuLaunchKernel / hipModuleLaunchKernel read."""
 
-    __slots__ = ("fptr", "grid", "block", "smem", "storage", "words", "params", "slots")
+    __slots__ = ("fptr", "grid", "block", "smem", "storage", "words", "params", "slots", "keep")
 
-    def __init__(self, fptr, grid, block, smem, layout: bytes, offsets, slots):
+    def __init__(self, fptr, grid, block, smem, layout: bytes, offsets, slots, keep):
         self.fptr, self.grid, self.block, self.smem = fptr, grid, block, smem
+        self.keep = keep  # constant arrays the argument bytes point at
         self.storage = np.zeros(len(layout) + -len(layout) % 8, dtype=np.uint8)
         self.storage[:len(layout)] = np.frombuffer(layout, dtype=np.uint8)
         self.words = self.storage.view(np.uint64)
@@ -212,15 +219,18 @@ class _LaunchStep:
 
 
 class _MemsetStep:
-    __slots__ = ("buf", "off", "nbytes")
+    """One recorded :func:`zero_fill`: a memset of ``nbytes`` at a buffer's offset."""
+
+    __slots__ = ("buf", "off", "nbytes", "memset")
 
     def __init__(self, buf, off, nbytes):
-        self.buf, self.off, self.nbytes = buf, off, nbytes
-
-    def run(self, ptrs, stream: int, launch) -> None:
         import cupy
 
-        cupy.cuda.runtime.memsetAsync(ptrs[self.buf] + self.off, 0, self.nbytes, stream)
+        self.buf, self.off, self.nbytes = buf, off, nbytes
+        self.memset = cupy.cuda.runtime.memsetAsync
+
+    def run(self, ptrs, stream: int, launch) -> None:
+        self.memset(ptrs[self.buf] + self.off, 0, self.nbytes, stream)
 
 
 class Program:

@@ -1,0 +1,64 @@
+"""CPU tests of the prepared-call machinery's pure parts: argument packing of a recorded launch
+(natural alignment, as the kernel ABI lays parameters out), the refusal of arguments a replay
+could not reproduce, and the strided-copy dim merging."""
+
+import types
+
+import numpy as np
+import pytest
+
+from cupyconv._core.copy import _merged
+from cupyconv._core.program import Recorder
+
+
+class _FakeKernel:
+    kernel = types.SimpleNamespace(ptr=0x1234)
+
+
+def _record(args):
+    rec = Recorder(())
+    rec.launch(_FakeKernel(), (2,), (64,), args, 0)
+    return rec
+
+
+def test_scalars_are_packed_at_their_natural_alignment():
+    rec = _record((np.int32(7), np.int64(-3), np.int32(9), np.float32(1.5), np.float64(2.5),
+                   np.bool_(True), np.int64(11)))
+    assert rec.failure is None
+    (step,) = rec.steps
+    raw = step.storage.tobytes()
+    # int32 @0, int64 @8, int32 @16, float32 @20, float64 @24, bool @32, int64 @40
+    offsets = [int(p) - step.storage.ctypes.data for p in step.params]
+    assert offsets == [0, 8, 16, 20, 24, 32, 40]
+    assert np.frombuffer(raw[0:4], np.int32)[0] == 7
+    assert np.frombuffer(raw[8:16], np.int64)[0] == -3
+    assert np.frombuffer(raw[20:24], np.float32)[0] == 1.5
+    assert np.frombuffer(raw[24:32], np.float64)[0] == 2.5
+    assert raw[32] == 1
+    assert np.frombuffer(raw[40:48], np.int64)[0] == 11
+    assert step.grid == (2, 1, 1) and step.block == (64, 1, 1) and step.fptr == 0x1234
+    assert step.slots == []
+
+
+@pytest.mark.parametrize("arg", [7, 2.0, True, "x", np.complex64(1)])
+def test_arguments_of_unknown_width_fail_the_recording(arg):
+    rec = _record((np.int32(1), arg))
+    assert rec.failure is not None and not rec.steps
+    assert rec.program(outputs=()) is None
+
+
+def test_a_failed_recording_records_nothing_more():
+    rec = _record((1.0,))
+    rec.launch(_FakeKernel(), (1,), (1,), (np.int32(1),), 0)
+    assert rec.steps == [] and rec.program(outputs=()) is None
+
+
+@pytest.mark.parametrize("shape,src,dst,want", [
+    ((4, 5, 6), (30, 6, 1), (30, 6, 1), [(120, 1, 1)]),            # contiguous: one run
+    ((4, 5, 6), (1, 4, 20), (30, 6, 1), [(4, 1, 30), (5, 4, 6), (6, 20, 1)]),  # a transpose
+    ((3, 1, 7), (7, 99, 1), (14, 5, 2), [(21, 1, 2)]),    # extent-1 dims drop, then one run
+    ((2, 3, 4), (24, 8, 2), (12, 4, 1), [(24, 2, 1)]),    # strided but uniform in both: one run
+    ((2, 3, 4), (24, 8, 2), (12, 1, 3), [(2, 24, 12), (3, 8, 1), (4, 2, 3)]),  # no merge
+])
+def test_copy_dims_merge_runs_that_are_one_run_in_both_arrays(shape, src, dst, want):
+    assert _merged(shape, src, dst) == want
