@@ -1,7 +1,7 @@
 """The convolution layers of ResNet-50 and MobileNetV2 (224x224 input), in network order.
 
 Pure Python (no GPU, no cupyconv): ``bench_network.py`` runs these layers as one pass, and
-tests/test_networks.py checks the counts, the chaining and the multiply-add totals.
+tests/bench/test_networks.py checks the counts, the chaining and the multiply-add totals.
 
 - ``resnet50()``: torchvision's ResNet-50 (v1.5: the stride of a stage's first bottleneck sits
   in its 3x3 conv), 53 convolutions: the 7x7 stem, 16 bottlenecks of 1x1 -> 3x3 -> 1x1, and the

@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 
 from cupyconv._core import jit
-from cupyconv._core.kernels import COPY_DIMS, STRIDED_COPY
+from cupyconv._core.kernels import KERNEL_CONSTANTS, STRIDED_COPY
 from cupyconv._core.launch import int64s, launch_grid
 from cupyconv._core.program import scratch
+
+
+COPY_DIMS = KERNEL_CONSTANTS["CC_COPY_DIMS"]
 
 
 def _merged(shape, src_strides, dst_strides):

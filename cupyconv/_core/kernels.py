@@ -27,6 +27,29 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.MULTILINE)
 
 
+# Constants that the Python plans and the kernels both depend on: written once here and defined
+# in front of every module's source (the kernels stop with #error where one is missing), so a
+# change reaches both sides.  Tile shapes travel as template arguments (KernelModule.tile).
+KERNEL_CONSTANTS: dict[str, int] = {
+    "CC_COPY_DIMS": 6,      # dims of the strided-copy kernel (common/copy.cu)
+    "DW_THREADS": 256,      # depthwise tile/gather kernels: threads per block
+    "DW_ROWS": 8,           # ... most output rows per thread (register accumulators)
+    "DW_TAPS": 16,          # ... taps per backward-weight pass (register accumulators)
+    "DW_MAX_Z": 64,         # ... most planes per block
+    "SEP_THREADS": 256,     # fused separable kernel: threads per block
+    "SEP_CC": 16,           # ... most intermediate channels per chunk
+    "FP_WARPS": 8,          # signal plane kernel: warps per block
+    "FP_TW": 128,           # ... output columns per strip (4 per lane)
+    "FP_CHUNKS": 2,         # ... row chunks per warp
+    "FP_RY_NARROW": 4,      # plane row walk: output rows per chunk, types of <= 4 bytes
+    "FP_RY_WIDE": 2,        # ... wider types
+    "FD_THREADS": 256,      # signal direct kernel: threads per block
+    "FD_RX_NARROW": 9,      # ... outputs per thread, types of <= 4 bytes
+    "FD_RX_MEDIUM": 5,      # ... <= 8 bytes
+    "FD_RX_WIDE": 3,        # ... wider (complex128)
+}
+
+
 @dataclass(frozen=True)
 class KernelModule:
     """One source file compiled with fixed defines, instantiating ``templates`` for ``dtypes``.
@@ -61,7 +84,8 @@ class KernelModule:
         its on-disk cache (it does not hash included headers), and lets HIPRTC and NVRTC compile
         without include paths.
         """
-        head = "".join(f"#define {k} {v}\n" for k, v in self.defines)
+        head = "".join(f"#define {k} {v}\n"
+                       for k, v in tuple(self.defines) + tuple(KERNEL_CONSTANTS.items()))
         return head + load_source(self.source)
 
 
@@ -96,7 +120,6 @@ def load_source(name: str) -> str:
 
 # Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
 STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy",))
-COPY_DIMS = 6  # dims the copy kernel takes (its signature): keep in step with copy.cu
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
 IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("gemm/splitk_reduce.cu", ("splitk_reduce",))
@@ -188,8 +211,8 @@ def plane_width(kw: int):
 
 
 def plane_rows_per_thread(itemsize: int) -> int:
-    """RY of the plane row walk (``fp::rows_per_thread`` in plane_walk.cuh): keep in step."""
-    return 4 if itemsize <= 4 else 2
+    """RY of the plane row walk (``fp::rows_per_thread`` in plane_walk.cuh)."""
+    return KERNEL_CONSTANTS["FP_RY_NARROW" if itemsize <= 4 else "FP_RY_WIDE"]
 
 
 PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k) for k in PLANE_SQUARES)

@@ -19,7 +19,8 @@ from cupyconv._core import jit
 from cupyconv._core.copy import contiguous
 from cupyconv._core.program import scratch
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD, PLANE_WGRAD_VARIANT,
+from cupyconv._core.kernels import (KERNEL_CONSTANTS, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
+                                    PLANE_WGRAD_VARIANT,
                        DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
                        DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
                        depthwise_wgrad_module, plane_rows_per_thread, plane_width)
@@ -31,10 +32,11 @@ from cupyconv._core.caches import memoized
 # kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
 # launch (CUDA_ERROR_INVALID_VALUE) on the GPU.
 SMEM_LIMIT = 48 * 1024 - 1024
-THREADS = 256
-DW_ROWS = 8    # kernel's DW_ROWS: most output rows per thread
-DW_TAPS = 16   # kernel's DW_TAPS: taps per backward-weight pass
-MAX_Z = 64     # kernel's DW_MAX_Z: most planes per block
+THREADS = KERNEL_CONSTANTS["DW_THREADS"]
+DW_ROWS = KERNEL_CONSTANTS["DW_ROWS"]    # most output rows per thread
+DW_TAPS = KERNEL_CONSTANTS["DW_TAPS"]    # taps per backward-weight pass
+MAX_Z = KERNEL_CONSTANTS["DW_MAX_Z"]     # most planes per block
+STRIP = KERNEL_CONSTANTS["FP_TW"]        # plane kernel: columns per strip
 _TARGET_BLOCKS = 4 * 132  # backward-weight: enough blocks to fill an H100/H200 a few times over
 
 
@@ -168,7 +170,7 @@ class PlanePlan:
     def smem(self) -> int:
         """Dynamic shared bytes: taps, biases (padded to 4) and, without vec_out, the buffers."""
         return (self.sp * self.kh * self.kwb + 4 * math.ceil(self.sp / 4)
-                + (0 if self.vec_out else self.warps * self.ry * 128)) * self.itemsize
+                + (0 if self.vec_out else self.warps * self.ry * STRIP)) * self.itemsize
 
     def blocks(self, planes: int) -> int:
         return math.ceil(planes * self.cpp / self.ipb)

@@ -16,13 +16,13 @@ from cupyconv._core import jit
 from cupyconv._core.copy import contiguous
 from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import SEPARABLE_KT, separable_module
+from cupyconv._core.kernels import KERNEL_CONSTANTS, SEPARABLE_KT, separable_module
 from cupyconv._core.launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
 from cupyconv._core.caches import memoized
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
-THREADS = 256            # kernel's SEP_THREADS
-SEP_CC = 16              # kernel's SEP_CC: most intermediate channels per chunk
+THREADS = KERNEL_CONSTANTS["SEP_THREADS"]
+SEP_CC = KERNEL_CONSTANTS["SEP_CC"]      # most intermediate channels per chunk
 MAX_PIXELS = 256         # output pixels per block: 4 per thread in the pointwise step
 MAX_TILE_W = 64          # widest tile of a 2-d problem (1-d: MAX_PIXELS)
 FUSED_MAX_KP_BLOCKS = 2  # more pointwise blocks: the depthwise recompute outweighs

@@ -12,19 +12,20 @@ import math
 import numpy as np
 
 from cupyconv._core import jit
-from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
+from cupyconv._core.kernels import (KERNEL_CONSTANTS, FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
                        plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
 from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 from cupyconv._core.caches import memoized
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
-THREADS = 256
+THREADS = KERNEL_CONSTANTS["FD_THREADS"]
 
 
 def outputs_per_thread(itemsize: int) -> int:
-    """RX of the kernel (``filter_rx``): keep in step with filter_direct.cu."""
-    return 9 if itemsize <= 4 else (5 if itemsize <= 8 else 3)
+    """RX of the kernel (``filter_rx`` in filter_direct.cu)."""
+    return KERNEL_CONSTANTS["FD_RX_NARROW" if itemsize <= 4 else
+                            "FD_RX_MEDIUM" if itemsize <= 8 else "FD_RX_WIDE"]
 
 
 def width_bucket(kw: int) -> int:
@@ -58,10 +59,10 @@ def launch_config(itemsize: int, out3: tuple[int, int, int], kernel3: tuple[int,
 
 # filter_plane.cu's work split: 8 warps a block, each a strip of 128 columns x PLANE_CHUNKS * RY
 # rows (RY: plane_rows_per_thread).
-PLANE_WARPS = 8
+PLANE_WARPS = KERNEL_CONSTANTS["FP_WARPS"]
 PLANE_THREADS = 32 * PLANE_WARPS
-PLANE_TW = 128
-PLANE_CHUNKS = 2
+PLANE_TW = KERNEL_CONSTANTS["FP_TW"]
+PLANE_CHUNKS = KERNEL_CONSTANTS["FP_CHUNKS"]
 
 
 def plane_config(compute: str, spatial3, kernel3, out3, vec_out: bool):

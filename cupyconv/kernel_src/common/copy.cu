@@ -3,6 +3,10 @@
 // prepared call replays it like any other launch, with no CuPy elementwise op on the host path).
 // Dims are given innermost last; extents of unused leading dims are 1.
 #include "common.cuh"
+#ifndef CC_COPY_DIMS
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
+static_assert(CC_COPY_DIMS == 6, "strided_copy's signature takes six dims");
 
 template <typename T>
 __global__ void strided_copy(const T* __restrict__ src, T* __restrict__ dst, cc::index_t total,

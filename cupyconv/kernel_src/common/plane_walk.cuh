@@ -18,8 +18,13 @@
 
 namespace fp {
 
-// Output rows per chunk: 4 x 4 float accumulators, 2 x 4 doubles.
-template <typename T> struct rows_per_thread { static const int value = sizeof(T) <= 4 ? 4 : 2; };
+// Output rows per chunk: 4 x 4 float accumulators, 2 x 4 doubles (KERNEL_CONSTANTS).
+#if !defined(FP_RY_NARROW) || !defined(FP_RY_WIDE)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
+template <typename T> struct rows_per_thread {
+  static const int value = sizeof(T) <= 4 ? FP_RY_NARROW : FP_RY_WIDE;
+};
 
 // How a row load treats columns.  INSIDE: every quad of the lane lies inside the row and rows are
 // 16-byte aligned.  QUADS: rows are 16-byte aligned with a multiple of 4 columns and the boundary

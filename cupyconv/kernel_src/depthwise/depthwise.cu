@@ -18,9 +18,11 @@
 #include "common.cuh"
 #include "stage.cuh"
 
-#define DW_ROWS 8   // most rows per thread in the tile kernels (register accumulators)
-#define DW_TAPS 16  // taps per pass of the backward-weight kernels (register accumulators)
-#define DW_MAX_Z 64 // most planes per block
+// DW_THREADS, DW_ROWS (most rows per thread in the tile kernels), DW_TAPS (taps per pass of the
+// backward-weight kernels) and DW_MAX_Z (most planes per block) come from KERNEL_CONSTANTS.
+#if !defined(DW_THREADS) || !defined(DW_ROWS) || !defined(DW_TAPS) || !defined(DW_MAX_Z)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
 // Blocks per multiprocessor the register budget is set for: the 3x3 variants are short-lived
 // blocks whose loads need many resident blocks to overlap; the others keep their registers.
 #define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 4 : 2)
@@ -103,7 +105,7 @@ __device__ __forceinline__ A block_sum(A v, A* red) {
 // taps and rows it feeds (KF + vr - 1 shared loads per column instead of KF * vr).
 // Grid: x = ceil(planes / BZ), y = tiles_h * tiles_w.  Shared memory: BZ * rows_max * pitch.
 template <typename T, int TRANSPOSED, int KF>
-__global__ void __launch_bounds__(256, DW_TILE_MIN_BLOCKS(KF, T))
+__global__ void __launch_bounds__(DW_THREADS, DW_TILE_MIN_BLOCKS(KF, T))
 depthwise_tile(const T* __restrict__ src,
                const T* __restrict__ w,
                const T* __restrict__ bias,
@@ -289,7 +291,7 @@ __global__ void depthwise_gather(const T* __restrict__ src,
 // split-K workspace layout).  x is read through strides; dy is contiguous (N, K, OD, OH, OW).
 // Grid: (K, chunks).
 template <typename T, int KF>
-__global__ void __launch_bounds__(256, DW_MIN_BLOCKS(KF))
+__global__ void __launch_bounds__(DW_THREADS, DW_MIN_BLOCKS(KF))
 depthwise_wgrad_tile(const T* __restrict__ x,
                      const T* __restrict__ dy,
                      typename cc::acc_type<T>::type* __restrict__ partial,

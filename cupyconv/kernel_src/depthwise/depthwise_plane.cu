@@ -37,6 +37,8 @@
 #endif
 
 namespace dp {
+const int TW = FP_TW;  // strip width: 4 columns per lane (KERNEL_CONSTANTS)
+static_assert(TW == 4 * 32, "a strip is 4 columns per lane");
 const int MAX_WARPS = 8;
 const int SLOTS = 32;  // most lane groups per warp (QW = 1)
 }  // namespace dp
@@ -69,7 +71,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   // Without vec_out, buffer element e of a row was written by lane e / 4 of group g = e / (4 QW),
   // column c = e - 4 QW g of that group's strip: readback[e] = g << 8 | c (a table, not
   // registers: the walk needs them).
-  __shared__ int readback[128];
+  __shared__ int readback[dp::TW];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
   const int groups = (nthreads >> 5) * GW;
@@ -82,7 +84,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   }
   for (int i = tid; i < np; i += nthreads)
     bvals[i] = has_bias ? cc::load_as<A>(bias[(p0 + i) % K]) : A(0);
-  for (int e = tid; e < 128; e += nthreads) {
+  for (int e = tid; e < dp::TW; e += nthreads) {
     const int g = (e >> 2) / QW;
     readback[e] = g << 8 | (e - 4 * QW * g);
   }
@@ -122,10 +124,10 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
           if (oh0 + i < OH) cc::stg4(y + obase + (cc::index_t)i * OW + 4 * q, acc[i]);
       }
     } else {
-      A* ob = obuf + warp * RY * 128;
+      A* ob = obuf + warp * RY * dp::TW;
       if (lane_on) {
 #pragma unroll
-        for (int i = 0; i < RY; ++i) cc::stg4(ob + i * 128 + 4 * lane, acc[i]);
+        for (int i = 0; i < RY; ++i) cc::stg4(ob + i * dp::TW + 4 * lane, acc[i]);
         if (q == 0) {
           meta_base[warp][grp] = obase;
           meta_oh[warp][grp] = live ? oh0 : OH;
@@ -143,7 +145,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 #pragma unroll
             for (int i = 0; i < RY; ++i)
               if (moh + i < OH)
-                y[mb + (cc::index_t)i * OW + ce] = cc::store_as<T>(ob[i * 128 + lane + 32 * j]);
+                y[mb + (cc::index_t)i * OW + ce] = cc::store_as<T>(ob[i * dp::TW + lane + 32 * j]);
           }
         }
       }

@@ -17,8 +17,10 @@
 #include "common.cuh"
 #include "stage.cuh"
 
-#define SEP_THREADS 256
-#define SEP_CC 16   // most intermediate channels per chunk
+// SEP_THREADS and SEP_CC (most intermediate channels per chunk) come from KERNEL_CONSTANTS.
+#if !defined(SEP_THREADS) || !defined(SEP_CC)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
 #define SEP_WPF 3   // weights per thread prefetched in registers for the next chunk
 // (the two below can be overridden by the module's defines: benchmarks/sweep_separable.py)
 #ifndef SEP_VR

@@ -50,12 +50,19 @@ template <typename R> struct value_of<complex<R> > {
 };
 
 // Outputs per thread: odd (bank-conflict free), fewer for wide types to bound registers.
-template <typename T> struct filter_rx { static const int value = sizeof(T) <= 4 ? 9 : (sizeof(T) <= 8 ? 5 : 3); };
+// (KERNEL_CONSTANTS: FD_RX_NARROW, FD_RX_MEDIUM, FD_RX_WIDE)
+#if !defined(FD_THREADS) || !defined(FD_RX_NARROW) || !defined(FD_RX_MEDIUM) || !defined(FD_RX_WIDE)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
+template <typename T> struct filter_rx {
+  static const int value = sizeof(T) <= 4 ? FD_RX_NARROW
+                                          : (sizeof(T) <= 8 ? FD_RX_MEDIUM : FD_RX_WIDE);
+};
 
 }  // namespace cc
 
 template <typename T, int KWC>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(FD_THREADS)
 filter_direct(const T* __restrict__ x, const T* __restrict__ g,
               const typename cc::real_of<T>::type fill_re, const typename cc::real_of<T>::type fill_im,
               T* __restrict__ y, int planes, int OD, int OH, int OW, int D, int H, int W,

@@ -26,14 +26,18 @@
 #define FP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
 
+#if !defined(FP_WARPS) || !defined(FP_TW) || !defined(FP_CHUNKS)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
 namespace fp {
-const int WARPS = 8;
-const int TW = 128;   // output columns per strip: 4 per lane
-const int CHUNKS = 2;  // row chunks per warp: RW = CHUNKS * RY output rows
+const int WARPS = FP_WARPS;
+const int TW = FP_TW;          // output columns per strip: 4 per lane
+const int CHUNKS = FP_CHUNKS;  // row chunks per warp: RW = CHUNKS * RY output rows
+static_assert(TW == 4 * 32, "a strip is 4 columns per lane");
 }  // namespace fp
 
 template <typename T, int KWB, int KF>
-__global__ void __launch_bounds__(256, FP_MIN_BLOCKS(T, KWB))
+__global__ void __launch_bounds__(32 * FP_WARPS, FP_MIN_BLOCKS(T, KWB))
 filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* __restrict__ y,
              int planes, int OH, int OW, int H, int W, int KH_, int KW_, int PH, int PW,
              int boundary, cc::index_t gsb, int flip, int tiles_w, int d, int vec_in, int vec_out) {

@@ -18,7 +18,7 @@ from cupyconv._dispatch import tune as _tune
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._dispatch.tune import Candidate, TuneCache, autotune, forward_candidates, problem_key
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ("NVIDIA Fake 9000", "90")
 CANDS = [Candidate("direct"), Candidate("implicit_gemm", (128, 128, 8, 8, 8), 1),
          Candidate("implicit_gemm", (64, 64, 16, 4, 4), 4)]

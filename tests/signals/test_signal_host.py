@@ -3,7 +3,7 @@
 CuPy is replaced by NumPy and the direct kernel by a NumPy model of its contract (the formula in
 filter_direct.cu's header, read from the very argument list the launcher builds), so argument
 order, strides, pads, batch flattening and the FFT path are checked against scipy.signal on the
-CPU.  The kernel's tiling itself is exercised by tests/test_gpu_signal.py on the GPU.
+CPU.  The kernel's tiling itself is exercised by tests/signals/test_gpu_signal.py on the GPU.
 """
 
 import sys

@@ -9,7 +9,7 @@ import pytest
 from cupyconv.__main__ import build_parser, main
 from cupyconv._cli.profile_args import problem_from_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse(*argv):
@@ -114,7 +114,7 @@ def test_profile_without_gpu_says_so():
     from cupyconv._core.timing import gpu_available
 
     if gpu_available():
-        pytest.skip("a GPU is present: tests/test_gpu_profile.py runs the profiler")
+        pytest.skip("a GPU is present: tests/cli/test_gpu_profile.py runs the profiler")
     proc = subprocess.run([sys.executable, "-m", "cupyconv", "profile", "fwd", "--input", "8"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 3

@@ -92,3 +92,19 @@ def test_concurrent_first_calls_compile_once(monkeypatch):
     assert _FakeRawModule.compiles == 2
     jit.clear_cache()
     assert jit.cache_info() == {"hits": 0, "misses": 0, "modules": []}
+
+
+def test_shared_constants_are_defined_once_for_python_and_the_kernels():
+    """Every KERNEL_CONSTANTS entry reaches every module as a define, is used by some kernel
+    source, and no source defines it with a value of its own."""
+    import re
+
+    from cupyconv._core.kernels import KERNEL_CONSTANTS, KERNEL_DIR
+
+    sources = {p.name: p.read_text() for p in KERNEL_DIR.rglob("*") if p.suffix in (".cu", ".cuh")}
+    for name, value in KERNEL_CONSTANTS.items():
+        assert any(re.search(rf"\b{name}\b", text) for text in sources.values()), name
+        for file, text in sources.items():
+            assert not re.search(rf"^\s*#\s*define\s+{name}\b", text, re.M), (file, name)
+        for module in REGISTRY:
+            assert f"#define {name} {value}\n" in module.code
