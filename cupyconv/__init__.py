@@ -4,18 +4,16 @@ Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPR
 and cached; importing the package compiles nothing and does not touch the GPU.
 """
 
-from cupyconv import jit, reference
+from cupyconv import jit, reference, signal  # signal: the SciPy-compatible API
+from cupyconv._core.caches import clear_caches
 from cupyconv._core.geometry import ConvGeometry, output_shape
+from cupyconv._core.version import __version__
+from cupyconv._dispatch.tune import tune
 from cupyconv.backward import conv_backward_data, conv_backward_weight, conv_transpose
 from cupyconv.conv import conv, conv1d, conv2d, conv3d
 from cupyconv.gemm import gemm
 from cupyconv.im2col import col2im, im2col
 from cupyconv.separable import separable_conv
-from cupyconv._dispatch.tune import tune
-from cupyconv import signal  # SciPy-compatible signal API (cupyconv.signal)
-from cupyconv._core.version import __version__
-from cupyconv._core.caches import clear_caches
-
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "separable_conv", "gemm", "im2col", "col2im", "output_shape",

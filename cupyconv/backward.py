@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from cupyconv._core.arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
-                      require_float_dtype, same_device)
+                                   require_float_dtype, same_device)
+from cupyconv._core.geometry import (ConvGeometry, as_int, check_tensor_size, normalize_layout,
+                                     normalize_output_padding, normalize_padding, per_dim,
+                                     transpose_output_spatial)
 from cupyconv._core.program import not_preparable
 from cupyconv._dispatch.backward import backward_method
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
-from cupyconv._core.geometry import check_tensor_size
-from cupyconv._core.geometry import (ConvGeometry, as_int, normalize_layout, normalize_output_padding, normalize_padding,
-                        per_dim, transpose_output_spatial)
 
 __all__ = ["conv_backward_data", "conv_backward_weight", "conv_transpose"]
 

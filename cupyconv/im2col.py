@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype
-from cupyconv._core.geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
 from cupyconv._core.copy import contiguous
+from cupyconv._core.geometry import ConvGeometry, check_tensor_size, normalize_layout, per_dim
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._gemm.im2col import run_col2im, run_im2col
 

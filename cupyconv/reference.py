@@ -15,8 +15,8 @@ import itertools
 
 import numpy as np
 
-from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding, normalize_padding,
-                        per_dim, transpose_output_spatial)
+from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding,
+                                     normalize_padding, per_dim, transpose_output_spatial)
 
 __all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col",
            "col2im"]

@@ -19,18 +19,17 @@ inputs under ``"auto"`` always take the exact direct path.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from cupyconv._core.arrays import require_array, same_device
+from cupyconv._core.caches import memoized
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._dispatch.signal import choose
 from cupyconv._signal.direct import direct_runner, lean_plane_runner
 from cupyconv._signal.fft import fft_work_dtype, run_fft
 from cupyconv._signal.plan import (check_boundary, check_direct_dtype, check_direct_sizes,
-                           check_fillvalue, check_method, check_mode, compute_dtype, direct_fits,
-                           plan_filter)
-from cupyconv._core.caches import memoized
+                                   check_fillvalue, check_method, check_mode, compute_dtype,
+                                   direct_fits, plan_filter)
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve",
            "choose_conv_method"]

@@ -11,6 +11,7 @@ measured once per process and device; :data:`TABLE` holds the numbers measured o
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from cupyconv._core.caches import memoized
 
 # Measured on one NVIDIA H200 (2026-11-22, /work/shared/notes/anchors.md): memcpy 4.27 TB/s,

@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import REGISTRY, KernelModule
 from cupyconv.jit import COMPILE_OPTIONS
-from cupyconv._core.caches import memoized
 
 NVIDIA_ARCHS = ("sm_80", "sm_90")
 AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")

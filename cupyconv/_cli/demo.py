@@ -13,11 +13,11 @@ import time
 import numpy as np
 
 from cupyconv import reference
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._dispatch.forward import FORWARD
 from cupyconv._cli.profile import evaluate, verdict
+from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.timing import gpu_available
 from cupyconv._core.verify import random_array, scipy_conv
+from cupyconv._dispatch.forward import FORWARD
 
 # (label, input shape, weight shape, options, dtype): small enough for the SciPy oracle.
 PROBLEMS = (

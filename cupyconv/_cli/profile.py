@@ -103,9 +103,9 @@ def run_profile(prob: ProfileProblem, *, ceilings_mode: str = "measure",
     """Profile ``prob`` on the current device; the JSON-serializable result."""
     import cupy
 
-    from cupyconv._core.version import __version__
     from cupyconv._cli.ceilings import ceilings
     from cupyconv._cli.profile_ops import build
+    from cupyconv._core.version import __version__
 
     progress = progress or Progress(False)
     progress.stage(f"{prob.op}: preparing inputs (init {prob.init})")

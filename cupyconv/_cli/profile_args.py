@@ -12,8 +12,8 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
-from cupyconv._core.geometry import (PADDING_MODES, ConvGeometry, normalize_output_padding, normalize_padding,
-                        per_dim, transpose_output_spatial)
+from cupyconv._core.geometry import (PADDING_MODES, ConvGeometry, normalize_output_padding,
+                                     normalize_padding, per_dim, transpose_output_spatial)
 
 OPS = ("fwd", "bwd-data", "bwd-weight", "transpose", "separable", "signal")
 CONV_DTYPES = ("float16", "float32", "float64")

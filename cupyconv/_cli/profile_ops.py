@@ -17,6 +17,7 @@ import numpy as np
 
 from cupyconv._cli.profile_args import ProfileProblem
 
+
 class MissingOperation(RuntimeError):
     """The operation's module is not in this cupyconv (separable_conv, signal)."""
 
@@ -136,7 +137,6 @@ def build(prob: ProfileProblem, rng: np.random.Generator) -> OpRun:
 
 def _fwd(prob, rng) -> OpRun:
     import cupyconv as cc
-
     from cupyconv._dispatch.choose import describe
 
     geom, opts = prob.geom, prob.options

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
+from cupyconv._core.caches import memoized
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
-from cupyconv._core.caches import memoized
 
 
 def _cupy():

@@ -15,7 +15,6 @@ from cupyconv._core.kernels import KERNEL_CONSTANTS, STRIDED_COPY
 from cupyconv._core.launch import int64s, launch_grid
 from cupyconv._core.program import scratch
 
-
 COPY_DIMS = KERNEL_CONSTANTS["CC_COPY_DIMS"]
 
 

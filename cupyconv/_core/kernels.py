@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
 from cupyconv._core.caches import memoized
 
 KERNEL_DIR = Path(__file__).resolve().parents[1] / "kernel_src"

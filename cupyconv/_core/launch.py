@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
+from cupyconv._core.caches import memoized
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.program import keep_constant
-from cupyconv._core.caches import memoized
 
 
 def ints(values) -> list:

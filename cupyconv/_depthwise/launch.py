@@ -16,17 +16,17 @@ import math
 from dataclasses import dataclass
 
 from cupyconv._core import jit
-from cupyconv._core.copy import contiguous
-from cupyconv._core.program import scratch
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (KERNEL_CONSTANTS, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
-                                    PLANE_WGRAD_VARIANT,
-                       DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE, DEPTHWISE_WGRAD_KF,
-                       DEPTHWISE_KF, PLANE_SQUARES, depthwise_gather_module, depthwise_tile_module,
-                       depthwise_wgrad_module, plane_rows_per_thread, plane_width)
-from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
-                      spatial_args)
 from cupyconv._core.caches import memoized
+from cupyconv._core.copy import contiguous
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import (DEPTHWISE_KF, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
+                                    DEPTHWISE_WGRAD_GATHER, DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS,
+                                    PLANE_SQUARES, PLANE_WGRAD_VARIANT, SPLITK_REDUCE,
+                                    depthwise_gather_module, depthwise_tile_module,
+                                    depthwise_wgrad_module, plane_rows_per_thread, plane_width)
+from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
+                                   spatial_args)
+from cupyconv._core.program import scratch
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
 # kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to

@@ -13,12 +13,13 @@ import math
 from dataclasses import dataclass
 
 from cupyconv._core import jit
+from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
-from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import KERNEL_CONSTANTS, SEPARABLE_KT, separable_module
-from cupyconv._core.launch import GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s, ints
-from cupyconv._core.caches import memoized
+from cupyconv._core.launch import (GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s,
+                                   ints)
+from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
 THREADS = KERNEL_CONSTANTS["SEP_THREADS"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from cupyconv._core import jit
-from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DIRECT_CONV
+from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 
 
 def run_direct(geom: ConvGeometry, x, w, bias, y) -> None:

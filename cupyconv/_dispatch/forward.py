@@ -14,16 +14,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from cupyconv._core.caches import memoized
+from cupyconv._core.copy import contiguous_vector
+from cupyconv._core.geometry import ConvGeometry
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.launch import run_direct
+from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._gemm.forward import (gemm_launch_shape, is_pointwise, run_im2col_gemm,
                                     run_implicit_gemm)
 from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
                                    forced_plan, grid_fits, plan_gemm, sm_count)
-from cupyconv._core.caches import memoized
-from cupyconv._core.copy import contiguous_vector
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._dispatch.callcache import PreparedCall, prepare
 
 INT32_MAX = 2 ** 31 - 1
 

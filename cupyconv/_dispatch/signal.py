@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
+from cupyconv._core.caches import memoized
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits
-from cupyconv._core.caches import memoized
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).

@@ -289,9 +289,9 @@ class Candidate:
 def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
     """Every applicable forward algorithm; tiled-GEMM ones once per tile of the dtype and split-K
     count (splits only while each part keeps at least 4 k-slices, as plan_gemm requires)."""
-    from cupyconv._gemm.forward import gemm_launch_shape
     from cupyconv._core.kernels import GEMM_TILES
     from cupyconv._dispatch.forward import FORWARD
+    from cupyconv._gemm.forward import gemm_launch_shape
 
     out = []
     for name, algo in FORWARD.items():
@@ -373,8 +373,8 @@ def tune_geometry(geom: ConvGeometry, *, device_id: int | None = None, timer=Non
     first: a configuration that computes wrong numbers is never a winner."""
     import cupy
 
-    from cupyconv._dispatch.forward import FORWARD
     from cupyconv._core.verify import TOLERANCE
+    from cupyconv._dispatch.forward import FORWARD
 
     if geom.dtype is None:
         raise ValueError("tuning needs a geometry with a dtype")

@@ -18,11 +18,12 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
+from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
+from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.caches import memoized
+
 
 @dataclass(frozen=True)
 class PhaseDim:

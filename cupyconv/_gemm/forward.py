@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 
 from cupyconv._core.copy import contiguous
-from cupyconv._core.program import scratch
-from cupyconv._gemm.launch import MatrixView, OutMap, run_conv_fprop, run_gemm
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.program import scratch
 from cupyconv._gemm.im2col import run_im2col
+from cupyconv._gemm.launch import MatrixView, OutMap, run_conv_fprop, run_gemm
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:

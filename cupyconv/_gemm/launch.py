@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass, replace
 
 from cupyconv._core import jit
-from cupyconv._core.copy import contiguous
-from cupyconv._core.program import not_preparable, scratch
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE, conv_fprop_module,
-                       conv_wgrad_module, gemm_module)
-from cupyconv._core.launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
 from cupyconv._core.caches import memoized
+from cupyconv._core.copy import contiguous
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE,
+                                    conv_fprop_module, conv_wgrad_module, gemm_module)
+from cupyconv._core.launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
+from cupyconv._core.program import not_preparable, scratch
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.

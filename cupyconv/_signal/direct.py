@@ -12,11 +12,11 @@ import math
 import numpy as np
 
 from cupyconv._core import jit
-from cupyconv._core.kernels import (KERNEL_CONSTANTS, FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, PLANE_SQUARES,
-                       plane_rows_per_thread, plane_width)
+from cupyconv._core.caches import memoized
+from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, KERNEL_CONSTANTS,
+                                    PLANE_SQUARES, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
 from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
-from cupyconv._core.caches import memoized
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
 THREADS = KERNEL_CONSTANTS["FD_THREADS"]
