@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cupyconv._core.arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
                                    require_float_dtype, same_device)
+from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import (ConvGeometry, as_int, check_tensor_size, normalize_layout,
                                      normalize_output_padding, normalize_padding, per_dim,
                                      transpose_output_spatial)
@@ -161,8 +162,8 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
             # more outputs than x; the missing ones are zeros.
             not_preparable("the padded input is made with cupy.pad")
             dy = cupy.pad(x, [(0, 0)] + grow + [(0, 0)] if cl else [(0, 0), (0, 0)] + grow)
-        algo.data(geom, dy, w, y)
-        if bias is not None:
+        bias = contiguous_vector(bias)
+        if not algo.data(geom, dy, w, y, bias) and bias is not None:
             not_preparable("the bias is added with CuPy")
             y += bias if cl else bias.reshape((-1,) + (1,) * nsp)
 

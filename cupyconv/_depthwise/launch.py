@@ -311,11 +311,13 @@ def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
         run_pass(geom, x, w, bias, y, False)
 
 
-def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
+def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     """dx = gradient of the depthwise conv with respect to its input; dx C-contiguous.  Each dx
-    element gathers from every (channel multiple, tap) that reads it, in a fixed order."""
+    element gathers from every (channel multiple, tap) that reads it, in a fixed order.  A
+    ``bias`` is not added here (returns False: the caller adds it)."""
     with dx.device:
         run_pass(geom, dy, w, None, dx, True)
+    return False
 
 
 @memoized(1024)

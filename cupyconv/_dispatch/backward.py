@@ -31,7 +31,7 @@ def _gemm_fits(geom: ConvGeometry) -> bool:
 class BackwardAlgorithm:
     name: str
     applicable: Callable[[ConvGeometry], bool]
-    data: Callable    # data(geom, dy, w, dx): writes dx
+    data: Callable    # data(geom, dy, w, dx, bias=None) -> bias added?: writes dx
     weight: Callable  # weight(geom, x, dy, dw): writes dw
     refusal: str      # why a named method does not apply
 

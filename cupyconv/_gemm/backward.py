@@ -133,9 +133,11 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
     return PhasePlan(tuple(plan), zero_fill)
 
 
-def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
+def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous.  The caller
-    holds the arrays' device."""
+    holds the arrays' device.  ``bias`` (per dx channel, unit stride; a transposed convolution's)
+    is added in the phases' epilogues where the phases cover every row of dx; returns whether it
+    was (rows no tap reaches are zero-filled, so there it is left to the caller)."""
     import cupy
 
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)  # (a view)
@@ -143,14 +145,16 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx) -> None:
     plan = phase_plan(geom)
     if plan.zero_fill:
         zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset
+        bias = None
     for ph in plan.phases:
         wt = _weight_for_phase(w_cf, ph.taps, geom.groups)
         if len(plan.phases) == 1 and not plan.zero_fill:  # the one phase is all of dx
-            launch_implicit_conv(ph.prob, dy, wt, None, dx)
+            launch_implicit_conv(ph.prob, dy, wt, bias, dx)
             continue
         part = scratch(ph.shape, geom.dtype)
-        launch_implicit_conv(ph.prob, dy, wt, None, part)
+        launch_implicit_conv(ph.prob, dy, wt, bias, part)
         copy_into(part, dx[ph.window])
+    return bias is not None
 
 
 def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:

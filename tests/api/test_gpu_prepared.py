@@ -141,13 +141,25 @@ def test_backward_weight_warm_call_replays(layout, groups):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv_transpose_warm_call(bias):
-    # with a bias the add runs as a CuPy operation: the call is prepared but not recorded
-    _twice(_case(5, (2, 8, 7, 9), (8, 4, 3, 3), (4,) if bias else None),
-           lambda x, w, b: cc.conv_transpose(x, w, b, stride=2, padding=1, output_padding=1),
-           lambda x, w, b: reference.conv_transpose(x, w, b, stride=2, padding=1,
-                                                    output_padding=1),
-           "float32", expect_recorded=not bias)
+@pytest.mark.parametrize("stride,dilation,groups", [(2, 1, 1), (1, 1, 2), (4, 1, 1), (3, 2, 4)])
+def test_conv_transpose_warm_call(bias, stride, dilation, groups):
+    # The bias rides in the phases' epilogues (recorded).  Where rows receive no tap (stride 4 >
+    # a 3-tap kernel) they are zero-filled and the bias is added by CuPy: not recorded.
+    zero_rows = stride > 3 * dilation - (dilation - 1)
+    opts = dict(stride=stride, padding=1, output_padding=1 if stride > 1 else 0,
+                dilation=dilation, groups=groups)
+    _twice(_case(5 + stride, (2, 8, 7, 9), (8, 4, 3, 3), (4 * groups,) if bias else None),
+           lambda x, w, b: cc.conv_transpose(x, w, b, **opts),
+           lambda x, w, b: reference.conv_transpose(x, w, b, **opts),
+           "float32", expect_recorded=not (bias and zero_rows))
+
+
+def test_conv_transpose_depthwise_bias():
+    """Depthwise transposed convolution: the depthwise kernel adds no bias, the caller does."""
+    _twice(_case(6, (2, 8, 7, 9), (8, 1, 3, 3), (8,)),
+           lambda x, w, b: cc.conv_transpose(x, w, b, stride=2, padding=1, groups=8),
+           lambda x, w, b: reference.conv_transpose(x, w, b, stride=2, padding=1, groups=8),
+           "float32", expect_recorded=False)
 
 
 @pytest.mark.parametrize("method,activation,recorded", [
