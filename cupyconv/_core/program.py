@@ -149,7 +149,9 @@ class Recorder:
         import cupy
 
         try:
-            layout, slots, offsets, keep = bytearray(), [], [], []
+            # the kernel object keeps its module loaded while the program exists (a module freed
+            # by jit.clear_cache() would leave the recorded function handle dangling)
+            layout, slots, offsets, keep = bytearray(), [], [], [raw]
             for v in args:
                 if isinstance(v, cupy.ndarray):
                     buf, off = self._place(v)
@@ -201,7 +203,7 @@ class _LaunchStep:
 
     def __init__(self, fptr, grid, block, smem, layout: bytes, offsets, slots, keep):
         self.fptr, self.grid, self.block, self.smem = fptr, grid, block, smem
-        self.keep = keep  # constant arrays the argument bytes point at
+        self.keep = keep  # the kernel and the constant arrays the argument bytes point at
         self.storage = np.zeros(len(layout) + -len(layout) % 8, dtype=np.uint8)
         self.storage[:len(layout)] = np.frombuffer(layout, dtype=np.uint8)
         self.words = self.storage.view(np.uint64)

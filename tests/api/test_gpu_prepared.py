@@ -240,6 +240,27 @@ def test_a_prepared_call_replays_on_another_stream_and_thread():
         assert rel_error(results[i], ref) <= tolerance("float32", ref)
 
 
+def test_prepared_calls_survive_a_cleared_module_cache():
+    """``cupyconv.jit.clear_cache()`` drops the loaded modules but not the prepared calls: those
+    keep their kernels' modules alive, so a warm call still runs (and is right)."""
+    import cupy
+
+    rng = rng_for(31)
+    x = cupy.asarray(uniform(rng, (2, 8, 12, 12)))
+    w = cupy.asarray(uniform(rng, (8, 8, 3, 3)))
+    cc.conv(x, w, padding=1)
+    cc.jit.clear_cache()
+    import gc
+
+    gc.collect()
+    x2 = cupy.asarray(uniform(rng, (2, 8, 12, 12)))
+    y = cc.conv(x2, w, padding=1)
+    ref = reference.conv(cupy.asnumpy(x2).astype(np.float64), cupy.asnumpy(w).astype(np.float64),
+                         padding=1)
+    assert rel_error(y, ref) <= tolerance("float32", ref)
+    assert _recorded_calls() == [True]
+
+
 def test_clear_caches_forgets_prepared_calls_and_plans():
     import cupy
 
