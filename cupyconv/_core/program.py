@@ -191,8 +191,7 @@ class Recorder:
     def program(self, outputs: tuple[int, ...]) -> "Program | None":
         if self.failure is not None:
             return None
-        return Program(len(self.operands), [size for _, size, _ in self.temps], self.steps,
-                       outputs)
+        return Program([size for _, size, _ in self.temps], self.steps, outputs)
 
 
 class _LaunchStep:
@@ -240,14 +239,14 @@ class Program:
     with arrays shaped like the recorded call's (None where it had None) on the current device
     and stream.  Thread-safe: one replay at a time writes the argument bytes."""
 
-    __slots__ = ("n_operands", "temp_bytes", "steps", "outputs", "lock", "_alloc", "_stream",
-                 "_launch", "_memset")
+    __slots__ = ("temp_bytes", "steps", "outputs", "lock", "_alloc", "_stream", "_launch",
+                 "_memset")
 
-    def __init__(self, n_operands, temp_bytes, steps, outputs):
+    def __init__(self, temp_bytes, steps, outputs):
         import cupy
         from cupy.cuda import driver
 
-        self.n_operands, self.temp_bytes, self.steps = n_operands, temp_bytes, steps
+        self.temp_bytes, self.steps = temp_bytes, steps
         self.outputs = outputs
         self.lock = threading.Lock()
         # bound once: a replay is a few microseconds, module attribute lookups count
