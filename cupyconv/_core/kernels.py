@@ -18,7 +18,7 @@ from cupyconv._core.caches import memoized
 KERNEL_DIR = Path(__file__).resolve().parents[1] / "kernel_src"
 
 # dtype name -> the C++ type that the kernels' templates are instantiated with.
-CTYPES = {"float16": "__half", "float32": "float", "float64": "double"}
+CTYPES = {"float16": "__half", "bfloat16": "cc::bf16", "float32": "float", "float64": "double"}
 DTYPES = tuple(CTYPES)
 # Extra compute types of the signal API's filter kernel (complex; integers wrap in uint64).
 SIGNAL_CTYPES = {"complex64": "cc::complex<float>", "complex128": "cc::complex<double>",
@@ -163,7 +163,7 @@ GEMM_TILES = {
     "float32": ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
     "float64": ((64, 64, 16, 4, 4),),  # double tiles: registers and the 48 KB static limit
 }
-GEMM_TILES["float16"] = GEMM_TILES["float32"]
+GEMM_TILES["float16"] = GEMM_TILES["bfloat16"] = GEMM_TILES["float32"]
 # The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges
 # (4096^3, 8192^3), slower on the short ones of conv layers (benchmarks/NOTES.md).  The implicit
 # conv kernel does not use it (it spills under that kernel's register cap).

@@ -26,6 +26,10 @@
   #error "cupyconv kernels are compiled with NVRTC or HIPRTC"
 #endif
 
+#if defined(__CUDACC__)
+  #include <cuda_bf16.h>
+#endif
+
 // A compiler-only memory fence (no instruction): memory accesses are not moved across it.  The
 // unrolled row walk uses it to keep each row's loads one row ahead instead of all hoisted.
 #define CC_COMPILER_FENCE() asm volatile("" ::: "memory")
@@ -38,19 +42,54 @@ typedef long long index_t;
 // one value no offset of a real element can take.
 constexpr index_t NO_OFFSET = -0x7fffffffffffffffLL - 1;
 
-// Accumulation type per storage type (no <type_traits> under NVRTC/HIPRTC).
+// bfloat16 storage: CUDA's own type (its intrinsics and the tensor-core operand format), and on
+// AMD a plain 16-bit payload with the conversions written out (HIP 5.x headers do not compile under
+// HIPRTC).  Both are the upper half of a float32: widening is a shift, narrowing rounds to nearest
+// even and keeps NaNs quiet.
+#if defined(__CUDACC__)
+typedef __nv_bfloat16 bf16;
+__device__ __forceinline__ float bf16_to_float(const bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ bf16 float_to_bf16(const float f) { return __float2bfloat16_rn(f); }
+#else
+struct bf16 {
+  unsigned short bits;
+};
+__device__ __forceinline__ float bf16_to_float(const bf16 v) {
+  return __uint_as_float((unsigned)v.bits << 16);
+}
+__device__ __forceinline__ bf16 float_to_bf16(const float f) {
+  const unsigned u = __float_as_uint(f);
+  bf16 r;
+  if ((u & 0x7fffffffu) > 0x7f800000u) r.bits = (unsigned short)((u >> 16) | 0x40u);  // quiet NaN
+  else r.bits = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return r;
+}
+#endif
+
+// Accumulation type per storage type (no <type_traits> under NVRTC/HIPRTC): the 16-bit floating
+// types accumulate in float32.
 template <typename T> struct acc_type { typedef T type; };
 template <> struct acc_type<__half> { typedef float type; };
+template <> struct acc_type<bf16> { typedef float type; };
 
+// Conversions between storage and compute types.  Same-type loads and stores are copies, so a
+// loader may keep 16-bit values as they are (the tensor-core main loop does).
 template <typename A, typename T> __device__ __forceinline__ A load_as(const T v) { return static_cast<A>(v); }
 template <> __device__ __forceinline__ float load_as<float, __half>(const __half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float load_as<float, bf16>(const bf16 v) { return bf16_to_float(v); }
+template <> __device__ __forceinline__ __half load_as<__half, __half>(const __half v) { return v; }
+template <> __device__ __forceinline__ bf16 load_as<bf16, bf16>(const bf16 v) { return v; }
 
-// Zero of a storage or accumulator type (no int constructor is relied on for __half).
+// Zero of a storage or accumulator type (no int constructor is relied on for the 16-bit types).
 template <typename T> __device__ __forceinline__ T zero() { return T(0); }
 template <> __device__ __forceinline__ __half zero<__half>() { return __float2half(0.0f); }
+template <> __device__ __forceinline__ bf16 zero<bf16>() { return float_to_bf16(0.0f); }
 
 template <typename T, typename A> __device__ __forceinline__ T store_as(const A v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __half store_as<__half, float>(const float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ bf16 store_as<bf16, float>(const float v) { return float_to_bf16(v); }
+template <> __device__ __forceinline__ __half store_as<__half, __half>(const __half v) { return v; }
+template <> __device__ __forceinline__ bf16 store_as<bf16, bf16>(const bf16 v) { return v; }
 
 // r % d, leaving r / d in r.  `narrow` (uniform per launch: every index fits 32 bits) selects a
 // 32-bit division, several times cheaper than the 64-bit one.
@@ -96,6 +135,12 @@ __device__ __forceinline__ void stg4(double* p, const double* v) {
 __device__ __forceinline__ void stg4(__half* p, const float* v) {
   reinterpret_cast<__half2*>(p)[0] = __floats2half2_rn(v[0], v[1]);
   reinterpret_cast<__half2*>(p)[1] = __floats2half2_rn(v[2], v[3]);
+}
+__device__ __forceinline__ void stg4(bf16* p, const float* v) {
+  bf16 t[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) t[e] = float_to_bf16(v[e]);
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(t);
 }
 
 }  // namespace cc

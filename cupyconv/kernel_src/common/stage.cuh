@@ -133,6 +133,12 @@ __device__ __forceinline__ void load4(const __half* p, float (&o)[4]) {
   o[0] = __half2float(h[0]); o[1] = __half2float(h[1]);
   o[2] = __half2float(h[2]); o[3] = __half2float(h[3]);
 }
+__device__ __forceinline__ void load4(const bf16* p, float (&o)[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const bf16* h = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = bf16_to_float(h[e]);
+}
 
 // stage_rows with 4-element vector loads: the loads start at column c0a = c0 - shift (a multiple
 // of 4) and span `quads` groups of 4 columns; W, the row strides and the plane offsets are

@@ -28,6 +28,12 @@ __device__ __forceinline__ void ldg4(const __half* p, float* v) {
   const float2 b = __half22float2(q[1]);
   v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
 }
+__device__ __forceinline__ void ldg4(const bf16* p, float* v) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const bf16* h = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) v[e] = bf16_to_float(h[e]);
+}
 
 // A strided matrix: element (row, k) at base[row * rs + k * ks].  KCONTIG says which dim is
 // contiguous in memory; threads walk along it so that a warp's loads coalesce.  With `vec` (the
