@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cupyconv._core.arrays import (check_bias, check_out_disjoint, prepare_out, require_array,
                                    require_float_dtype, same_device)
 from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import (ConvGeometry, as_int, check_tensor_size, normalize_layout,
                                      normalize_output_padding, normalize_padding, per_dim,
                                      transpose_output_spatial)
+from cupyconv._core.precision import resolve_precision
 from cupyconv._core.program import not_preparable
 from cupyconv._dispatch.backward import backward_method
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
@@ -24,13 +27,14 @@ def _check_dy(dy, geom: ConvGeometry, name: str = "dy") -> None:
 
 
 def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride, padding,
-                       dilation, groups, layout):
+                       dilation, groups, layout, precision):
     """Validate the (CuPy) operands of a backward pass; return its geometry and the checked
     ``out``.  ``first`` and ``second`` are (name, array) pairs; the first one sets the dtype."""
     dtype = require_float_dtype(first[1], first[0])
     require_float_dtype(second[1], second[0], dtype)
     geom = ConvGeometry.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    geom = replace(geom, precision=resolve_precision(precision, dtype))
     _check_dy(dy, geom)
     if out is not None:
         out = require_array(out, "out")
@@ -40,25 +44,27 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
 
 
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                       layout="NCHW", method="auto", out=None):
+                       layout="NCHW", method="auto", precision=None, out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its input ``x``.
 
     ``dy`` has the forward output's shape, ``w`` the forward weight's, ``input_shape`` is the shape
     of ``x``; the options are those of the forward call (every padding form, groups, dilation,
-    both layouts, 1-3 spatial dims; float16/32/64).  Computed per stride phase on the implicit
+    both layouts, 1-3 spatial dims; float16, bfloat16, float32, float64; ``precision`` as in
+    :func:`cupyconv.conv`).  Computed per stride phase on the implicit
     GEMM: each element of the result is written once, with no atomics, so repeated calls give
     bitwise-equal results.  Depthwise problems (groups == channels) run on the depthwise kernels
     (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
     ``input_shape`` to write into.
     """
     key = call_key("conv_backward_data", (dy, w, out),
-                   (input_shape, stride, padding, dilation, groups, layout, method))
+                   (input_shape, stride, padding, dilation, groups, layout, method,
+                    resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
         return call((dy, w), out)
     dy, w = require_array(dy, "dy"), require_array(w, "w")
     geom, out = _gradient_operands(("dy", dy), ("w", w), input_shape, w.shape, dy, out, stride,
-                                   padding, dilation, groups, layout)
+                                   padding, dilation, groups, layout, precision)
     algo = backward_method(geom, method)
     with dy.device:
         dx = prepare_out(out, geom.input_shape, geom.dtype, what="dx (of input_shape)")
@@ -67,24 +73,25 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
 
 
 def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1, groups=1,
-                         layout="NCHW", method="auto", out=None):
+                         layout="NCHW", method="auto", precision=None, out=None):
     """Gradient of :func:`cupyconv.conv` with respect to its weight ``w``.
 
     ``x`` is the forward input, ``dy`` has the forward output's shape, ``weight_shape`` is the
-    shape of ``w``; options as in the forward call.  A GEMM over k = N * output pixels, split into
+    shape of ``w``; options (``precision`` included) as in the forward call.  A GEMM over k = N * output pixels, split into
     parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
     kernel, so results are bitwise reproducible.  Depthwise problems run on the depthwise kernels
     (per-chunk partial sums, reduced in a fixed order; ``method``: "auto", "implicit_gemm" or
     "depthwise").  ``out``: C-contiguous array of ``weight_shape``.
     """
     key = call_key("conv_backward_weight", (x, dy, out),
-                   (weight_shape, stride, padding, dilation, groups, layout, method))
+                   (weight_shape, stride, padding, dilation, groups, layout, method,
+                    resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
         return call((x, dy), out)
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     geom, out = _gradient_operands(("x", x), ("dy", dy), x.shape, weight_shape, dy, out, stride,
-                                   padding, dilation, groups, layout)
+                                   padding, dilation, groups, layout, precision)
     algo = backward_method(geom, method)
     with x.device:
         dw = prepare_out(out, geom.weight_shape, geom.dtype, what="dw (of weight_shape)")
@@ -93,7 +100,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
 
 
 def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
-                   layout="NCHW", method="auto", out=None):
+                   layout="NCHW", method="auto", precision=None, out=None):
     """Transposed convolution (PyTorch's ``conv_transpose{1,2,3}d`` semantics), N-d.
 
     ``x``: ``(N, C_in, *spatial)`` (NCHW) or ``(N, *spatial, C_in)`` (NHWC).  ``w``:
@@ -102,10 +109,11 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     full output).  ``output_padding``: extra size at the end of each dim, smaller than the stride
     or the dilation.  Output size per dim: ``(in - 1) * stride - lo - hi + dilation * (k - 1) +
     output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution
-    (``method`` as in :func:`conv_backward_data`).
+    (``method`` as in :func:`conv_backward_data`, ``precision`` as in :func:`cupyconv.conv`).
     """
     key = call_key("conv_transpose", (x, w, bias, out),
-                   (stride, padding, output_padding, dilation, groups, layout, method))
+                   (stride, padding, output_padding, dilation, groups, layout, method,
+                    resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
         return call((x, w, bias), out)
@@ -144,6 +152,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     check_tensor_size("the output of conv_transpose", full_shape, dtype)
     geom = ConvGeometry.from_shapes(full_shape, w.shape, stride=stride, padding=list(zip(lo, hi)),
                                     dilation=dilation, groups=groups, layout=layout, dtype=dtype)
+    geom = replace(geom, precision=resolve_precision(precision, dtype))
     bias = check_bias(bias, geom.in_channels, dtype)
     if out is not None:
         out = require_array(out, "out")

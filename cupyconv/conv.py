@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cupyconv._core.arrays import conv_operands
+from cupyconv._core.precision import resolve_precision
 from cupyconv._dispatch.callcache import call_key, lookup, remember
 from cupyconv._dispatch.choose import autotune_enabled, choose
 from cupyconv._dispatch.forward import check_method
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d"]
 
-def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out):
+def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, precision, out):
     """The pipeline: a prepared call for a known key; else validate, build the geometry, choose
     the algorithm, run it while recording, and remember the prepared call."""
     key = call_key("conv", (x, w, bias, out),
                    (ndim, stride, padding, dilation, groups, layout, method,
-                    "tuned" if autotune_enabled() else ""))
+                    "tuned" if autotune_enabled() else "", resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
         return call((x, w, bias), out)
@@ -22,20 +25,22 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
     geom, x, w, bias, y = conv_operands(
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                               layout=layout), ndim=ndim)
+    geom = replace(geom, precision=resolve_precision(precision, geom.dtype))
     with x.device:
         remember(key, choose(geom, method).prepare(geom, x, w, bias, y))
     return y
 
 
 def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-         method="auto", out=None):
+         method="auto", precision=None, out=None):
     """N-d convolution (cross-correlation, as in deep-learning frameworks) of CuPy arrays.
 
     Parameters
     ----------
     x : cupy.ndarray
         Input, ``(N, C, *spatial)`` for ``layout="NCHW"`` or ``(N, *spatial, C)`` for ``"NHWC"``,
-        with 1, 2 or 3 spatial dims; float16 (accumulated in float32), float32 or float64.
+        with 1, 2 or 3 spatial dims; float16 or bfloat16 (accumulated in float32), float32 or
+        float64.  Channels-last (NHWC) is the fast layout for the 16-bit types and TF32.
     w : cupy.ndarray
         Weights, ``(K, C/groups, *kernel)`` (NCHW) or ``(K, *kernel, C/groups)`` (NHWC), same dtype.
     bias : cupy.ndarray, optional
@@ -52,6 +57,11 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     method : str
         ``"auto"`` (the cheapest applicable algorithm) or one of the registered algorithms
         (currently ``"direct"``); every method gives the same result within float tolerance.
+    precision : "exact", "tf32" or None
+        float32 only: "tf32" lets the GEMM paths run on tensor cores with inputs rounded to TF32
+        (10 mantissa bits, float32 accumulation; PyTorch's default for convolutions), "exact"
+        keeps IEEE float32 products.  None: "tf32" when ``CUPYCONV_ALLOW_TF32=1``, else "exact".
+        float16 and bfloat16 always use tensor cores where the GPU has them.
     out : cupy.ndarray, optional
         C-contiguous array of the output's shape and dtype to write into.
 
@@ -63,13 +73,15 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     All arguments are validated before any kernel is compiled or launched; ``out`` is left
     untouched when validation fails.
     """
-    return _forward(None, x, w, bias, stride, padding, dilation, groups, layout, method, out)
+    return _forward(None, x, w, bias, stride, padding, dilation, groups, layout, method, precision,
+                    out)
 
 
 def _fixed_ndim(ndim: int):
     def f(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-          method="auto", out=None):
-        return _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, out)
+          method="auto", precision=None, out=None):
+        return _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method,
+                        precision, out)
 
     f.__name__ = f.__qualname__ = f"conv{ndim}d"
     f.__doc__ = (f"{ndim}-d convolution: :func:`conv` with the input required to have {ndim} "

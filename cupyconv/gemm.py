@@ -8,6 +8,7 @@ from cupyconv._core.arrays import prepare_out, require_array, require_float_dtyp
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import check_matrix_product
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.precision import resolve_precision
 from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
@@ -19,22 +20,26 @@ def _elem_strides(a):
     return [s // a.itemsize for s in a.strides]
 
 
-def gemm(a, b, out=None):
+def gemm(a, b, out=None, *, precision=None):
     """Matrix product ``a @ b`` of CuPy arrays with cupyconv's tiled GEMM kernel.
 
     Parameters
     ----------
     a : cupy.ndarray
-        ``(M, K)`` or a batch ``(B, M, K)``; float16 (float32 accumulation), float32 or float64.
+        ``(M, K)`` or a batch ``(B, M, K)``; float16 or bfloat16 (float32 accumulation, tensor
+        cores where the GPU has them), float32 or float64.
     b : cupy.ndarray
         ``(K, N)`` or ``(B, K, N)``, same dtype.  A 2-D operand is shared by every batch entry.
     out : cupy.ndarray, optional
         C-contiguous ``(M, N)`` / ``(B, M, N)`` array of the same dtype to write into.
+    precision : "exact", "tf32" or None
+        float32 only: "tf32" runs on tensor cores with inputs rounded to TF32; None: "tf32" when
+        ``CUPYCONV_ALLOW_TF32=1``, else "exact" (see :func:`cupyconv.conv`).
 
     Operands are read through their strides (transposed views need no copy); an operand with no
     unit stride in its last two dims is copied once.
     """
-    key = call_key("gemm", (a, b, out), ())
+    key = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
     call = lookup(key)
     if call is not None:
         return call((a, b), out)
@@ -59,14 +64,15 @@ def gemm(a, b, out=None):
     if out is not None:
         out = require_array(out, "out")
     same_device({"a": a, "b": b, "out": out})
+    precision = resolve_precision(precision, dtype)
     with a.device:
         c = prepare_out(out, shape, dtype, {"a": a, "b": b})
-        remember(key, prepare(lambda ops, c: _run(*ops, c), ("a", "b"), (a, b), c))
+        remember(key, prepare(lambda ops, c: _run(*ops, c, precision), ("a", "b"), (a, b), c))
     return c
 
 
-def _run(a, b, c) -> None:
-    """c = a @ b for validated operands; the caller holds their device."""
+def _run(a, b, c, precision: str = "exact") -> None:
+    """c = a @ b for validated operands at ``precision``; the caller holds their device."""
     if c.size == 0:
         return
     m, k = a.shape[-2:]
@@ -99,4 +105,4 @@ def _run(a, b, c) -> None:
             b_part, c_part = b_z[..., ns], c_z[..., ns]
             run_gemm(c.dtype.name, replace(av, array=a_z), replace(bv, array=b_part), c_part,
                      m, c_part.shape[-1], k, batch=c_part.shape[0] if batch else 1,
-                     c_so=m * n, out=OutMap(m, 0, n, 1))
+                     c_so=m * n, out=OutMap(m, 0, n, 1), precision=precision)

@@ -177,6 +177,8 @@ class ConvGeometry:
     pad_hi: tuple[int, ...]
     layout: str = "NCHW"
     dtype: str | None = None
+    # "exact" or "tf32" (float32 only; see cupyconv._core.precision): which GEMM main loop may run
+    precision: str = "exact"
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -157,16 +157,37 @@ def separable_module(dtype: str, kt: int) -> KernelModule:
     3x3 variants (KF = 0, 3)."""
     return KernelModule("depthwise/separable.cu", ("separable_fused",), (dtype,), variants=((kt, 0), (kt, 3)))
 
-# GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; float16 runs on the float32
-# tiles (it accumulates and stages in float32).  Which one runs is the plan's choice.
+# GEMM main-loop kinds (the kernels' MATH template argument, gemm_mma.cuh): the SIMT loop, the
+# tensor-core loop on the storage type (float16, bfloat16), and the tensor-core loop on float32
+# rounded to TF32.
+MATH_SIMT, MATH_MMA, MATH_TF32 = 0, 1, 2
+
+# GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; on the SIMT loop float16 and
+# bfloat16 run on the float32 tiles (they accumulate and stage in float32).  Which one runs is the
+# plan's choice.  TM x TN is each thread's share of the accumulator tile in the epilogue.
 GEMM_TILES = {
     "float32": ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
     "float64": ((64, 64, 16, 4, 4),),  # double tiles: registers and the 48 KB static limit
 }
 GEMM_TILES["float16"] = GEMM_TILES["bfloat16"] = GEMM_TILES["float32"]
+# Tensor-core tiles: k-slices of 64 bytes in shared memory (32 16-bit values, 16 TF32 floats),
+# which ldmatrix reads conflict-free with 16 bytes of row padding.
+MMA_TILES = {
+    MATH_MMA: ((128, 128, 32, 8, 8), (128, 64, 32, 8, 4), (64, 64, 32, 4, 4)),
+    MATH_TF32: ((128, 128, 16, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
+}
+# Dtypes each tensor-core kind serves.
+MMA_DTYPES = {MATH_MMA: ("float16", "bfloat16"), MATH_TF32: ("float32",)}
+
+
+def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
+    """The tile configurations of ``dtype`` on main loop ``math``."""
+    return GEMM_TILES[dtype] if math == MATH_SIMT else MMA_TILES[math]
+
+
 # The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges
 # (4096^3, 8192^3), slower on the short ones of conv layers (benchmarks/NOTES.md).  The implicit
-# conv kernel does not use it (it spills under that kernel's register cap).
+# conv kernel does not use it (it spills under that kernel's register cap).  SIMT loop only.
 LONG_K_TILE = (128, 128, 16, 8, 8)
 LONG_K = 2048  # per-block k range from which the dense GEMM switches to LONG_K_TILE
 # (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
@@ -177,21 +198,41 @@ GEMM_VARIANTS = ((1, 0), (1, 1), (0, 1))
 CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
 
 
-# One binary per (dtype, tile, variant): a GEMM instantiation takes about a second to compile, and
-# a first call should pay for only the one it runs.  CC_MIN_BLOCKS is the register cap (blocks per
-# multiprocessor): measured on an H200, the dense GEMM is 7 % faster uncapped at 4096^3-8192^3,
-# while the implicit conv kernel is up to 4 % faster with two blocks (benchmarks/NOTES.md).
-def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
-    return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), (("CC_MIN_BLOCKS", 1),), tile, (variant,))
+# One binary per (dtype, tile, variant, main loop): a GEMM instantiation takes about a second to
+# compile, and a first call should pay for only the one it runs.  CC_MIN_BLOCKS is the register
+# cap (blocks per multiprocessor): measured on an H200, the dense GEMM is 7 % faster uncapped at
+# 4096^3-8192^3, while the implicit conv kernel is up to 4 % faster with two blocks
+# (benchmarks/NOTES.md).  The tensor-core loop holds its fragments and the next slice in
+# registers: uncapped.
+def _min_blocks(math: int, simt_blocks: int) -> tuple[tuple[str, int], ...]:
+    return (("CC_MIN_BLOCKS", simt_blocks if math == MATH_SIMT else 1),)
 
 
-def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...]) -> KernelModule:
-    return KernelModule("gemm/conv_fprop.cu", ("conv_fprop",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile,
-                        (variant,))
+def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...],
+                math: int = MATH_SIMT) -> KernelModule:
+    return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), _min_blocks(math, 1), tile,
+                        (tuple(variant) + (math,),))
 
 
-def conv_wgrad_module(dtype: str, tile: tuple[int, ...]) -> KernelModule:
-    return KernelModule("gemm/conv_wgrad.cu", ("conv_wgrad",), (dtype,), (("CC_MIN_BLOCKS", 2),), tile)
+def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...],
+                      math: int = MATH_SIMT) -> KernelModule:
+    return KernelModule("gemm/conv_fprop.cu", ("conv_fprop",), (dtype,), _min_blocks(math, 2), tile,
+                        (tuple(variant) + (math,),))
+
+
+def conv_wgrad_module(dtype: str, tile: tuple[int, ...], math: int = MATH_SIMT) -> KernelModule:
+    return KernelModule("gemm/conv_wgrad.cu", ("conv_wgrad",), (dtype,), _min_blocks(math, 2), tile,
+                        ((math,),))
+
+
+def _gemm_family(dtype: str, math: int):
+    """Every GEMM-family module of ``dtype`` on main loop ``math``."""
+    for tile in gemm_tiles(dtype, math):
+        yield from (gemm_module(dtype, tile, v, math) for v in GEMM_VARIANTS)
+        yield from (conv_fprop_module(dtype, tile, v, math) for v in CONV_FPROP_VARIANTS)
+        yield conv_wgrad_module(dtype, tile, math)
+    if math == MATH_SIMT and dtype != "float64":
+        yield from (gemm_module(dtype, LONG_K_TILE, v) for v in GEMM_VARIANTS)
 
 
 # Signal API filter kernel: one module per compute type, one instantiation per filter-width bucket.
@@ -235,10 +276,5 @@ REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTE
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))
-) + tuple(
-    make(dtype, tile, variant)
-    for make, variants in ((gemm_module, GEMM_VARIANTS), (conv_fprop_module, CONV_FPROP_VARIANTS))
-    for dtype, tiles in GEMM_TILES.items() for tile in tiles for variant in variants) + tuple(
-    gemm_module(dtype, LONG_K_TILE, variant) for dtype in ("float32", "float16")
-    for variant in GEMM_VARIANTS) + tuple(
-    conv_wgrad_module(dtype, tile) for dtype, tiles in GEMM_TILES.items() for tile in tiles)
+) + tuple(m for dtype in DTYPES for m in _gemm_family(dtype, MATH_SIMT)) + tuple(
+    m for math, dtypes in MMA_DTYPES.items() for dtype in dtypes for m in _gemm_family(dtype, math))

@@ -12,6 +12,7 @@ import numpy as np
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 FP16_FACTOR = 2.0
+TF32_FACTOR = 2.0
 
 
 def to_numpy(a) -> np.ndarray:
@@ -37,6 +38,22 @@ def tolerance(dtype, ref) -> float:
         ref = to_numpy(ref).astype(np.float64)
         return FP16_FACTOR * rel_error(ref.astype(np.float16), ref) + 1e-6
     return TOLERANCE[name]
+
+
+def round_tf32(a) -> np.ndarray:
+    """float32 values rounded to TF32 as the tensor-core path rounds its inputs (``cvt.rna``: 10
+    explicit mantissa bits, nearest, ties away from zero); inf and NaN kept."""
+    a = np.asarray(to_numpy(a), np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a)
+
+
+def tf32_tolerance(ref, ref_of_rounded) -> float:
+    """Largest acceptable :func:`rel_error` of a TF32 result against the float64 ``ref``: 2x the
+    error of the float64 computation on TF32-rounded inputs (``ref_of_rounded``: the best a
+    TF32 product can do), plus a floor for float32 accumulation."""
+    return TF32_FACTOR * rel_error(ref_of_rounded, ref) + 1e-6
 
 
 def random_array(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:

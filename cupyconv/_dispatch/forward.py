@@ -17,6 +17,7 @@ from typing import Callable
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.launch import run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
@@ -117,7 +118,7 @@ def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
     kernel, shape = gemm_launch_shape(g, "implicit_gemm")
-    plan = plan_gemm(g.dtype, *shape, device_id)
+    plan = plan_gemm(g.dtype, *shape, device_id, g.precision)
     if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
         return plan.seconds
     uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
@@ -129,7 +130,7 @@ def _im2col_applicable(g: ConvGeometry) -> bool:
 
 
 def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
-    gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id)
+    gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id, g.precision)
     if is_pointwise(g):  # the column matrix is x itself: no im2col pass
         return _IM2COL_GEMM_FACTOR * gemm.seconds
     col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
@@ -170,9 +171,9 @@ def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
     if launch is None:
         return None
     kernel, shape = launch
-    if algo.plan is not None:
-        return kernel, shape, algo.plan
-    plan = plan_gemm(geom.dtype, *shape, device_id)
+    if algo.plan is not None:  # a tuned tile and split, on the problem's main loop
+        return kernel, shape, replace(algo.plan, math=gemm_math(geom.dtype, geom.precision, device_id))
+    plan = plan_gemm(geom.dtype, *shape, device_id, geom.precision)
     return kernel, shape, dense_plan(plan, geom.dtype, shape[2]) if kernel == "gemm" else plan
 
 

@@ -251,8 +251,8 @@ def problem_key(device: tuple[str, str], op: str, geom: ConvGeometry) -> str:
     shape = ";".join(f"{f}={g[f]}" for f in ("batch", "in_channels", "out_channels", "groups",
                                                "spatial", "kernel", "stride", "dilation",
                                                "pad_lo", "pad_hi"))
-    return "|".join((device[0], f"sm_{device[1]}", op, str(geom.dtype), geom.layout,
-                     shape.replace(" ", "")))
+    dtype = str(geom.dtype) + ("+tf32" if geom.precision == "tf32" else "")
+    return "|".join((device[0], f"sm_{device[1]}", op, dtype, geom.layout, shape.replace(" ", "")))
 
 
 # ---------------------------------------------------------------------------------- candidates
@@ -289,7 +289,10 @@ class Candidate:
 def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
     """Every applicable forward algorithm; tiled-GEMM ones once per tile of the dtype and split-K
     count (splits only while each part keeps at least 4 k-slices, as plan_gemm requires)."""
-    from cupyconv._core.kernels import GEMM_TILES
+    import cupy
+
+    from cupyconv._core.kernels import gemm_tiles
+    from cupyconv._core.precision import gemm_math
     from cupyconv._dispatch.forward import FORWARD
     from cupyconv._gemm.forward import gemm_launch_shape
 
@@ -301,7 +304,8 @@ def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
             out.append(Candidate(name))
             continue
         k = gemm_launch_shape(geom, name)[1][2]
-        for tile in GEMM_TILES[geom.dtype]:
+        for tile in gemm_tiles(geom.dtype, gemm_math(geom.dtype, geom.precision,
+                                                     cupy.cuda.Device().id)):
             slices = math.ceil(k / tile[2])
             out += [Candidate(name, tile, s) for s in SPLIT_CHOICES if s == 1 or slices >= 4 * s]
     return out
@@ -389,7 +393,8 @@ def tune_geometry(geom: ConvGeometry, *, device_id: int | None = None, timer=Non
         expect = cupy.empty_like(y)
         FORWARD["direct"].run(geom, x, w, None, expect)
         norm = float(cupy.linalg.norm(expect.astype(cupy.float64))) or 1.0
-        bound = 1e-2 if geom.dtype == "float16" else 100 * TOLERANCE[geom.dtype]
+        reduced = geom.dtype in ("float16", "bfloat16") or geom.precision == "tf32"
+        bound = 1e-2 if reduced else 100 * TOLERANCE[geom.dtype]
 
         def measure(cand: Candidate) -> float:
             algo = FORWARD[cand.algorithm].with_plan(cand.plan())

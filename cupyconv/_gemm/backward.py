@@ -127,7 +127,8 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
         prob = ImplicitConv(geom.dtype, geom.channels_last, geom.batch, geom.out_channels,
                             geom.in_channels, geom.groups, g3["out_spatial"], rows,
                             tuple(len(p.taps) for p in phase), (1, 1, 1),
-                            tuple(p.dilation for p in phase), tuple(p.pad for p in phase))
+                            tuple(p.dilation for p in phase), tuple(p.pad for p in phase),
+                            geom.precision)
         plan.append(Phase(prob, tuple(p.taps for p in phase), window,
                           geom.layout_shape(geom.batch, geom.in_channels, rows[lead:])))
     return PhasePlan(tuple(plan), zero_fill)

@@ -36,11 +36,11 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int) -> None:
     if geom.channels_last:
         a = MatrixView(a_src, rs=c * taps, ks=1, si=cg_t)
         run_gemm(geom.dtype, a, b, y, n_img * L, kg, cg_t, batch=g, g2=g, c_si=kg,
-                 out=OutMap(n_img * L, 0, k, 1), bias=bias, bias_si=kg)
+                 out=OutMap(n_img * L, 0, k, 1), bias=bias, bias_si=kg, precision=geom.precision)
     else:
         a = MatrixView(a_src, rs=1, ks=L, so=c * taps * L, si=cg_t * L)
         run_gemm(geom.dtype, a, b, y, L, kg, cg_t, batch=n_img * g, g2=g, c_so=k * L, c_si=kg * L,
-                 out=OutMap(L, 0, 1, L), bias=bias, bias_si=kg)
+                 out=OutMap(L, 0, 1, L), bias=bias, bias_si=kg, precision=geom.precision)
 
 
 def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y) -> None:

@@ -17,8 +17,10 @@ from cupyconv._core import jit
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, SPLITK_REDUCE,
-                                    conv_fprop_module, conv_wgrad_module, gemm_module)
+from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT,
+                                    MATH_TF32, MMA_TILES, SPLITK_REDUCE, conv_fprop_module,
+                                    conv_wgrad_module, gemm_module, gemm_tiles)
+from cupyconv._core.precision import gemm_math
 from cupyconv._core.launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
 from cupyconv._core.program import not_preparable, scratch
 
@@ -82,8 +84,10 @@ def sm_count(device_id: int) -> int:
 
 
 # Rates measured on an H200 (benchmarks/NOTES.md): the 128x128 tile's SGEMM rate, and the
-# bandwidth that the split-K workspace round trip costs.
+# bandwidth that the split-K workspace round trip costs.  The tensor-core loops' rates per kind
+# (H100, benchmarks/NOTES.md) drive the same plan.
 GEMM_RATE = 40e12
+MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12}
 BANDWIDTH = 3e12
 # One more launch: the driver call, the workspace allocation and the gap on the device (the host
 # side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
@@ -93,14 +97,16 @@ MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """Tile shape and split-K factor of one GEMM launch, with its estimated time in seconds."""
+    """Tile shape and split-K factor of one GEMM launch, with its estimated time in seconds, and
+    the main loop it runs (``kernels.MATH_*``: fixed by dtype, precision and device, not tuned)."""
 
     tile: tuple[int, ...]
     splits: int
     seconds: float
+    math: int = MATH_SIMT
 
 
-def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes) -> float:
+def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, rate=GEMM_RATE) -> float:
     """Estimated seconds: the blocks' waves at the tile's rate, plus the split-K round trip.
 
     Each wave of ``slots`` resident blocks (two 256-thread blocks per multiprocessor) takes as long
@@ -111,32 +117,35 @@ def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes) -> float:
     blocks = tm * tn * batch * splits
     waves = math.ceil(blocks / slots)
     per_block = 2 * bm * bn * math.ceil(k / splits)
-    seconds = waves * slots * per_block / (GEMM_RATE * _TILE_SPEED.get((bm, bn), 0.5))
+    seconds = waves * slots * per_block / (rate * _TILE_SPEED.get((bm, bn), 0.5))
     if splits > 1:
         seconds += (splits + 1) * m * n * batch * acc_bytes / BANDWIDTH + LAUNCH_S
     return seconds
 
 
 @memoized(4096)
-def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0) -> GemmPlan:
-    """The (tile, splits) with the least estimated time for an m x n x k GEMM batch.
+def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0,
+              precision: str = "exact") -> GemmPlan:
+    """The (tile, splits) with the least estimated time for an m x n x k GEMM batch, on the main
+    loop that ``dtype`` at ``precision`` gets on the device.
 
     Splits are tried only where the tiles alone make fewer than two waves (beyond that the wave
     tail is small and the workspace round trip is not worth it), and while each part keeps at
     least 4 k-slices.
     """
+    math_kind = gemm_math(dtype, precision, device_id)
     slots = 2 * sm_count(device_id)
     acc_bytes = 8 if dtype == "float64" else 4
     best = None
-    for tile in GEMM_TILES[dtype]:
+    for tile in gemm_tiles(dtype, math_kind):
         slices = math.ceil(k / tile[2])
         tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
         max_splits = min(MAX_SPLITS, max(1, slices // 4)) if tiles < 2 * slots else 1
         max_splits = max(1, min(max_splits, GRID_YZ_MAX // batch))  # (batch, part) is grid z
         for splits in range(1, max_splits + 1):
-            t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes)
+            t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, MATH_RATE[math_kind])
             if best is None or t < best.seconds:
-                best = GemmPlan(tile, splits, t)
+                best = GemmPlan(tile, splits, t, math_kind)
     return best
 
 
@@ -149,8 +158,9 @@ _RECORD: contextvars.ContextVar = contextvars.ContextVar("cupyconv_plan_record",
 
 @contextlib.contextmanager
 def forced_plan(plan: GemmPlan | None):
-    """Within the block, GEMM launches with no explicit ``plan=`` use ``plan`` (None: the default
-    choice).  The tile must be one of ``GEMM_TILES[dtype]`` for the launched dtype."""
+    """Within the block, GEMM launches with no explicit ``plan=`` use ``plan``'s tile and split
+    (None: the default choice).  The tile must be one of ``gemm_tiles(dtype, math)`` for the
+    launched dtype and main loop; the main loop itself is the launch's (dtype, precision)."""
     token = _FORCED.set(plan)
     try:
         yield
@@ -175,9 +185,12 @@ def plan_hooks_active() -> bool:
     return _FORCED.get() is not None or _RECORD.get() is not None
 
 
-def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple) -> GemmPlan:
-    """The plan a launch uses: explicit, else forced by the context, else ``default()``."""
+def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, math_kind: int) -> GemmPlan:
+    """The plan a launch uses: explicit, else forced by the context, else ``default()``; on the
+    launch's main loop ``math_kind``."""
     plan = plan or _FORCED.get() or default()
+    if plan.math != math_kind:
+        plan = replace(plan, math=math_kind)
     log = _RECORD.get()
     if log is not None:
         log.append((kernel, shape, plan))
@@ -185,16 +198,18 @@ def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple) -> GemmP
 
 
 def dense_plan(plan: GemmPlan, dtype: str, k: int) -> GemmPlan:
-    """The dense GEMM's plan: 16-deep k-slices for the 128x128 tile on long k ranges."""
-    if (dtype != "float64" and plan.tile[:2] == LONG_K_TILE[:2]
+    """The dense GEMM's plan: 16-deep k-slices for the 128x128 tile of the SIMT loop on long k
+    ranges."""
+    if (dtype != "float64" and plan.math == MATH_SIMT and plan.tile[:2] == LONG_K_TILE[:2]
             and math.ceil(k / plan.splits) >= LONG_K):
-        return GemmPlan(LONG_K_TILE, plan.splits, plan.seconds)
+        return replace(plan, tile=LONG_K_TILE)
     return plan
 
 
 # Most GEMM columns one launch covers whatever its tile: column tiles go on the grid's y extent,
 # so GRID_YZ_MAX tiles of the narrowest tile.
-MAX_GRID_COLUMNS = GRID_YZ_MAX * min(t[1] for tiles in GEMM_TILES.values() for t in tiles)
+MAX_GRID_COLUMNS = GRID_YZ_MAX * min(t[1] for tiles in (*GEMM_TILES.values(), *MMA_TILES.values())
+                                     for t in tiles)
 
 
 def grid_fits(n: int, batch: int) -> bool:
@@ -226,14 +241,17 @@ def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, ou
 
 def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int, *, batch: int = 1,
              g2: int = 1, c_so: int = 0, c_si: int = 0, out: OutMap, bias=None, bias_si: int = 0,
-             plan: GemmPlan | None = None) -> None:
+             plan: GemmPlan | None = None, precision: str = "exact") -> None:
     """C[z] (m x n, placed by ``out``) = A[z] (m x k) @ B[z] (k x n) (+ bias[n]) for z < batch."""
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
+    device_id = c.data.device_id
+    plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, device_id, precision),
+                                             dtype, k), "gemm", (m, n, k, batch),
+                    gemm_math(dtype, precision, device_id))
     variant = (int(a.kcontig), int(b.kcontig))
-    plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, c.data.device_id),
-                                             dtype, k), "gemm", (m, n, k, batch))
-    fn = jit.get_function(gemm_module(dtype, plan.tile, variant), "gemm", dtype, variant)
+    fn = jit.get_function(gemm_module(dtype, plan.tile, variant, plan.math), "gemm", dtype,
+                          variant + (plan.math,))
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n, c)
     args = (a.array, b.array, c, bias if bias is not None else c,
@@ -269,13 +287,14 @@ class ImplicitConv:
     stride: tuple[int, int, int]
     dilation: tuple[int, int, int]
     pad_lo: tuple[int, int, int]
+    precision: str = "exact"
 
     @classmethod
     def from_geometry(cls, geom: ConvGeometry) -> "ImplicitConv":
         g3 = geom.as_3d()
         return cls(geom.dtype, geom.channels_last, geom.batch, geom.in_channels, geom.out_channels,
                    geom.groups, g3["spatial"], g3["out_spatial"], g3["kernel"], g3["stride"],
-                   g3["dilation"], g3["pad_lo"])
+                   g3["dilation"], g3["pad_lo"], geom.precision)
 
     @property
     def gemm(self) -> tuple[int, int, int, int]:
@@ -406,11 +425,12 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
             launch_implicit_conv(sub, slab_view(x, index[:1], prob.channels_last), wt, bias,
                                  slab_view(y, index, prob.channels_last), plan, w_cf)
         return
-    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, y.data.device_id),
-                    "conv_fprop", (m, n, k, groups))
+    device_id = y.data.device_id
+    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
+                    "conv_fprop", (m, n, k, groups), gemm_math(prob.dtype, prob.precision, device_id))
     variant = (int(prob.channels_last),)
-    fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant), "conv_fprop",
-                          prob.dtype, variant)
+    fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math),
+                          "conv_fprop", prob.dtype, variant + (plan.math,))
     xs = element_strides(x, prob.channels_last)
     ys = element_strides(y, prob.channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
@@ -445,9 +465,11 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
             if i:
                 dw += part
         return
-    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, dw.data.device_id),
-                    "conv_wgrad", (kg, tcg, pixels, g))
-    fn = jit.get_function(conv_wgrad_module(prob.dtype, plan.tile), "conv_wgrad", prob.dtype)
+    device_id = dw.data.device_id
+    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
+                    "conv_wgrad", (kg, tcg, pixels, g), gemm_math(prob.dtype, prob.precision, device_id))
+    fn = jit.get_function(conv_wgrad_module(prob.dtype, plan.tile, plan.math), "conv_wgrad",
+                          prob.dtype, (plan.math,))
     xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)
     grid, block = _grid(plan.tile, kg, tcg, g * plan.splits)

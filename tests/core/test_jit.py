@@ -40,8 +40,12 @@ def test_registry_covers_every_dtype_and_is_unique():
 def test_tile_and_variant_are_template_arguments():
     from cupyconv._core.kernels import conv_fprop_module
 
+    from cupyconv._core.kernels import MATH_MMA
+
     m = conv_fprop_module("float16", (64, 64, 16, 4, 4), (1,))
-    assert m.name_expressions == ("conv_fprop<__half, 64, 64, 16, 4, 4, 1>",)
+    assert m.name_expressions == ("conv_fprop<__half, 64, 64, 16, 4, 4, 1, 0>",)
+    m = conv_fprop_module("bfloat16", (64, 64, 32, 4, 4), (0,), MATH_MMA)  # main loop kind last
+    assert m.name_expressions == ("conv_fprop<cc::bf16, 64, 64, 32, 4, 4, 0, 1>",)
 
 
 def test_missing_source_is_a_clear_error():

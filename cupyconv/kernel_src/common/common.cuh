@@ -11,6 +11,7 @@
   #define CC_SHFL_DOWN(v, d) __shfl_down((v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
   #define CC_SYNCWARP()
+  #define CC_TRAP() __builtin_trap()
   #if defined(__AMDGCN_WAVEFRONT_SIZE)
     #define CC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
   #else
@@ -21,6 +22,7 @@
   #define CC_SHFL_DOWN(v, d) __shfl_down_sync(0xffffffffu, (v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor_sync(0xffffffffu, (v), (d))
   #define CC_SYNCWARP() __syncwarp()
+  #define CC_TRAP() __trap()
   #define CC_WARP_SIZE 32
 #else
   #error "cupyconv kernels are compiled with NVRTC or HIPRTC"

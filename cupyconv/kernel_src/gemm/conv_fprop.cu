@@ -7,10 +7,11 @@
 // has image stride ysn and channel stride ysc (a slab of rows of a larger output when the host
 // splits a problem of more than 2^30 rows into launches).
 #include "loaders.cuh"
+#include "gemm_mma.cuh"
 #include "epilogue.cuh"
 #include "splitk.cuh"
 
-template <typename T, int BM, int BN, int BK, int TM, int TN, int CL>
+template <typename T, int BM, int BN, int BK, int TM, int TN, int CL, int MATH>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            const T* __restrict__ bias, int has_bias, int N, int K, int w_vec, int w_cf, int x_vec,
@@ -21,7 +22,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
-  __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
+  typedef cc::MainLoop<T, Cfg, MATH> Loop;
+  __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
   const cc::ConvShape shape = {Cg, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, DD, DH, DW,
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
@@ -31,16 +33,16 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   int kb, ke;
   cc::split_range<BK>(Kgemm, splits, part, kb, ke);
 
-  cc::Im2colLoader<T, Acc, BM, BK, Cfg::THREADS, (bool)CL, Cfg::LDA> la;
+  cc::Im2colLoader<T, typename Loop::Reg, BM, BK, Cfg::THREADS, (bool)CL, Loop::LDA, Loop::ROW_K> la;
   la.init(x + (cc::index_t)g * Cg * xsc, &shape, m0, M, x_vec);
   la.K = ke;
-  cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, true, Cfg::LDB> lb;
+  cc::DenseLoader<T, typename Loop::Reg, BN, BK, Cfg::THREADS, true, Loop::LDB, Loop::ROW_K> lb;
   lb.base = w + ((cc::index_t)g * Kg + n0) * Kgemm;
   lb.rs = Kgemm; lb.ks = 1; lb.rows = Kg - n0; lb.K = ke; lb.vec = w_vec;
   if (w_cf) { lb.kdiv = Cg; lb.ks = KD * KH * KW; lb.khs = 1; lb.vec = false; }
 
   Acc acc[TM][TN];
-  cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem);
   if (splits == 1) {
     const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
     T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc);

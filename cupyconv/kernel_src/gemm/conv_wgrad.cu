@@ -4,10 +4,11 @@
 // implicit im2col of x (Im2colTLoader): no buffer.  k = N * pixels is long and the output small,
 // so split-K (splitk.cuh) usually spreads it over the GPU.
 #include "loaders.cuh"
+#include "gemm_mma.cuh"
 #include "epilogue.cuh"
 #include "splitk.cuh"
 
-template <typename T, int BM, int BN, int BK, int TM, int TN>
+template <typename T, int BM, int BN, int BK, int TM, int TN, int MATH>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw,
            int N, int K, int groups, int dy_vec, int x_vec, int c_vec,
@@ -17,7 +18,8 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
            int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
-  __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
+  typedef cc::MainLoop<T, Cfg, MATH> Loop;
+  __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
   const cc::ConvShape shape = {Cg, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, DD, DH, DW,
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
@@ -27,15 +29,15 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
   cc::split_range<BK>(pixels, splits, part, kb, ke);
 
   // A[k, P] = dy[P, g*Kg + k]: rows contiguous, k (pixel) stride K
-  cc::DenseLoader<T, Acc, BM, BK, Cfg::THREADS, false, Cfg::LDA> la;
+  cc::DenseLoader<T, typename Loop::Reg, BM, BK, Cfg::THREADS, false, Loop::LDA, Loop::ROW_K> la;
   la.base = dy + (cc::index_t)g * Kg + m0;
   la.rs = 1; la.ks = K; la.rows = Kg - m0; la.K = ke; la.vec = dy_vec;
-  cc::Im2colTLoader<T, Acc, BN, BK, Cfg::THREADS, Cfg::LDB> lb;
+  cc::Im2colTLoader<T, typename Loop::Reg, BN, BK, Cfg::THREADS, Loop::LDB, Loop::ROW_K> lb;
   lb.init(x + (cc::index_t)g * Cg * xsc, &shape, n0, Ncols - n0, x_vec);
   lb.K = ke;
 
   Acc acc[TM][TN];
-  cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem);
   if (splits == 1) {
     const cc::OutMap map = {Kg, 0, Ncols, 1};
     cc::store_tile<Cfg>(acc, dw + (cc::index_t)g * Kg * Ncols, dw, 0, m0, n0, Kg, Ncols, map, c_vec);

@@ -6,10 +6,11 @@
 // batches (G2 = 1) and (image, group) batches of grouped convolutions share one kernel; s is the
 // split-K part (see splitk.cuh).
 #include "loaders.cuh"
+#include "gemm_mma.cuh"
 #include "epilogue.cuh"
 #include "splitk.cuh"
 
-template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG>
+template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG, int MATH>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
      const T* __restrict__ bias, int has_bias, int M, int N, int K, int c_vec,
@@ -20,23 +21,24 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
      int splits, typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
-  __shared__ __align__(16) Acc smem[Cfg::SMEM_A + Cfg::SMEM_B];
+  typedef cc::MainLoop<T, Cfg, MATH> Loop;
+  __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
   const int z = blockIdx.z / splits, part = blockIdx.z % splits;
   const int zo = z / G2, zi = z % G2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
   int kb, ke;
   cc::split_range<BK>(K, splits, part, kb, ke);
 
-  cc::DenseLoader<T, Acc, BM, BK, Cfg::THREADS, (bool)A_KCONTIG, Cfg::LDA> la;
+  cc::DenseLoader<T, typename Loop::Reg, BM, BK, Cfg::THREADS, (bool)A_KCONTIG, Loop::LDA, Loop::ROW_K> la;
   la.base = A + zo * a_so + zi * a_si + m0 * a_rs;
   la.rs = a_rs; la.ks = a_ks; la.rows = M - m0; la.K = ke; la.vec = a_vec;
   // B is read as its transpose: rows are the N columns.
-  cc::DenseLoader<T, Acc, BN, BK, Cfg::THREADS, (bool)B_KCONTIG, Cfg::LDB> lb;
+  cc::DenseLoader<T, typename Loop::Reg, BN, BK, Cfg::THREADS, (bool)B_KCONTIG, Loop::LDB, Loop::ROW_K> lb;
   lb.base = B + zo * b_so + zi * b_si + n0 * b_rs;
   lb.rs = b_rs; lb.ks = b_ks; lb.rows = N - n0; lb.K = ke; lb.vec = b_vec;
 
   Acc acc[TM][TN];
-  cc::gemm_mainloop<Cfg>(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem);
   const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
   if (splits == 1) {
     cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N,

@@ -1,11 +1,13 @@
-// Operand loaders: how the GEMM main loop sees a tensor as a matrix.
+// Operand loaders: how the GEMM main loops see a tensor as a matrix.
 //
 // A loader owns the global -> register -> shared-memory path of one operand.  `begin(k0)` sets its
 // cursor to the k-slice starting at k0; each `load()` fetches the slice [k, k + BK) of the block's
-// ROWS rows into registers (zeros outside the matrix or in padding) and advances the cursor by BK;
-// `store(s)` writes it to shared memory k-major, s[k * LD + row], the layout the main loop reads.
-// Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a split-K
-// block ends before the matrix does).
+// ROWS rows into registers of type A (zeros outside the matrix or in padding) and advances the
+// cursor by BK; `store(s)` writes it to shared memory, converted to s's element type: k-major,
+// s[k * LD + row], for the SIMT loop, or with ROW_K row-major in k, s[row * LD + k], for the
+// tensor-core loop (gemm_mma.cuh), where each group of 4 consecutive k of one row is one vector
+// store.  Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a
+// split-K block ends before the matrix does).
 #pragma once
 #include "common.cuh"
 
@@ -34,12 +36,39 @@ __device__ __forceinline__ void ldg4(const bf16* p, float* v) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) v[e] = bf16_to_float(h[e]);
 }
+// 16-bit values kept as they are (the tensor-core loop): one 8-byte load.
+template <typename H>
+__device__ __forceinline__ void ldg4(const H* p, H* v) {
+  *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(p);
+}
+
+// Four register values stored as four consecutive shared-memory elements (one 8- or 16-byte
+// store; `p` aligned to four elements).
+template <typename S, typename R>
+__device__ __forceinline__ void sts4(S* p, const R* v) {
+  S t[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) t[e] = store_as<S>(v[e]);
+  if (sizeof(S) == 2) *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(t);
+  else if (sizeof(S) == 4) *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(t);
+  else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = t[e];
+  }
+}
+
+// One element of a loader's slice to shared memory at (row, k) in the main loop's layout.
+template <bool ROW_K, int LD, typename S, typename A>
+__device__ __forceinline__ void sts1(S* s, int row, int k, const A v) {
+  s[ROW_K ? row * LD + k : k * LD + row] = store_as<S>(v);
+}
 
 // A strided matrix: element (row, k) at base[row * rs + k * ks].  KCONTIG says which dim is
 // contiguous in memory; threads walk along it so that a warp's loads coalesce.  With `vec` (the
 // host checked unit stride along that dim, 4-element alignment of the other stride and of the
 // base, and an extent that is a multiple of 4) each thread moves 4-vectors.
-template <typename T, typename A, int ROWS, int BK, int THREADS, bool KCONTIG, int LD>
+template <typename T, typename A, int ROWS, int BK, int THREADS, bool KCONTIG, int LD,
+          bool ROW_K = false>
 struct DenseLoader {
   static constexpr int VECS = ROWS * BK / (4 * THREADS);
   static_assert(VECS >= 1 && ROWS * BK == VECS * 4 * THREADS, "tile must split into 4-vectors");
@@ -73,34 +102,39 @@ struct DenseLoader {
       const int gk = k0 + kk;
       if (vec) {
         if (r < rows && gk < K) ldg4(base + r * rs + gk * ks, regs[v]);
-        else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = A(0); }
+        else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = zero<A>(); }
       } else if (KCONTIG && kdiv > 0) {
         int q = gk / kdiv, rem = gk - q * kdiv;  // one division per 4 elements
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           regs[v][e] = (r < rows && gk + e < K) ? load_as<A>(base[r * rs + q * khs + rem * ks])
-                                                : A(0);
+                                                : zero<A>();
           if (++rem == kdiv) { rem = 0; ++q; }
         }
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int rr = KCONTIG ? r : r + e, kq = KCONTIG ? gk + e : gk;
-          regs[v][e] = (rr < rows && kq < K) ? load_as<A>(base[rr * rs + kq * ks]) : A(0);
+          regs[v][e] = (rr < rows && kq < K) ? load_as<A>(base[rr * rs + kq * ks]) : zero<A>();
         }
       }
     }
   }
 
-  __device__ __forceinline__ void store(A* s) const {
+  template <typename S>
+  __device__ __forceinline__ void store(S* s) const {
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {
       int r, kk;
       coords(v, r, kk);
+      if (ROW_K && KCONTIG) {
+        sts4(s + r * LD + kk, regs[v]);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (KCONTIG) s[(kk + e) * LD + r] = regs[v][e];
-        else s[kk * LD + r + e] = regs[v][e];
+        for (int e = 0; e < 4; ++e) {
+          if (KCONTIG) sts1<ROW_K, LD>(s, r, kk + e, regs[v][e]);
+          else sts1<ROW_K, LD>(s, r + e, kk, regs[v][e]);
+        }
       }
     }
   }
@@ -122,7 +156,7 @@ struct ConvShape {
 // `vec`).  When Cg is a multiple of BK (`tap_uniform`), a whole k-slice shares one tap: the cursor
 // keeps (channel, kd, kh, kw) and steps it without a division, and each row is bounds-checked once
 // per slice; otherwise each element decodes its own (k -> tap, channel) with divisions.
-template <typename T, typename A, int ROWS, int BK, int THREADS, bool CL, int LD>
+template <typename T, typename A, int ROWS, int BK, int THREADS, bool CL, int LD, bool ROW_K = false>
 struct Im2colLoader {
   static constexpr int GROUPS = ROWS * BK / (4 * THREADS);  // 4-element groups per thread
   static constexpr int KQ = BK / 4;                          // groups along k per slice
@@ -202,7 +236,7 @@ struct Im2colLoader {
         const int r = CL ? j : 0;
         index_t off;
         if (!(kin && offset(r, c0 + kq_of(j), kd, kh, kw, off))) {
-          regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = A(0);
+          regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = zero<A>();
         } else if (vec) {
           ldg4(rowbase[r] + off, regs[j]);
         } else {
@@ -231,17 +265,23 @@ struct Im2colLoader {
           split_tap(t, a, b, d);
           index_t off;
           regs[j][e] = (k < K && offset(r, k - t * s.Cg, a, b, d, off)) ? load_as<A>(rowbase[r][off])
-                                                                          : A(0);
+                                                                          : zero<A>();
         }
       }
     }
   }
 
-  __device__ __forceinline__ void store(A* smem) const {
+  template <typename S>
+  __device__ __forceinline__ void store(S* smem) const {
 #pragma unroll
-    for (int j = 0; j < GROUPS; ++j)
+    for (int j = 0; j < GROUPS; ++j) {
+      if (ROW_K) {
+        sts4(smem + row_of(j) * LD + kq_of(j), regs[j]);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) smem[(kq_of(j) + e) * LD + row_of(j)] = regs[j][e];
+        for (int e = 0; e < 4; ++e) sts1<ROW_K, LD>(smem, row_of(j), kq_of(j) + e, regs[j][e]);
+      }
+    }
   }
 };
 
@@ -250,7 +290,7 @@ struct Im2colLoader {
 // forward pass, transposed.  Threads walk along rows (channels are contiguous) in groups of 4 rows
 // whose (tap, channel) are decoded once; each slice decodes its pixel once per thread.  With
 // `vec` (Cg % 4 == 0, unit channel stride, aligned) a group is one vector load.
-template <typename T, typename A, int ROWS, int BK, int THREADS, int LD>
+template <typename T, typename A, int ROWS, int BK, int THREADS, int LD, bool ROW_K = false>
 struct Im2colTLoader {
   static constexpr int VECS = ROWS * BK / (4 * THREADS);
   static_assert(VECS >= 1 && ROWS * BK == VECS * 4 * THREADS, "tile must split into 4-vectors");
@@ -310,26 +350,27 @@ struct Im2colTLoader {
         const bool in = kin && r < rows && (unsigned)id < (unsigned)s.D &&
                         (unsigned)ih < (unsigned)s.H && (unsigned)iw < (unsigned)s.W;
         if (in) ldg4(base + coff[v][0] + id * s.xsd + ih * s.xsh + iw * s.xsw, regs[v]);
-        else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = A(0); }
+        else { regs[v][0] = regs[v][1] = regs[v][2] = regs[v][3] = zero<A>(); }
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int id = id0 + tdd[v][e], ih = ih0 + thd[v][e], iw = iw0 + twd[v][e];
           const bool in = kin && r + e < rows && (unsigned)id < (unsigned)s.D &&
                           (unsigned)ih < (unsigned)s.H && (unsigned)iw < (unsigned)s.W;
-          regs[v][e] = in ? load_as<A>(base[coff[v][e] + id * s.xsd + ih * s.xsh + iw * s.xsw]) : A(0);
+          regs[v][e] = in ? load_as<A>(base[coff[v][e] + id * s.xsd + ih * s.xsh + iw * s.xsw]) : zero<A>();
         }
       }
     }
   }
 
-  __device__ __forceinline__ void store(A* smem) const {
+  template <typename S>
+  __device__ __forceinline__ void store(S* smem) const {
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {
       int r, kk;
       coords(v, r, kk);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) smem[kk * LD + r + e] = regs[v][e];
+      for (int e = 0; e < 4; ++e) sts1<ROW_K, LD>(smem, r + e, kk, regs[v][e]);
     }
   }
 };

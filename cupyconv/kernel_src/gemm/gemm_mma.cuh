@@ -1,0 +1,335 @@
+// The tensor-core main loop: the same contract as gemm_mainloop (loaders in, a TM x TN register
+// tile of accumulators out, in the SIMT loop's layout), so every kernel keeps its loaders, its
+// epilogue (store_tile) and its deterministic split-K (store_partial) unchanged.
+//
+// Operand staging.  The loaders keep their slice in registers as the storage type (16-bit values
+// are not widened) and write it to shared memory row-major in k: A as [BM][LDS], B (its
+// transpose) as [BN][LDS], LDS = BK plus 16 bytes of padding, which puts the eight 16-byte rows
+// that one ldmatrix phase reads on eight distinct bank groups (row pitch 80 bytes for a 64-byte
+// slice: 20 words, and 20 * r mod 32 covers 0, 4, ..., 28 for r < 8).  Two slices are resident:
+// the next one is fetched into registers while the current one is multiplied (as in the SIMT
+// loop).  float32 under TF32 is rounded to nearest (cvt.rna) as it is written to shared memory,
+// so every input is rounded once, as cuBLAS and cuDNN do.
+//
+// Math.  Warps tile the block as WARPS_M x WARPS_N; a warp owns WM x WN = MF x NF fragments of
+// 16 x 8 accumulators (fp32).  Per 32-byte k-step (16 halves or 8 floats) a warp loads its A
+// fragments and pairs of B fragments with ldmatrix.x4 and issues MF * NF mma.sync: m16n8k16 for
+// fp16/bf16, m16n8k8 for TF32.  On AMD CDNA the same staging feeds MFMA (16x16x16, one wave of
+// 64 lanes per warp tile); targets with neither instruction never select this loop (the host
+// plan checks the device) and compile it to a trap.
+//
+// Hand-off.  After the last slice the fragments go through shared memory in TM / 4 passes (one
+// per 4-row chunk of the SIMT layout, BM / (TM / 4) rows each) and come back as acc[TM][TN].
+#pragma once
+#include "gemm_mainloop.cuh"
+#include "loaders.cuh"
+
+namespace cc {
+
+// Storage type of an operand in shared memory when it feeds TF32 math: a float that the loaders'
+// store rounds to TF32 (10 explicit mantissa bits) on the way in.
+struct tf32 {
+  float v;
+};
+template <> __device__ __forceinline__ tf32 store_as<tf32, float>(const float x) {
+  tf32 r;
+#if defined(__CUDACC__)
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+  r.v = __uint_as_float(u);
+#else
+  r.v = x;  // AMD: no TF32 path is selected; kept total so the template compiles everywhere
+#endif
+  return r;
+}
+
+// Main-loop kinds, the kernels' MMA template argument.
+enum MathKind { MATH_SIMT = 0, MATH_MMA = 1, MATH_TF32 = 2 };
+
+// Registers and shared-memory element type of each kind: SIMT widens to the accumulator type;
+// MMA keeps 16-bit storage; TF32 loads floats and stores rounded tf32.
+template <typename T, int MATH> struct MathTypes;
+template <typename T> struct MathTypes<T, MATH_SIMT> {
+  typedef typename acc_type<T>::type Reg;
+  typedef typename acc_type<T>::type Smem;
+};
+template <typename T> struct MathTypes<T, MATH_MMA> {
+  typedef T Reg;
+  typedef T Smem;
+};
+template <typename T> struct MathTypes<T, MATH_TF32> {
+  typedef float Reg;
+  typedef tf32 Smem;
+};
+
+template <typename Cfg, typename S>
+struct MmaTile {
+  static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
+  static constexpr int THREADS = Cfg::THREADS;
+#if defined(__CUDACC__)
+  static constexpr int LANES = 32, FRAG_M = 16, FRAG_N = 8;
+#else
+  static constexpr int LANES = 64, FRAG_M = 16, FRAG_N = 16;
+#endif
+  static constexpr int WARPS = THREADS / LANES;
+  static constexpr int WARPS_N = (BN >= 128 && WARPS >= 4) ? 4 : (WARPS >= 2 ? 2 : 1);
+  static constexpr int WARPS_M = WARPS / WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MF = WM / FRAG_M, NF = WN / FRAG_N;
+  static constexpr int KSTEP = 32 / (int)sizeof(S);  // elements per 32-byte k-step
+  static constexpr int LDS = BK + 16 / (int)sizeof(S);  // row pitch: 16 bytes of padding
+  static constexpr int SMEM_A = 2 * BM * LDS, SMEM_B = 2 * BN * LDS;  // elements of S
+  // hand-off: rows per pass and the staging pitch (floats)
+  static constexpr int PASS_ROWS = BM / (TM / 4), LDC = BN + 4;
+  static constexpr int SMEM_BYTES_LOOP = (SMEM_A + SMEM_B) * (int)sizeof(S);
+  static constexpr int SMEM_BYTES_OUT = PASS_ROWS * LDC * 4;
+  static constexpr int SMEM_BYTES = SMEM_BYTES_LOOP > SMEM_BYTES_OUT ? SMEM_BYTES_LOOP : SMEM_BYTES_OUT;
+  static_assert(WARPS * LANES == THREADS && WARPS_M * WARPS_N == WARPS, "warp layout");
+  static_assert(WM % FRAG_M == 0 && WN % (2 * FRAG_N) == 0 && MF >= 1, "warp tile of whole fragments");
+  static_assert(BK % KSTEP == 0, "k-slices of whole k-steps");
+  static_assert(BM % PASS_ROWS == 0 && PASS_ROWS % 4 == 0, "hand-off passes");
+};
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// d += a * b for one 16 x 8 fragment: per-type instruction.
+template <typename S> struct Mma;
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<bf16> {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<tf32> {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+// Whether the shared-memory type has a tensor-core instruction here (all of them do on NVIDIA
+// sm_80+, the only targets the host selects it for).
+template <typename S> struct HasMatrixOp { static constexpr bool value = true; };
+#else
+// AMD CDNA: 16x16x16 MFMA, fp32 accumulation; four values per lane.
+typedef float mfma_f32x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 mfma_f16x4 __attribute__((ext_vector_type(4)));
+typedef short mfma_i16x4 __attribute__((ext_vector_type(4)));
+#if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
+    defined(__gfx942__)
+#define CC_MFMA_F16 1
+#endif
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
+#define CC_MFMA_BF16 1
+#endif
+template <typename S> struct HasMatrixOp { static constexpr bool value = false; };
+#if defined(CC_MFMA_F16)
+template <> struct HasMatrixOp<__half> { static constexpr bool value = true; };
+#endif
+#if defined(CC_MFMA_BF16)
+template <> struct HasMatrixOp<bf16> { static constexpr bool value = true; };
+#endif
+// One 16x16x16 MFMA step, d += a * b, with a and b as four 16-bit values each (8 bytes).
+template <typename S> struct Mfma {
+  static __device__ __forceinline__ mfma_f32x4 run(const uint2, const uint2, mfma_f32x4 c) {
+    CC_TRAP();  // never selected on this target (HasMatrixOp is false)
+    return c;
+  }
+};
+#if defined(CC_MFMA_F16)
+template <> struct Mfma<__half> {
+  static __device__ __forceinline__ mfma_f32x4 run(const uint2 a, const uint2 b, mfma_f32x4 c) {
+    mfma_f16x4 av, bv;
+    __builtin_memcpy(&av, &a, 8);
+    __builtin_memcpy(&bv, &b, 8);
+    return __builtin_amdgcn_mfma_f32_16x16x16f16(av, bv, c, 0, 0, 0);
+  }
+};
+#endif
+#if defined(CC_MFMA_BF16)
+template <> struct Mfma<bf16> {
+  static __device__ __forceinline__ mfma_f32x4 run(const uint2 a, const uint2 b, mfma_f32x4 c) {
+    mfma_i16x4 av, bv;
+    __builtin_memcpy(&av, &a, 8);
+    __builtin_memcpy(&bv, &b, 8);
+    return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(av, bv, c, 0, 0, 0);
+  }
+};
+#endif
+#endif
+
+// The tensor-core main loop over k range [kb, ke); acc receives the block tile in the layout of
+// gemm_mainloop's.  `smem` holds MmaTile::SMEM_BYTES.
+template <typename Cfg, typename S, typename ALoader, typename BLoader>
+__device__ __forceinline__ void gemm_mainloop_mma(ALoader& la, BLoader& lb, int kb, int ke,
+                                                  float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+  typedef MmaTile<Cfg, S> L;
+  constexpr int BM = L::BM, BN = L::BN, BK = L::BK, LDS = L::LDS, MF = L::MF, NF = L::NF;
+  S* As = reinterpret_cast<S*>(smem);
+  S* Bs = As + L::SMEM_A;
+  const int lane = threadIdx.x % L::LANES, warp = threadIdx.x / L::LANES;
+  const int wm = warp / L::WARPS_N, wn = warp % L::WARPS_N;
+  float c[MF][NF][4];
+#pragma unroll
+  for (int i = 0; i < MF; ++i)
+#pragma unroll
+    for (int j = 0; j < NF; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[i][j][e] = 0.0f;
+
+  const int ktiles = (ke - kb + BK - 1) / BK;
+  la.begin(kb);
+  lb.begin(kb);
+  la.load();
+  lb.load();
+  la.store(As);
+  lb.store(Bs);
+  __syncthreads();
+#if defined(__CUDACC__)
+  // ldmatrix row addresses: A fragments take rows lane % 16 and the 16-byte k half lane / 16;
+  // a pair of B fragments takes rows (lane % 8) + 8 * (lane / 16) and k half (lane / 8) % 2.
+  constexpr int HALF = 16 / (int)sizeof(S);  // elements in 16 bytes
+  const int a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * HALF;
+  const int b_off = (wn * L::WN + lane % 8 + 8 * (lane / 16)) * LDS + ((lane / 8) % 2) * HALF;
+#else
+  // MFMA 16x16x16: lane l feeds row l % 16 with k (l / 16) * 4 .. + 3 of both operands
+  const int a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * 4;
+  const int b_off = (wn * L::WN + lane % 16) * LDS + (lane / 16) * 4;
+#endif
+  for (int kt = 0; kt < ktiles; ++kt) {
+    const int cur = kt & 1;
+    if (kt + 1 < ktiles) {
+      la.load();
+      lb.load();
+    }
+    const S* as = As + cur * BM * LDS + a_off;
+    const S* bs = Bs + cur * BN * LDS + b_off;
+#pragma unroll
+    for (int ks = 0; ks < BK; ks += L::KSTEP) {
+#if defined(__CUDACC__)
+      unsigned a[MF][4], b[NF][2];
+#pragma unroll
+      for (int i = 0; i < MF; ++i) ldmatrix_x4(a[i], as + i * 16 * LDS + ks);
+#pragma unroll
+      for (int j = 0; j < NF; j += 2) {
+        unsigned r[4];
+        ldmatrix_x4(r, bs + j * 8 * LDS + ks);
+        b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j) Mma<S>::run(c[i][j], a[i], b[j]);
+#else
+      // one k-step of 32 bytes is two 16-element MFMA steps for 16-bit types
+#pragma unroll
+      for (int kk = 0; kk < L::KSTEP; kk += 16) {
+        uint2 a[MF], b[NF];
+#pragma unroll
+        for (int i = 0; i < MF; ++i) a[i] = *reinterpret_cast<const uint2*>(as + i * 16 * LDS + ks + kk);
+#pragma unroll
+        for (int j = 0; j < NF; ++j) b[j] = *reinterpret_cast<const uint2*>(bs + j * 16 * LDS + ks + kk);
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+          for (int j = 0; j < NF; ++j) {
+            mfma_f32x4 v = {c[i][j][0], c[i][j][1], c[i][j][2], c[i][j][3]};
+            v = Mfma<S>::run(a[i], b[j], v);
+            c[i][j][0] = v[0]; c[i][j][1] = v[1]; c[i][j][2] = v[2]; c[i][j][3] = v[3];
+          }
+      }
+#endif
+    }
+    if (kt + 1 < ktiles) {
+      la.store(As + (cur ^ 1) * BM * LDS);
+      lb.store(Bs + (cur ^ 1) * BN * LDS);
+    }
+    __syncthreads();
+  }
+
+  // Hand-off through shared memory, one 4-row chunk of the SIMT layout per pass.
+  float* stage = reinterpret_cast<float*>(smem);
+  const int tx = threadIdx.x % (BN / Cfg::TN), ty = threadIdx.x / (BN / Cfg::TN);
+#pragma unroll
+  for (int pass = 0; pass < Cfg::TM / 4; ++pass) {
+    const int r0 = pass * L::PASS_ROWS;
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j) {
+#if defined(__CUDACC__)
+        // m16n8 accumulators: (row g, cols 2t, 2t+1) and (row g + 8, same cols), g = lane / 4
+        const int row = wm * L::WM + i * 16 + lane / 4 - r0;
+        const int col = wn * L::WN + j * 8 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int rr = row + 8 * h;
+          if (rr >= 0 && rr < L::PASS_ROWS)
+            *reinterpret_cast<float2*>(stage + rr * L::LDC + col) =
+                make_float2(c[i][j][2 * h], c[i][j][2 * h + 1]);
+        }
+#else
+        // MFMA 16x16 accumulators: column lane % 16, rows 4 * (lane / 16) .. + 3
+        const int col = wn * L::WN + j * 16 + lane % 16;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int rr = wm * L::WM + i * 16 + 4 * (lane / 16) + e - r0;
+          if (rr >= 0 && rr < L::PASS_ROWS) stage[rr * L::LDC + col] = c[i][j][e];
+        }
+#endif
+      }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int jc = 0; jc < Cfg::TN / 4; ++jc)
+        lds4(stage + (ty * 4 + i) * L::LDC + tile_offset<BN, Cfg::TN>(tx, 4 * jc),
+             &acc[4 * pass + i][4 * jc]);
+    __syncthreads();
+  }
+}
+
+// The main loop a kernel runs for storage type T and kind MATH, with the loaders' register and
+// shared-memory types and layout (row-major in k for the tensor-core loop) and its shared memory.
+template <typename T, typename Cfg, int MATH>
+struct MainLoop {
+  typedef typename MathTypes<T, MATH>::Reg Reg;
+  typedef typename MathTypes<T, MATH>::Smem Smem;
+  static constexpr bool ROW_K = MATH != MATH_SIMT;
+  static constexpr int LDA = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDA;
+  static constexpr int LDB = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDB;
+  static constexpr int SMEM_BYTES = ROW_K ? MmaTile<Cfg, Smem>::SMEM_BYTES
+                                          : (Cfg::SMEM_A + Cfg::SMEM_B) * (int)sizeof(Reg);
+
+  template <typename ALoader, typename BLoader, typename Acc>
+  static __device__ __forceinline__ void run(ALoader& la, BLoader& lb, int kb, int ke,
+                                             Acc (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+    if constexpr (MATH == MATH_SIMT) {
+      gemm_mainloop<Cfg>(la, lb, kb, ke, acc, reinterpret_cast<Acc*>(smem));
+    } else if constexpr (HasMatrixOp<Smem>::value) {
+      gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, smem);
+    } else {
+      CC_TRAP();  // the host never selects a tensor-core kernel on such a target
+    }
+  }
+};
+
+}  // namespace cc
