@@ -8,7 +8,8 @@ from cupyconv._core.arrays import prepare_out, require_array, require_float_dtyp
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import check_matrix_product
 from cupyconv._core.launch import GRID_YZ_MAX
-from cupyconv._core.precision import resolve_precision
+from cupyconv._core.kernels import MATH_SIMT
+from cupyconv._core.precision import gemm_math, resolve_precision
 from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
@@ -90,11 +91,21 @@ def _run(a, b, c, precision: str = "exact") -> None:
         sb = _elem_strides(b)
     av = MatrixView(a, rs=sa[-2], ks=sa[-1], so=sa[0] if a.ndim == 3 else 0)
     bv = MatrixView(b, rs=sb[-1], ks=sb[-2], so=sb[0] if b.ndim == 3 else 0)  # rows = n
-    if not av.kcontig and not bv.kcontig:
-        # the (k-strided A, k-strided B) kernel is not built: make A row-major instead
+    tensor_cores = gemm_math(c.dtype.name, precision, c.data.device_id) != MATH_SIMT
+    if not av.kcontig and (tensor_cores or not bv.kcontig):
+        # the (k-strided A, k-strided B) kernel is not built, and the tensor-core loop copies
+        # k-contiguous rows in 16-byte chunks: make A row-major
         a = contiguous(a)
         sa = _elem_strides(a)
         av = MatrixView(a, rs=sa[-2], ks=1, so=sa[0] if a.ndim == 3 else 0)
+    n_axis = -1  # b's axis of the n columns
+    if not bv.kcontig and tensor_cores:
+        # likewise B, as its transpose (n, k) made contiguous (one pass over B: small against
+        # the product)
+        b = contiguous(b.swapaxes(-1, -2))
+        sb = _elem_strides(b)
+        bv = MatrixView(b, rs=sb[-2], ks=1, so=sb[0] if b.ndim == 3 else 0)
+        n_axis = -2
     # One launch per GRID_YZ_MAX batch entries and per MAX_GRID_COLUMNS columns (the grid's z and
     # y extents): slices keep the operands' strides, so the views above still apply.
     for z0 in range(0, batch or 1, GRID_YZ_MAX):
@@ -102,7 +113,8 @@ def _run(a, b, c, precision: str = "exact") -> None:
         a_z, b_z, c_z = ((arr[zs] if arr.ndim == 3 else arr) for arr in (a, b, c))
         for n0 in range(0, n, MAX_GRID_COLUMNS):
             ns = slice(n0, n0 + MAX_GRID_COLUMNS)
-            b_part, c_part = b_z[..., ns], c_z[..., ns]
+            b_part = b_z[..., ns] if n_axis == -1 else b_z[..., ns, :]
+            c_part = c_z[..., ns]
             run_gemm(c.dtype.name, replace(av, array=a_z), replace(bv, array=b_part), c_part,
                      m, c_part.shape[-1], k, batch=c_part.shape[0] if batch else 1,
                      c_so=m * n, out=OutMap(m, 0, n, 1), precision=precision)

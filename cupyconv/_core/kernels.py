@@ -48,6 +48,8 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FD_RX_NARROW": 9,      # ... outputs per thread, types of <= 4 bytes
     "FD_RX_MEDIUM": 5,      # ... <= 8 bytes
     "FD_RX_WIDE": 3,        # ... wider (complex128)
+    "MMA_STAGES": 4,        # tensor-core GEMM loop: k-slices resident (NVIDIA, cp.async)
+    "MMA_STAGES_AMD": 2,    # ... on AMD (synchronous copies; 64 KB of LDS)
 }
 
 
@@ -183,6 +185,21 @@ MMA_DTYPES = {MATH_MMA: ("float16", "bfloat16"), MATH_TF32: ("float32",)}
 def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
     """The tile configurations of ``dtype`` on main loop ``math``."""
     return GEMM_TILES[dtype] if math == MATH_SIMT else MMA_TILES[math]
+
+
+def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool) -> int:
+    """Dynamic shared memory of a tensor-core GEMM kernel (``MmaTile::SMEM_BYTES`` in
+    gemm_mma.cuh, which this mirrors): the resident k-slices of A and B, rows of BK elements plus
+    16 bytes of padding, or the fp32 hand-off buffer of BM / (TM / 4) rows, whichever is larger.
+    0 for the SIMT loop (static shared memory)."""
+    if math == MATH_SIMT:
+        return 0
+    bm, bn, bk, tm, _ = tile
+    item = 4 if math == MATH_TF32 else 2
+    stages = KERNEL_CONSTANTS["MMA_STAGES_AMD" if hip else "MMA_STAGES"]
+    loop = stages * (bm + bn) * (bk * item + 16)
+    hand_off = bm // (tm // 4) * (bn + 4) * 4
+    return max(loop, hand_off)
 
 
 # The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges

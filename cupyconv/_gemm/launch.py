@@ -19,9 +19,10 @@ from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT,
                                     MATH_TF32, MMA_TILES, SPLITK_REDUCE, conv_fprop_module,
-                                    conv_wgrad_module, gemm_module, gemm_tiles)
+                                    conv_wgrad_module, gemm_module, gemm_tiles, mma_smem_bytes)
 from cupyconv._core.precision import gemm_math
-from cupyconv._core.launch import GRID_YZ_MAX, element_strides, int64s, ints, launch_grid
+from cupyconv._core.launch import (DEFAULT_SMEM, GRID_YZ_MAX, element_strides, int64s, ints,
+                                   launch_grid)
 from cupyconv._core.program import not_preparable, scratch
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
@@ -43,14 +44,23 @@ class MatrixView:
     def kcontig(self) -> bool:
         return self.ks == 1
 
-    def vectorizable(self, rows: int, k: int) -> bool:
-        """Can the loader move 4-vectors: unit stride along the walked dim, every other stride,
-        the base address and that dim's extent multiples of 4 elements."""
+    def vectorizable(self, rows: int, k: int, width: int = 4) -> bool:
+        """Can the loader move ``width``-element vectors: unit stride along the walked dim, every
+        other stride, the base address and that dim's extent multiples of ``width`` elements."""
         other, extent = (self.rs, k) if self.kcontig else (self.ks, rows)
         if not (self.kcontig or self.rs == 1):
             return False
-        aligned = self.array.data.ptr % (4 * self.array.itemsize) == 0
-        return aligned and extent % 4 == 0 and all(s % 4 == 0 for s in (other, self.so, self.si))
+        aligned = self.array.data.ptr % (width * self.array.itemsize) == 0
+        return aligned and extent % width == 0 and all(s % width == 0
+                                                       for s in (other, self.so, self.si))
+
+    def vec_level(self, rows: int, k: int) -> int:
+        """The loader's ``vec``: 2 where k-contiguous rows also split into aligned 16-byte chunks
+        (the tensor-core loop's multistage copies), 1 for 4-element vectors, 0 for elements."""
+        if not self.vectorizable(rows, k):
+            return 0
+        chunk = max(4, 16 // self.array.itemsize)
+        return 2 if self.kcontig and self.vectorizable(rows, k, chunk) else 1
 
 
 @dataclass(frozen=True)
@@ -109,8 +119,8 @@ class GemmPlan:
 def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, rate=GEMM_RATE) -> float:
     """Estimated seconds: the blocks' waves at the tile's rate, plus the split-K round trip.
 
-    Each wave of ``slots`` resident blocks (two 256-thread blocks per multiprocessor) takes as long
-    as a full one; a tile's work counts in full even where it hangs over the matrix edge.
+    Each wave of ``slots`` resident blocks takes as long as a full one; a tile's work counts in
+    full even where it hangs over the matrix edge.
     """
     bm, bn = tile[:2]
     tm, tn = math.ceil(m / bm), math.ceil(n / bn)
@@ -134,7 +144,9 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     least 4 k-slices.
     """
     math_kind = gemm_math(dtype, precision, device_id)
-    slots = 2 * sm_count(device_id)
+    # resident blocks per multiprocessor: two SIMT blocks (their register cap); one tensor-core
+    # block (about 200 registers per thread, up to 80 KB of shared memory)
+    slots = (2 if math_kind == MATH_SIMT else 1) * sm_count(device_id)
     acc_bytes = 8 if dtype == "float64" else 4
     best = None
     for tile in gemm_tiles(dtype, math_kind):
@@ -222,6 +234,18 @@ def _grid(tile, m, n, batch):
     return (math.ceil(m / tile[0]), math.ceil(n / tile[1]), batch), (tile[0] // tile[3] * (tile[1] // tile[4]),)
 
 
+def _tiled_kernel(module, template: str, dtype: str, variant: tuple, plan: GemmPlan):
+    """The compiled GEMM-family kernel of ``plan`` and its dynamic shared memory (the tensor-core
+    loops' k-slices; none for the SIMT loop), opted in above the default limit."""
+    import cupy
+
+    fn = jit.get_function(module, template, dtype, variant)
+    smem = mma_smem_bytes(plan.tile, plan.math, cupy.cuda.runtime.is_hip)
+    if smem > DEFAULT_SMEM and fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn, smem
+
+
 def _workspace(dtype: str, splits: int, count: int, placeholder):
     """Split-K partial sums (accumulator type); without a split the kernel never touches it and
     gets ``placeholder`` (the output) instead of a fresh allocation."""
@@ -250,18 +274,18 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
                                              dtype, k), "gemm", (m, n, k, batch),
                     gemm_math(dtype, precision, device_id))
     variant = (int(a.kcontig), int(b.kcontig))
-    fn = jit.get_function(gemm_module(dtype, plan.tile, variant, plan.math), "gemm", dtype,
-                          variant + (plan.math,))
+    fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math), "gemm", dtype,
+                             variant + (plan.math,), plan)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n, c)
     args = (a.array, b.array, c, bias if bias is not None else c,
             *ints((bias is not None, m, n, k, out_vectorizable(c, out, (c_so, c_si)))),
             *int64s((a.rs, a.ks, b.rs, b.ks)),
-            *ints((a.vectorizable(m, k), b.vectorizable(n, k), g2)),
+            *ints((a.vec_level(m, k), b.vec_level(n, k), g2)),
             *int64s((a.so, a.si, b.so, b.si, c_so, c_si, bias_si, out.L, out.outer, out.inner,
                      out.col)), *ints((plan.splits,)), ws)
     with c.device:
-        fn(grid, block, args)
+        fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out)
 
@@ -377,12 +401,19 @@ def fprop_weight(geom: ConvGeometry, w):
     return contiguous(wt), False
 
 
-def _x_vectorizable(prob: ImplicitConv, x, strides) -> bool:
-    """4 consecutive channels of x are one aligned vector (channels-last, unit channel stride)."""
+def _x_vec_level(prob: ImplicitConv, x, strides) -> int:
+    """The implicit loaders' ``vec`` for x: 1 where 4 consecutive channels are one aligned vector
+    (channels-last, unit channel stride), 2 where 16-byte chunks of channels are too."""
     cg = prob.in_channels // prob.groups
-    return (prob.channels_last and strides[1] == 1 and cg % 4 == 0
-            and x.data.ptr % (4 * x.itemsize) == 0
-            and all(s % 4 == 0 for i, s in enumerate(strides) if i != 1))
+
+    def fits(width):
+        return (prob.channels_last and strides[1] == 1 and cg % width == 0
+                and x.data.ptr % (width * x.itemsize) == 0
+                and all(s % width == 0 for i, s in enumerate(strides) if i != 1))
+
+    if not fits(4):
+        return 0
+    return 2 if fits(max(4, 16 // x.itemsize)) else 1
 
 
 def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None) -> None:
@@ -429,19 +460,19 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
                     "conv_fprop", (m, n, k, groups), gemm_math(prob.dtype, prob.precision, device_id))
     variant = (int(prob.channels_last),)
-    fn = jit.get_function(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math),
-                          "conv_fprop", prob.dtype, variant + (plan.math,))
+    fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math),
+                             "conv_fprop", prob.dtype, variant + (plan.math,), plan)
     xs = element_strides(x, prob.channels_last)
     ys = element_strides(y, prob.channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
     out, group_stride = _fprop_out_map(prob, ys)
-    flags = (bias is not None, not w_cf and MatrixView(wt, rs=k, ks=1).vectorizable(n, k), w_cf,
-             _x_vectorizable(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
+    flags = (bias is not None, 0 if w_cf else MatrixView(wt, rs=k, ks=1).vec_level(n, k), w_cf,
+             _x_vec_level(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
     args = (x, wt, y, bias if bias is not None else y,
             *_fprop_scalar_args(prob, xs, ys, plan.splits, flags), ws)
     with y.device:
-        fn(grid, block, args)
+        fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
                     n, out)
@@ -468,8 +499,8 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     device_id = dw.data.device_id
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
                     "conv_wgrad", (kg, tcg, pixels, g), gemm_math(prob.dtype, prob.precision, device_id))
-    fn = jit.get_function(conv_wgrad_module(prob.dtype, plan.tile, plan.math), "conv_wgrad",
-                          prob.dtype, (plan.math,))
+    fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math), "conv_wgrad",
+                             prob.dtype, (plan.math,), plan)
     xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)
     grid, block = _grid(plan.tile, kg, tcg, g * plan.splits)
@@ -477,12 +508,12 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     args = (x, dy, dw,
             *ints((prob.batch, prob.out_channels, g,
                    MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vectorizable(kg, pixels),
-                   _x_vectorizable(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
+                   _x_vec_level(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
                    prob.in_channels // g)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
             *int64s(xs), *ints((plan.splits,)), ws)
     with dw.device:
-        fn(grid, block, args)
+        fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out)

@@ -204,7 +204,9 @@ LAYERS = [((4, 64, 28, 28), (64, 64, 3, 3), dict(padding=1)),
 @pytest.mark.parametrize("dtype,precision", KINDS, ids=lambda v: str(v))
 def test_error_within_twice_pytorchs(layer, layout, dtype, precision):
     """Forward, backward-data and backward-weight errors (against float64) at most 2x PyTorch's
-    (cuDNN) at the same precision on the same inputs, plus a float32-rounding floor."""
+    (cuDNN) at the same precision on the same inputs, plus a float32-rounding floor.  With TF32
+    allowed cuDNN still runs some problems exactly, so there the bound is 2x the larger of
+    PyTorch's error and that of the float64 computation on TF32-rounded inputs."""
     import cupy
     import torch
 
@@ -241,11 +243,23 @@ def test_error_within_twice_pytorchs(layer, layout, dtype, precision):
             ours = to_cupy(ours)
         return rel_error(ours.astype(cupy.float64), to_cupy(ref))
 
+    def tf32_ideal(fn, *arrays):
+        if precision != "tf32":
+            return 0.0
+        rounded = [torch.from_numpy(round_tf32(a.cpu().numpy())).double().cuda() for a in arrays]
+        return err(fn(*rounded), fn(*[a.double() for a in arrays]))
+
     x, w, dy = to_cupy(xt), to_cupy(wt), to_cupy(dy_t)
     y = cupyconv.conv(x, w, layout=layout, precision=precision, **opts)
     dx = cupyconv.conv_backward_data(dy, w, x.shape, layout=layout, precision=precision, **opts)
     dw = cupyconv.conv_backward_weight(x, dy, w.shape, layout=layout, precision=precision, **opts)
+    ideal = {"forward": tf32_ideal(lambda a, b: torch.nn.functional.conv2d(a, b, **opts), xt, wt),
+             "backward-data": tf32_ideal(lambda a, b: torch.nn.grad.conv2d_input(xs, a, b, **opts),
+                                         wt, dy_t),
+             "backward-weight": tf32_ideal(lambda a, b: torch.nn.grad.conv2d_weight(a, ws, b, **opts),
+                                           xt, dy_t)}
     for name, ours, ref, peer in (("forward", y, y_ref, y_t), ("backward-data", dx, dx_ref, dx_t),
                                   ("backward-weight", dw, dw_ref, dw_t)):
         e_ours, e_peer = err(ours, ref), err(peer, ref)
-        assert e_ours <= 2 * e_peer + 1e-6, f"{name}: ours {e_ours:.2e}, PyTorch {e_peer:.2e}"
+        bound = 2 * max(e_peer, ideal[name]) + 1e-6
+        assert e_ours <= bound, f"{name}: ours {e_ours:.2e}, PyTorch {e_peer:.2e}"

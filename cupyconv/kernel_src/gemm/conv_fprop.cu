@@ -24,6 +24,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   typedef cc::MainLoop<T, Cfg, MATH> Loop;
   __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
+  extern __shared__ __align__(16) unsigned char dsmem[];  // the tensor-core loops' stages
   const cc::ConvShape shape = {Cg, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, DD, DH, DW,
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
@@ -42,7 +43,7 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   if (w_cf) { lb.kdiv = Cg; lb.ks = KD * KH * KW; lb.khs = 1; lb.vec = false; }
 
   Acc acc[TM][TN];
-  Loop::run(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
     const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
     T* yg = y + (CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc);

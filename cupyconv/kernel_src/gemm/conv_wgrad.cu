@@ -20,6 +20,7 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   typedef cc::MainLoop<T, Cfg, MATH> Loop;
   __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
+  extern __shared__ __align__(16) unsigned char dsmem[];  // the tensor-core loops' stages
   const cc::ConvShape shape = {Cg, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, DD, DH, DW,
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
@@ -37,7 +38,7 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
   lb.K = ke;
 
   Acc acc[TM][TN];
-  Loop::run(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
     const cc::OutMap map = {Kg, 0, Ncols, 1};
     cc::store_tile<Cfg>(acc, dw + (cc::index_t)g * Kg * Ncols, dw, 0, m0, n0, Kg, Ncols, map, c_vec);

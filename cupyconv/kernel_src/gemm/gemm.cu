@@ -23,6 +23,7 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
   typedef cc::MainLoop<T, Cfg, MATH> Loop;
   __shared__ __align__(16) unsigned char smem[Loop::SMEM_BYTES];
+  extern __shared__ __align__(16) unsigned char dsmem[];  // the tensor-core loops' stages
   const int z = blockIdx.z / splits, part = blockIdx.z % splits;
   const int zo = z / G2, zi = z % G2;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -38,7 +39,7 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
   lb.rs = b_rs; lb.ks = b_ks; lb.rows = N - n0; lb.K = ke; lb.vec = b_vec;
 
   Acc acc[TM][TN];
-  Loop::run(la, lb, kb, ke, acc, smem);
+  Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
   if (splits == 1) {
     cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N,

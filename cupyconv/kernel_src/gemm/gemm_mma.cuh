@@ -31,15 +31,18 @@ namespace cc {
 struct tf32 {
   float v;
 };
-template <> __device__ __forceinline__ tf32 store_as<tf32, float>(const float x) {
-  tf32 r;
+__device__ __forceinline__ unsigned round_tf32_bits(const unsigned bits) {
 #if defined(__CUDACC__)
   unsigned u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-  r.v = __uint_as_float(u);
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(__uint_as_float(bits)));
+  return u;
 #else
-  r.v = x;  // AMD: no TF32 path is selected; kept total so the template compiles everywhere
+  return bits;  // AMD: no TF32 path is selected; kept total so the template compiles everywhere
 #endif
+}
+template <> __device__ __forceinline__ tf32 store_as<tf32, float>(const float x) {
+  tf32 r;
+  r.v = __uint_as_float(round_tf32_bits(__float_as_uint(x)));
   return r;
 }
 
@@ -78,10 +81,9 @@ struct MmaTile {
   static constexpr int MF = WM / FRAG_M, NF = WN / FRAG_N;
   static constexpr int KSTEP = 32 / (int)sizeof(S);  // elements per 32-byte k-step
   static constexpr int LDS = BK + 16 / (int)sizeof(S);  // row pitch: 16 bytes of padding
-  static constexpr int SMEM_A = 2 * BM * LDS, SMEM_B = 2 * BN * LDS;  // elements of S
   // hand-off: rows per pass and the staging pitch (floats)
   static constexpr int PASS_ROWS = BM / (TM / 4), LDC = BN + 4;
-  static constexpr int SMEM_BYTES_LOOP = (SMEM_A + SMEM_B) * (int)sizeof(S);
+  static constexpr int SMEM_BYTES_LOOP = CC_MMA_STAGES * (BM + BN) * LDS * (int)sizeof(S);
   static constexpr int SMEM_BYTES_OUT = PASS_ROWS * LDC * 4;
   static constexpr int SMEM_BYTES = SMEM_BYTES_LOOP > SMEM_BYTES_OUT ? SMEM_BYTES_LOOP : SMEM_BYTES_OUT;
   static_assert(WARPS * LANES == THREADS && WARPS_M * WARPS_N == WARPS, "warp layout");
@@ -91,9 +93,6 @@ struct MmaTile {
 };
 
 #if defined(__CUDACC__)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
@@ -176,54 +175,45 @@ template <> struct Mfma<bf16> {
 #endif
 #endif
 
-// The tensor-core main loop over k range [kb, ke); acc receives the block tile in the layout of
-// gemm_mainloop's.  `smem` holds MmaTile::SMEM_BYTES.
-template <typename Cfg, typename S, typename ALoader, typename BLoader>
-__device__ __forceinline__ void gemm_mainloop_mma(ALoader& la, BLoader& lb, int kb, int ke,
-                                                  float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+// One warp's share of the block tile: its accumulator fragments, the multiply of one staged
+// k-slice, and the hand-off of the fragments to the SIMT register layout.
+template <typename Cfg, typename S>
+struct MmaWarp {
   typedef MmaTile<Cfg, S> L;
-  constexpr int BM = L::BM, BN = L::BN, BK = L::BK, LDS = L::LDS, MF = L::MF, NF = L::NF;
-  S* As = reinterpret_cast<S*>(smem);
-  S* Bs = As + L::SMEM_A;
-  const int lane = threadIdx.x % L::LANES, warp = threadIdx.x / L::LANES;
-  const int wm = warp / L::WARPS_N, wn = warp % L::WARPS_N;
+  static constexpr int MF = L::MF, NF = L::NF, LDS = L::LDS;
   float c[MF][NF][4];
-#pragma unroll
-  for (int i = 0; i < MF; ++i)
-#pragma unroll
-    for (int j = 0; j < NF; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[i][j][e] = 0.0f;
+  int lane, wm, wn, a_off, b_off;
 
-  const int ktiles = (ke - kb + BK - 1) / BK;
-  la.begin(kb);
-  lb.begin(kb);
-  la.load();
-  lb.load();
-  la.store(As);
-  lb.store(Bs);
-  __syncthreads();
+  __device__ __forceinline__ MmaWarp() {
+    lane = threadIdx.x % L::LANES;
+    const int warp = threadIdx.x / L::LANES;
+    wm = warp / L::WARPS_N;
+    wn = warp % L::WARPS_N;
 #if defined(__CUDACC__)
-  // ldmatrix row addresses: A fragments take rows lane % 16 and the 16-byte k half lane / 16;
-  // a pair of B fragments takes rows (lane % 8) + 8 * (lane / 16) and k half (lane / 8) % 2.
-  constexpr int HALF = 16 / (int)sizeof(S);  // elements in 16 bytes
-  const int a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * HALF;
-  const int b_off = (wn * L::WN + lane % 8 + 8 * (lane / 16)) * LDS + ((lane / 8) % 2) * HALF;
+    // ldmatrix row addresses: A fragments take rows lane % 16 and the 16-byte k half lane / 16;
+    // a pair of B fragments takes rows (lane % 8) + 8 * (lane / 16) and k half (lane / 8) % 2.
+    constexpr int HALF = 16 / (int)sizeof(S);  // elements in 16 bytes
+    a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * HALF;
+    b_off = (wn * L::WN + lane % 8 + 8 * (lane / 16)) * LDS + ((lane / 8) % 2) * HALF;
 #else
-  // MFMA 16x16x16: lane l feeds row l % 16 with k (l / 16) * 4 .. + 3 of both operands
-  const int a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * 4;
-  const int b_off = (wn * L::WN + lane % 16) * LDS + (lane / 16) * 4;
+    // MFMA 16x16x16: lane l feeds row l % 16 with k (l / 16) * 4 .. + 3 of both operands
+    a_off = (wm * L::WM + lane % 16) * LDS + (lane / 16) * 4;
+    b_off = (wn * L::WN + lane % 16) * LDS + (lane / 16) * 4;
 #endif
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int cur = kt & 1;
-    if (kt + 1 < ktiles) {
-      la.load();
-      lb.load();
-    }
-    const S* as = As + cur * BM * LDS + a_off;
-    const S* bs = Bs + cur * BN * LDS + b_off;
 #pragma unroll
-    for (int ks = 0; ks < BK; ks += L::KSTEP) {
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[i][j][e] = 0.0f;
+  }
+
+  // c += the k-slice staged at As ([BM][LDS]) and Bs ([BN][LDS]).
+  __device__ __forceinline__ void multiply(const S* As, const S* Bs) {
+    const S* as = As + a_off;
+    const S* bs = Bs + b_off;
+#pragma unroll
+    for (int ks = 0; ks < L::BK; ks += L::KSTEP) {
 #if defined(__CUDACC__)
       unsigned a[MF][4], b[NF][2];
 #pragma unroll
@@ -233,6 +223,17 @@ __device__ __forceinline__ void gemm_mainloop_mma(ALoader& la, BLoader& lb, int 
         unsigned r[4];
         ldmatrix_x4(r, bs + j * 8 * LDS + ks);
         b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+      }
+      if (sizeof(S) == 4) {  // TF32: round operands copied raw (cp.async) to nearest; idempotent
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[i][e] = round_tf32_bits(a[i][e]);
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+          b[j][0] = round_tf32_bits(b[j][0]);
+          b[j][1] = round_tf32_bits(b[j][1]);
+        }
       }
 #pragma unroll
       for (int i = 0; i < MF; ++i)
@@ -258,53 +259,125 @@ __device__ __forceinline__ void gemm_mainloop_mma(ALoader& la, BLoader& lb, int 
       }
 #endif
     }
+  }
+
+  // The fragments through shared memory, one 4-row chunk of the SIMT layout per pass, into acc
+  // (the caller has synchronized: `smem` is free).
+  __device__ __forceinline__ void hand_off(float (&acc)[Cfg::TM][Cfg::TN], void* smem) const {
+    constexpr int BN = Cfg::BN;
+    float* stage = reinterpret_cast<float*>(smem);
+    const int tx = threadIdx.x % (BN / Cfg::TN), ty = threadIdx.x / (BN / Cfg::TN);
+#pragma unroll
+    for (int pass = 0; pass < Cfg::TM / 4; ++pass) {
+      const int r0 = pass * L::PASS_ROWS;
+#pragma unroll
+      for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+#if defined(__CUDACC__)
+          // m16n8 accumulators: (row g, cols 2t, 2t+1) and (row g + 8, same cols), g = lane / 4
+          const int row = wm * L::WM + i * 16 + lane / 4 - r0;
+          const int col = wn * L::WN + j * 8 + 2 * (lane % 4);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int rr = row + 8 * h;
+            if (rr >= 0 && rr < L::PASS_ROWS)
+              *reinterpret_cast<float2*>(stage + rr * L::LDC + col) =
+                  make_float2(c[i][j][2 * h], c[i][j][2 * h + 1]);
+          }
+#else
+          // MFMA 16x16 accumulators: column lane % 16, rows 4 * (lane / 16) .. + 3
+          const int col = wn * L::WN + j * 16 + lane % 16;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int rr = wm * L::WM + i * 16 + 4 * (lane / 16) + e - r0;
+            if (rr >= 0 && rr < L::PASS_ROWS) stage[rr * L::LDC + col] = c[i][j][e];
+          }
+#endif
+        }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jc = 0; jc < Cfg::TN / 4; ++jc)
+          lds4(stage + (ty * 4 + i) * L::LDC + tile_offset<BN, Cfg::TN>(tx, 4 * jc),
+               &acc[4 * pass + i][4 * jc]);
+      __syncthreads();
+    }
+  }
+};
+
+// The register-staged tensor-core loop over k range [kb, ke): two resident slices, the next one
+// fetched into registers by the loaders while the current one is multiplied.  Any loader.
+template <typename Cfg, typename S, typename ALoader, typename BLoader>
+__device__ __forceinline__ void gemm_mainloop_mma(ALoader& la, BLoader& lb, int kb, int ke,
+                                                  float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+  typedef MmaTile<Cfg, S> L;
+  S* As = reinterpret_cast<S*>(smem);
+  S* Bs = As + 2 * L::BM * L::LDS;
+  MmaWarp<Cfg, S> w;
+  const int ktiles = (ke - kb + L::BK - 1) / L::BK;
+  la.begin(kb);
+  lb.begin(kb);
+  la.load();
+  lb.load();
+  la.store(As);
+  lb.store(Bs);
+  __syncthreads();
+  for (int kt = 0; kt < ktiles; ++kt) {
+    const int cur = kt & 1;
     if (kt + 1 < ktiles) {
-      la.store(As + (cur ^ 1) * BM * LDS);
-      lb.store(Bs + (cur ^ 1) * BN * LDS);
+      la.load();
+      lb.load();
+    }
+    w.multiply(As + cur * L::BM * L::LDS, Bs + cur * L::BN * L::LDS);
+    if (kt + 1 < ktiles) {
+      la.store(As + (cur ^ 1) * L::BM * L::LDS);
+      lb.store(Bs + (cur ^ 1) * L::BN * L::LDS);
     }
     __syncthreads();
   }
+  w.hand_off(acc, smem);
+}
 
-  // Hand-off through shared memory, one 4-row chunk of the SIMT layout per pass.
-  float* stage = reinterpret_cast<float*>(smem);
-  const int tx = threadIdx.x % (BN / Cfg::TN), ty = threadIdx.x / (BN / Cfg::TN);
+// The multistage tensor-core loop: loaders that copy 16-byte chunks straight to shared memory
+// (`issue`: cp.async on NVIDIA, zero-filled outside the operand) keep CC_MMA_STAGES - 1 slices in
+// flight while one is multiplied, so global latency hides behind several slices of math.  For
+// operands whose chunks the host proved aligned and whole (loaders' `async_ok`).
+template <typename Cfg, typename S, typename ALoader, typename BLoader>
+__device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb, int kb, int ke,
+                                                        float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+  typedef MmaTile<Cfg, S> L;
+  constexpr int STAGES = CC_MMA_STAGES;
+  constexpr int A_STAGE = L::BM * L::LDS, B_STAGE = L::BN * L::LDS;
+  S* As = reinterpret_cast<S*>(smem);
+  S* Bs = As + STAGES * A_STAGE;
+  MmaWarp<Cfg, S> w;
+  const int ktiles = (ke - kb + L::BK - 1) / L::BK;
+  la.begin(kb);
+  lb.begin(kb);
 #pragma unroll
-  for (int pass = 0; pass < Cfg::TM / 4; ++pass) {
-    const int r0 = pass * L::PASS_ROWS;
-#pragma unroll
-    for (int i = 0; i < MF; ++i)
-#pragma unroll
-      for (int j = 0; j < NF; ++j) {
-#if defined(__CUDACC__)
-        // m16n8 accumulators: (row g, cols 2t, 2t+1) and (row g + 8, same cols), g = lane / 4
-        const int row = wm * L::WM + i * 16 + lane / 4 - r0;
-        const int col = wn * L::WN + j * 8 + 2 * (lane % 4);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int rr = row + 8 * h;
-          if (rr >= 0 && rr < L::PASS_ROWS)
-            *reinterpret_cast<float2*>(stage + rr * L::LDC + col) =
-                make_float2(c[i][j][2 * h], c[i][j][2 * h + 1]);
-        }
-#else
-        // MFMA 16x16 accumulators: column lane % 16, rows 4 * (lane / 16) .. + 3
-        const int col = wn * L::WN + j * 16 + lane % 16;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rr = wm * L::WM + i * 16 + 4 * (lane / 16) + e - r0;
-          if (rr >= 0 && rr < L::PASS_ROWS) stage[rr * L::LDC + col] = c[i][j][e];
-        }
-#endif
-      }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int jc = 0; jc < Cfg::TN / 4; ++jc)
-        lds4(stage + (ty * 4 + i) * L::LDC + tile_offset<BN, Cfg::TN>(tx, 4 * jc),
-             &acc[4 * pass + i][4 * jc]);
-    __syncthreads();
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) {
+      la.issue(As + s * A_STAGE);
+      lb.issue(Bs + s * B_STAGE);
+    }
+    cp_async_commit();  // (empty groups keep the count uniform)
   }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<STAGES - 2>();  // slice kt has landed (this thread's part) ...
+    __syncthreads();              // ... everyone's; and slice kt - 1's buffer is free
+    const int next = kt + STAGES - 1;
+    if (next < ktiles) {
+      la.issue(As + (next % STAGES) * A_STAGE);
+      lb.issue(Bs + (next % STAGES) * B_STAGE);
+    }
+    cp_async_commit();
+    w.multiply(As + (kt % STAGES) * A_STAGE, Bs + (kt % STAGES) * B_STAGE);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  w.hand_off(acc, smem);
 }
 
 // The main loop a kernel runs for storage type T and kind MATH, with the loaders' register and
@@ -316,16 +389,20 @@ struct MainLoop {
   static constexpr bool ROW_K = MATH != MATH_SIMT;
   static constexpr int LDA = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDA;
   static constexpr int LDB = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDB;
-  static constexpr int SMEM_BYTES = ROW_K ? MmaTile<Cfg, Smem>::SMEM_BYTES
-                                          : (Cfg::SMEM_A + Cfg::SMEM_B) * (int)sizeof(Reg);
+  // Static shared memory of the SIMT loop; the tensor-core loops take MmaTile::SMEM_BYTES of
+  // dynamic shared memory (the host's mma_smem_bytes).
+  static constexpr int SMEM_BYTES = ROW_K ? 16 : (Cfg::SMEM_A + Cfg::SMEM_B) * (int)sizeof(Reg);
 
+  // The loop for these loaders: the multistage one where both operands allow 16-byte copies.
   template <typename ALoader, typename BLoader, typename Acc>
   static __device__ __forceinline__ void run(ALoader& la, BLoader& lb, int kb, int ke,
-                                             Acc (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+                                             Acc (&acc)[Cfg::TM][Cfg::TN], void* smem,
+                                             void* dsmem) {
     if constexpr (MATH == MATH_SIMT) {
       gemm_mainloop<Cfg>(la, lb, kb, ke, acc, reinterpret_cast<Acc*>(smem));
     } else if constexpr (HasMatrixOp<Smem>::value) {
-      gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, smem);
+      if (la.async_ok() && lb.async_ok()) gemm_mainloop_mma_async<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+      else gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
     } else {
       CC_TRAP();  // the host never selects a tensor-core kernel on such a target
     }

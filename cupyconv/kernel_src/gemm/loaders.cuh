@@ -57,6 +57,32 @@ __device__ __forceinline__ void sts4(S* p, const R* v) {
   }
 }
 
+// 16-byte copies from global to shared memory for the multistage loop (gemm_mma.cuh): cp.async on
+// NVIDIA (zero-filled when `valid` is false: src-size 0 reads nothing), a plain copy elsewhere.
+// Slices in flight per main loop: deep on NVIDIA, where the copies are asynchronous; two on AMD,
+// where they are not (and LDS is 64 KB).
+#if defined(__CUDACC__)
+#define CC_MMA_STAGES MMA_STAGES
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+#else
+#define CC_MMA_STAGES MMA_STAGES_AMD
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {}
+#endif
+
 // One element of a loader's slice to shared memory at (row, k) in the main loop's layout.
 template <bool ROW_K, int LD, typename S, typename A>
 __device__ __forceinline__ void sts1(S* s, int row, int k, const A v) {
@@ -75,7 +101,7 @@ struct DenseLoader {
   const T* base;
   index_t rs, ks;
   int rows, K;
-  bool vec;
+  int vec;  // 0: element loads; 1: 4-element vectors; 2: also whole aligned 16-byte chunks
   // With kdiv > 0 (KCONTIG only), k = q * kdiv + r sits at base[row * rs + q * khs + r * ks]: a
   // channels-first weight (K, C, taps) read in the (tap, c) order of the implicit loader, with
   // kdiv = C, ks = taps, khs = 1, so no transposed copy is made.  Never vectorized.
@@ -90,6 +116,24 @@ struct DenseLoader {
     const int idx = threadIdx.x + v * THREADS;
     if (KCONTIG) { r = idx / (BK / 4); kk = (idx % (BK / 4)) * 4; }
     else { r = (idx % (ROWS / 4)) * 4; kk = idx / (ROWS / 4); }
+  }
+
+  // Multistage path (row-major-in-k shared memory only): the slice as 16-byte chunks of
+  // consecutive k, copied straight to shared memory.  Needs k contiguous and chunk-aligned rows.
+  __device__ __forceinline__ bool async_ok() const { return KCONTIG && ROW_K && vec >= 2 && kdiv == 0; }
+
+  template <typename S>
+  __device__ __forceinline__ void issue(S* s) {
+    constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
+    static_assert(NCH >= 1 && NCH * CH * THREADS == ROWS * BK, "slice of whole chunks");
+    const int k0 = kc;
+    kc += BK;
+#pragma unroll
+    for (int i = 0; i < NCH; ++i) {
+      const int q = threadIdx.x + i * THREADS, r = q / CPR, kk = (q % CPR) * CH;
+      const bool ok = r < rows && k0 + kk < K;
+      cp_async16(s + r * LD + kk, ok ? base + r * rs + (k0 + kk) : base, ok);
+    }
   }
 
   __device__ __forceinline__ void load() {
@@ -163,9 +207,14 @@ struct Im2colLoader {
   static constexpr int NROWS = CL ? GROUPS : 1;              // distinct rows a thread touches
   static_assert(GROUPS >= 1 && ROWS * BK == GROUPS * 4 * THREADS, "tile must split into groups");
   static_assert(CL ? THREADS % KQ == 0 : THREADS % ROWS == 0, "loader thread mapping");
+  // 16-byte chunks of the multistage path: CH channels each, CPR per row of a slice; a thread
+  // copies NCH of them, on rows async_row(i) (its rowbase[i] etc. in that mode).
+  static constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
+  static_assert(!CL || (NCH >= 1 && NCH <= NROWS && THREADS % CPR == 0), "chunk mapping");
   const ConvShape* sh;
   int K, taps;
-  bool tap_uniform, vec;
+  bool tap_uniform, async_mode;
+  int vec;  // 0: element loads; 1: 4-channel vectors; 2: also aligned 16-byte channel chunks
   int kc, c0, kd, kh, kw;  // cursor: first k of the next slice, and its channel and tap
   const T* rowbase[NROWS];
   int id0[NROWS], ih0[NROWS], iw0[NROWS];
@@ -178,16 +227,26 @@ struct Im2colLoader {
     return 4 * (CL ? (int)(threadIdx.x % KQ) : (int)(threadIdx.x / ROWS) + j * (THREADS / ROWS));
   }
 
-  // Decompose this thread's rows once; the k loop then only decodes taps.
-  __device__ __forceinline__ void init(const T* x, const ConvShape* s, int m0, int M, bool vec_) {
+  __device__ __forceinline__ int async_row(int i) const {
+    return (int)(threadIdx.x / CPR) + i * (THREADS / CPR);
+  }
+
+  __device__ __forceinline__ bool async_ok() const { return async_mode; }
+
+  // Decompose this thread's rows once; the k loop then only decodes taps.  In the multistage
+  // mode (channels-last, one tap per slice, chunk-aligned channels) the rows are those of its
+  // chunks.
+  __device__ __forceinline__ void init(const T* x, const ConvShape* s, int m0, int M, int vec_) {
     sh = s;
     taps = s->KD * s->KH * s->KW;
     K = s->Cg * taps;
     tap_uniform = s->Cg % BK == 0;
     vec = vec_;
+    async_mode = CL && ROW_K && tap_uniform && vec >= 2;
 #pragma unroll
     for (int r = 0; r < NROWS; ++r) {
-      int m = m0 + row_of(r);
+      if (async_mode && r >= NCH) break;
+      int m = m0 + (async_mode ? async_row(r) : row_of(r));
       if (m < M) {
         const int ow = m % s->OW; m /= s->OW;
         const int oh = m % s->OH; m /= s->OH;
@@ -225,6 +284,33 @@ struct Im2colLoader {
     split_tap(t, kd, kh, kw);
   }
 
+  // Step the tap-uniform cursor to the next slice: channels first, then kw, kh, kd (no division).
+  __device__ __forceinline__ void step_slice() {
+    c0 += BK;
+    if (c0 >= sh->Cg) {
+      c0 = 0;
+      if (++kw == sh->KW) {
+        kw = 0;
+        if (++kh == sh->KH) { kh = 0; ++kd; }
+      }
+    }
+  }
+
+  template <typename S>
+  __device__ __forceinline__ void issue(S* smem) {
+    const int k0 = kc;
+    kc += BK;
+    const bool kin = k0 < K;
+#pragma unroll
+    for (int i = 0; i < NCH; ++i) {
+      const int kk = (int)((threadIdx.x + i * THREADS) % CPR) * CH;
+      index_t off = 0;
+      const bool ok = kin && offset(i, c0 + kk, kd, kh, kw, off);
+      cp_async16(smem + async_row(i) * LD + kk, rowbase[i] + (ok ? off : 0), ok);
+    }
+    step_slice();
+  }
+
   __device__ __forceinline__ void load() {
     const ConvShape& s = *sh;
     const int k0 = kc;
@@ -244,15 +330,7 @@ struct Im2colLoader {
           for (int e = 0; e < 4; ++e) regs[j][e] = load_as<A>(rowbase[r][off + e * s.xsc]);
         }
       }
-      // step to the next slice: channels first, then kw, kh, kd (no division)
-      c0 += BK;
-      if (c0 >= s.Cg) {
-        c0 = 0;
-        if (++kw == s.KW) {
-          kw = 0;
-          if (++kh == s.KH) { kh = 0; ++kd; }
-        }
-      }
+      step_slice();
     } else {
 #pragma unroll
       for (int j = 0; j < GROUPS; ++j) {
@@ -297,7 +375,7 @@ struct Im2colTLoader {
   const T* x;       // x + group's first channel
   const ConvShape* sh;
   int rows, K;      // valid rows (taps * Cg - j0) and the end of this block's pixel range
-  bool vec;
+  int vec;
   int kc;
   index_t coff[VECS][4];         // channel offset of each row
   int tdd[VECS][4], thd[VECS][4], twd[VECS][4];  // dilated tap offsets of each row
@@ -309,7 +387,12 @@ struct Im2colTLoader {
     kk = idx / (ROWS / 4);
   }
 
-  __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int j0, int rows_, bool vec_) {
+  // Rows (not k) are contiguous here: no 16-byte chunks of k, so never the multistage path.
+  __device__ __forceinline__ bool async_ok() const { return false; }
+  template <typename S>
+  __device__ __forceinline__ void issue(S*) { CC_TRAP(); }
+
+  __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int j0, int rows_, int vec_) {
     x = x_; sh = s; rows = rows_; vec = vec_;
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {
