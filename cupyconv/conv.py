@@ -35,7 +35,8 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     ----------
     x : cupy.ndarray
         Input, ``(N, C, *spatial)`` for ``layout="NCHW"`` or ``(N, *spatial, C)`` for ``"NHWC"``,
-        with 1, 2 or 3 spatial dims; float16 (accumulated in float32), float32 or float64.
+        with 1, 2 or 3 spatial dims; float16, bfloat16 (accumulated in float32), float32 or
+        float64.
     w : cupy.ndarray
         Weights, ``(K, C/groups, *kernel)`` (NCHW) or ``(K, *kernel, C/groups)`` (NHWC), same dtype.
     bias : cupy.ndarray, optional

@@ -25,7 +25,8 @@ def gemm(a, b, out=None):
     Parameters
     ----------
     a : cupy.ndarray
-        ``(M, K)`` or a batch ``(B, M, K)``; float16 (float32 accumulation), float32 or float64.
+        ``(M, K)`` or a batch ``(B, M, K)``; float16, bfloat16 (accumulated in float32), float32
+        or float64.
     b : cupy.ndarray
         ``(K, N)`` or ``(B, K, N)``, same dtype.  A 2-D operand is shared by every batch entry.
     out : cupy.ndarray, optional
