@@ -49,10 +49,10 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
 
     ``dy`` has the forward output's shape, ``w`` the forward weight's, ``input_shape`` is the shape
     of ``x``; the options are those of the forward call (every padding form, groups, dilation,
-    both layouts, 1-3 spatial dims; float16, bfloat16, float32, float64; ``precision`` as in
-    :func:`cupyconv.conv`).  Computed per stride phase on the implicit
-    GEMM: each element of the result is written once, with no atomics, so repeated calls give
-    bitwise-equal results.  Depthwise problems (groups == channels) run on the depthwise kernels
+    both layouts, 1-3 spatial dims; float16, bfloat16 (accumulated in float32), float32 or
+    float64; ``precision`` as in :func:`cupyconv.conv`).  Computed per stride phase on the
+    implicit GEMM: each element of the result is written once, with no atomics, so repeated calls
+    give bitwise-equal results.  Depthwise problems (groups == channels) run on the depthwise kernels
     (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
     ``input_shape`` to write into.
     """
@@ -77,8 +77,8 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     """Gradient of :func:`cupyconv.conv` with respect to its weight ``w``.
 
     ``x`` is the forward input, ``dy`` has the forward output's shape, ``weight_shape`` is the
-    shape of ``w``; options (``precision`` included) as in the forward call.  A GEMM over k = N * output pixels, split into
-    parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
+    shape of ``w``; options, dtypes and ``precision`` as in the forward call.  A GEMM over
+    k = N * output pixels, split into parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
     kernel, so results are bitwise reproducible.  Depthwise problems run on the depthwise kernels
     (per-chunk partial sums, reduced in a fixed order; ``method``: "auto", "implicit_gemm" or
     "depthwise").  ``out``: C-contiguous array of ``weight_shape``.
@@ -109,7 +109,8 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     full output).  ``output_padding``: extra size at the end of each dim, smaller than the stride
     or the dilation.  Output size per dim: ``(in - 1) * stride - lo - hi + dilation * (k - 1) +
     output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution
-    (``method`` as in :func:`conv_backward_data`, ``precision`` as in :func:`cupyconv.conv`).
+    (``method`` and dtypes as in :func:`conv_backward_data`, ``precision`` as in
+    :func:`cupyconv.conv`).
     """
     key = call_key("conv_transpose", (x, w, bias, out),
                    (stride, padding, output_padding, dilation, groups, layout, method,

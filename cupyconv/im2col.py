@@ -18,7 +18,7 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
     ----------
     x : cupy.ndarray
         ``(N, C, *spatial)`` (``layout="NCHW"``) or ``(N, *spatial, C)`` (``"NHWC"``), 1-3 spatial
-        dims, float16/float32/float64.
+        dims; float16, bfloat16, float32 or float64 (the values are copied, not rounded).
     kernel_size : int or tuple of int
         Kernel extent per spatial dim.
     stride, padding, dilation :
@@ -67,7 +67,8 @@ def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, la
 
     ``col`` has the shape :func:`im2col` returns for an input of ``input_shape``; overlapping
     windows add up and padding positions are dropped.  Each output element is gathered by one
-    thread in a fixed order (no atomics): deterministic.  Returns an array of ``input_shape``.
+    thread in a fixed order (no atomics): deterministic; 2-byte types (float16, bfloat16) sum in
+    float32.  Returns an array of ``input_shape``.
     """
     key = call_key("col2im", (col, out),
                    (input_shape, kernel_size, stride, padding, dilation, layout))

@@ -6,7 +6,9 @@ slice of the (padded) activation and one grouped contraction.  Every shape rule 
 :class:`cupyconv._core.geometry.ConvGeometry`; nothing here recomputes an output size.
 
 Inputs may be NumPy arrays, anything :func:`numpy.asarray` takes, or CuPy arrays (converted with
-``.get()``).  Results are always float64 NumPy arrays in the caller's layout.
+``.get()``).  Every real input type is widened to float64 first (bfloat16 and float16 exactly), and
+results are always float64 NumPy arrays in the caller's layout: a test rounds them to the output
+type itself where it needs to (``verify.tolerance`` does, for the 2-byte types).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 
 import numpy as np
 
+from cupyconv._core.dtypes import is_real_float
 from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding,
                                      normalize_padding, per_dim, transpose_output_spatial)
 
@@ -24,13 +27,14 @@ __all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose
 
 # ---------------------------------------------------------------------------------------- helpers
 def _as_float64(a, name: str) -> np.ndarray:
-    """``a`` as a float64 NumPy array (CuPy arrays via ``.get()``); complex and non-numeric rejected."""
+    """``a`` as a float64 NumPy array (CuPy arrays via ``.get()``); complex and non-numeric rejected.
+    bfloat16 (ml_dtypes' type, which NumPy files under kind "V") is real and accepted."""
     if hasattr(a, "get") and not isinstance(a, (np.ndarray, dict)):
         a = a.get()
     a = np.asarray(a)
     if a.dtype.kind == "c":
         raise TypeError(f"{name} must be real, got complex dtype {a.dtype}")
-    if a.dtype.kind not in "biuf":
+    if a.dtype.kind not in "biu" and not is_real_float(a.dtype):
         raise TypeError(f"{name} must be a numeric array, got dtype {a.dtype}")
     return a.astype(np.float64, copy=False)
 

@@ -22,8 +22,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     Parameters
     ----------
     x : cupy.ndarray
-        ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC), 1-3 spatial dims,
-        float16/32/64.
+        ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC), 1-3 spatial dims;
+        float16, bfloat16 (accumulated in float32), float32 or float64.
     w_dw : cupy.ndarray
         Depthwise weights ``(M*C, 1, *kernel)`` (NCHW) or ``(M*C, *kernel, 1)`` (NHWC), channel
         multiplier ``M >= 1``.

@@ -14,7 +14,8 @@ and the FFT path with a cost model (``cupyconv._dispatch.signal``).
 
 Differences from SciPy: empty inputs raise ``ValueError`` (except in ``fftconvolve``); a float16
 result under ``method="auto"`` takes the FFT path (SciPy's direct loops refuse float16); integer
-inputs under ``"auto"`` always take the exact direct path.
+inputs under ``"auto"`` always take the exact direct path.  bfloat16 arrays raise ``TypeError``
+naming the argument (SciPy has no bfloat16; :func:`cupyconv.conv` and its siblings take it).
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ PASS_WEIGHTS = (0.3, 0.2, 0.2, 0.15, 0.15)
 FORWARD_METHODS = ("auto", "implicit_gemm", "im2col_gemm", "direct")      # + "depthwise"
 BACKWARD_METHODS = ("auto", "implicit_gemm")                              # + "depthwise"
 SEPARABLE_METHODS = ("auto", "fused", "unfused")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+DTYPE_WEIGHTS = (0.45, 0.3, 0.15, 0.1)
 PADDING_FORMS = ("int", "per_dim", "pairs", "valid", "same", "same_lower")
 TRANSPOSE_PADDING_FORMS = ("int", "per_dim", "pairs")
 # ValueErrors the library documents for problems a named method cannot run: those problems are
@@ -75,7 +77,7 @@ def _draw(rng, seed, index):
     p["pass"] = _choice(rng, PASSES, p=PASS_WEIGHTS)
     nsp = int(rng.choice([1, 2, 3], p=[0.3, 0.5, 0.2]))
     p["ndim"] = nsp
-    p["dtype"] = _choice(rng, ("float32", "float64", "float16"), p=(0.5, 0.35, 0.15))
+    p["dtype"] = _choice(rng, DTYPES, p=DTYPE_WEIGHTS)
     p["layout"] = _choice(rng, ("NCHW", "NHWC"))
     p["n"] = int(rng.integers(1, 4))
     big = 6 if nsp == 3 else 12

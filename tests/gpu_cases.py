@@ -28,6 +28,11 @@ CASES = [
 ]
 LAYOUTS = ("NCHW", "NHWC")
 DTYPES = ("float16", "float32", "float64")
+# bfloat16 runs float16's code paths (2-byte storage, float32 accumulation), so a representative
+# part of the grid covers it rather than a fourth full dtype: 1-, 2- and 3-d, groups with
+# dilation and asymmetric padding, depthwise with stride, a channel multiplier, a long reduction.
+BF16_CASES = [CASES[i] for i in (0, 4, 5, 6, 11, 13)]
+ALL_DTYPES = DTYPES + ("bfloat16",)
 
 
 def case_id(case):
@@ -35,6 +40,18 @@ def case_id(case):
     return (f"{len(case['sp'])}d-c{case['c']}k{case['k']}-{'x'.join(map(str, case['ker']))}"
             f"-s{o.get('stride', 1)}-p{o.get('padding', 0)}-d{o.get('dilation', 1)}-g{o.get('groups', 1)}"
             ).replace(" ", "")
+
+
+def dtypes_for(case, bf16_cases=BF16_CASES) -> tuple[str, ...]:
+    """The dtypes a grid test runs ``case`` in: DTYPES, and bfloat16 too for ``bf16_cases``."""
+    return ALL_DTYPES if case in bf16_cases else DTYPES
+
+
+def with_dtypes(cases, bf16_cases=BF16_CASES, ids=case_id):
+    """``pytest.param(case, dtype)`` for every case of ``cases`` in each of its dtypes."""
+    import pytest
+
+    return [pytest.param(c, d, id=f"{ids(c)}-{d}") for c in cases for d in dtypes_for(c, bf16_cases)]
 
 
 def shapes(case, layout):

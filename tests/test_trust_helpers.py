@@ -4,6 +4,7 @@ NumPy against a stand-in library built from cupyconv.reference.  No GPU needed."
 
 import collections
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -22,7 +23,8 @@ def test_make_view_holds_the_values_with_the_drawn_layout(kind):
     for trial in range(60):
         nd = int(rng.integers(1, 6))
         shape = tuple(int(rng.integers(1, 5)) for _ in range(nd))
-        host = rng.uniform(-1, 1, size=shape).astype(rng.choice(["float16", "float32", "float64"]))
+        host = rng.uniform(-1, 1, size=shape).astype(rng.choice(["float16", "bfloat16", "float32",
+                                                                 "float64"]))
         spec = view_spec(rng, nd, kind)
         v = make_view(np, host, spec)
         assert v.shape == host.shape and v.dtype == host.dtype
@@ -77,7 +79,7 @@ def test_problem_mix_covers_every_option():
             seen["multiplier"].add(p["pass"])
     assert seen["pass"] == set(fz.PASSES)
     assert seen["ndim"] == {1, 2, 3} and seen["layout"] == {"NCHW", "NHWC"}
-    assert seen["dtype"] == {"float16", "float32", "float64"}
+    assert seen["dtype"] == set(fz.DTYPES)
     assert seen["group_kind"] == {"dense", "grouped", "depthwise"}
     assert seen["out"] == {None, "fresh", "offset"}
     assert seen["padding_form"] == set(fz.PADDING_FORMS)
@@ -130,7 +132,7 @@ class RefLib:
                              "in shared memory; use method='auto' or 'unfused'")
         c = x.shape[-1] if layout == "NHWC" else x.shape[1]
         t = reference.conv(x, w_dw, bias_dw, groups=c, layout=layout, **o)
-        t = t.astype(x.dtype).astype(np.float64)        # an unfused float16 intermediate
+        t = t.astype(x.dtype).astype(np.float64)        # an unfused 2-byte intermediate
         t = np.maximum(t, 0) if activation == "relu" else np.clip(t, 0, 6) if activation else t
         return self._finish(reference.conv(t, w_pw, bias_pw, layout=layout), out, x.dtype)
 
@@ -276,5 +278,9 @@ def test_tolerances_follow_the_suite():
     t16 = tolerance("float16", ref)
     assert 1e-6 < t16 < 1e-3
     assert rel_error(ref.astype(np.float16), ref) <= t16
+    tbf16 = tolerance("bfloat16", ref)          # 3 fewer mantissa bits than float16
+    assert 4 * t16 < tbf16 < 1e-2
+    assert rel_error(ref.astype(ml_dtypes.bfloat16), ref) <= tbf16
+    assert tolerance(ml_dtypes.bfloat16, ref) == tbf16
     assert rel_error(np.full(101, np.nan), ref) == float("inf")
     assert cupyconv.output_shape((1, 1, 5, 5), (1, 1, 3, 3), padding=1) == (1, 1, 5, 5)

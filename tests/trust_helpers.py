@@ -5,19 +5,22 @@ exercise it on NumPy (test_trust_helpers.py) while the GPU tests run it on CuPy.
 API of cupyconv and :mod:`cupyconv.reference` are used.
 
 Judging follows the suite's convention: relative error ``||out - ref|| / ||ref||`` in float64
-against a float64 reference; float32 within 1e-5, float64 within 1e-12, float16 within a multiple
-of the error of the reference itself rounded to float16 (the best a float16 output can do).
+against a float64 reference; float32 within 1e-5, float64 within 1e-12, float16 and bfloat16
+within a multiple of the error of the reference itself rounded to that type (the best a 2-byte
+output can do).
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes  # defines bfloat16 for NumPy: np.dtype("bfloat16") resolves once it is imported
 import numpy as np
 
 from cupyconv import reference
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
+HALF = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}  # 2-byte types: relative tolerance
 
 
 def to_host(a) -> np.ndarray:
@@ -40,9 +43,9 @@ def rel_error(out, ref) -> float:
 def tolerance(dtype, ref, fp16_factor: float = 2.0, fp16_floor: float = 1e-6) -> float:
     """Largest acceptable :func:`rel_error` of a ``dtype`` result against the float64 ``ref``."""
     name = np.dtype(dtype).name
-    if name == "float16":
+    if name in HALF:  # fp16_factor and fp16_floor apply to both 2-byte types
         ref = to_host(ref).astype(np.float64)
-        return fp16_factor * rel_error(ref.astype(np.float16), ref) + fp16_floor
+        return fp16_factor * rel_error(ref.astype(HALF[name]), ref) + fp16_floor
     return TOL[name]
 
 
@@ -120,7 +123,8 @@ def describe_view(a) -> str:
         return "None"
     item = a.dtype.itemsize
     strides = tuple(s // item for s in a.strides)
-    ptr = a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+    # (a NumPy array's .data is a memoryview, which refuses bfloat16: ask NumPy for the address)
+    ptr = a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
     return f"shape={tuple(a.shape)} elem_strides={strides} ptr%16={ptr % 16} dtype={a.dtype}"
 
 

@@ -2,8 +2,9 @@
 
 Two numbers per device: the copy bandwidth (a device-to-device ``memcpy``, bytes read + written
 per second: what a bandwidth-bound kernel can hope for) and the GEMM rate of ``cupy.matmul``
-(cuBLAS) per dtype (what a compute-bound kernel in that dtype can hope for; for float16 cuBLAS uses
-tensor cores, which cupyconv's kernels do not, so that percentage is honest but low).  Both are
+(cuBLAS) per dtype (what a compute-bound kernel in that dtype can hope for; for float16 and
+bfloat16 cuBLAS uses tensor cores, which cupyconv's kernels do not, so that percentage is honest
+but low).  Both are
 measured once per process and device; :data:`TABLE` holds the numbers measured on known devices
 (``benchmarks`` anchors) for reports written where no GPU is present.
 """
@@ -15,15 +16,16 @@ from dataclasses import dataclass
 from cupyconv._core.caches import memoized
 
 # Measured on one NVIDIA H200 (2026-11-22, /work/shared/notes/anchors.md): memcpy 4.27 TB/s,
-# cuBLAS 8192^3 fp32 TF32 off 51.3 TFLOP/s, fp16 657; fp64 from the data sheet (~60 with
-# DGEMM on the FP64 tensor cores; not measured there).
+# cuBLAS 8192^3 fp32 TF32 off 51.3 TFLOP/s, fp16 657, bf16 733; fp64 from the data sheet (~60
+# with DGEMM on the FP64 tensor cores; not measured there).
 TABLE = {
     "NVIDIA H200": {"bandwidth": 4.27e12,
-                    "flops": {"float32": 51.3e12, "float16": 657e12, "float64": 60e12}},
+                    "flops": {"float32": 51.3e12, "float16": 657e12, "bfloat16": 733e12,
+                              "float64": 60e12}},
 }
 
 _COPY_BYTES = 512 * 2 ** 20
-_GEMM_SIZE = {"float16": 8192, "float32": 8192, "float64": 4096}
+_GEMM_SIZE = {"float16": 8192, "bfloat16": 8192, "float32": 8192, "float64": 4096}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ PROBLEMS = (
     ("2-d NHWC 5x5 s2 same", (4, 63, 61, 16), (24, 5, 5, 16), dict(stride=2, padding="same",
                                                                     layout="NHWC"), "float32"),
     ("2-d 3x3 fp16 groups 4", (4, 32, 40, 40), (32, 8, 3, 3), dict(padding=1, groups=4), "float16"),
+    ("2-d NHWC 3x3 bf16", (4, 40, 40, 32), (32, 3, 3, 32), dict(padding=1, layout="NHWC"),
+     "bfloat16"),
     ("2-d depthwise 3x3 d2", (2, 24, 50, 50), (24, 1, 3, 3), dict(padding=2, dilation=2,
                                                                    groups=24), "float32"),
     ("1-d k7 s3 asym pad", (8, 12, 1000), (16, 12, 7), dict(stride=3, padding=[(4, 1)]), "float64"),

@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 
 from cupyconv._cli.profile_args import ProfileProblem
+from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.verify import TOLERANCE, rel_error, tolerance
 
 REFERENCES = {1: "float64 CPU reference (NumPy/SciPy)", 2: "float64 GPU reference"}
@@ -57,7 +58,7 @@ def tolerance_for(dtype: str, ref) -> float:
 
 def verdict(out, ref, dtype: str) -> dict:
     """{"error", "tolerance", "passed"}: relative error of ``out`` against a float64 ``ref``."""
-    if np.dtype(dtype).kind == "c":
+    if numpy_dtype(dtype).kind == "c":
         out_h = np.asarray(out.get() if hasattr(out, "get") else out)
         ref_h = np.asarray(ref.get() if hasattr(ref, "get") else ref)
         denom = np.linalg.norm(ref_h.ravel()) or 1.0

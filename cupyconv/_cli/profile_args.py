@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from cupyconv._core.geometry import (PADDING_MODES, ConvGeometry, normalize_output_padding,
                                      normalize_padding, per_dim, transpose_output_spatial)
+from cupyconv._core.kernels import DTYPES
 
 OPS = ("fwd", "bwd-data", "bwd-weight", "transpose", "separable", "signal")
-CONV_DTYPES = ("float16", "float32", "float64")
+CONV_DTYPES = DTYPES  # every kernel dtype
 SIGNAL_DTYPES = ("float32", "float64", "complex64", "complex128")
 VERIFY_HELP = "0: none, 1: float64 CPU reference (NumPy/SciPy), 2: float64 GPU reference"
 INIT_HELP = "0: none (uninitialized memory, timing only), 1: small integers, 2: random decimals"

@@ -16,13 +16,11 @@ from typing import Callable
 import numpy as np
 
 from cupyconv._cli.profile_args import ProfileProblem
+from cupyconv._core.dtypes import itemsize, numpy_dtype
 
 
 class MissingOperation(RuntimeError):
     """The operation's module is not in this cupyconv (separable_conv, signal)."""
-
-
-ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
 
 
 def host_input(rng: np.random.Generator, shape, dtype: str, init: int):
@@ -37,7 +35,7 @@ def host_input(rng: np.random.Generator, shape, dtype: str, init: int):
         return rng.uniform(-1.0, 1.0, size=shape)
 
     data = draw() + 1j * draw() if dtype.startswith("complex") else draw()
-    return data.astype(dtype)
+    return data.astype(numpy_dtype(dtype))
 
 
 @dataclass
@@ -148,7 +146,7 @@ def _fwd(prob, rng) -> OpRun:
         cpu_reference=lambda: cc.reference.conv(xh, wh, bh, **opts),
         gpu_reference=lambda: cc.conv(_f64(x), _f64(w), None if b is None else _f64(b),
                                       method="direct", **opts),
-        flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
+        flops=geom.flops, nbytes=geom.bytes_moved(itemsize(prob.dtype)),
         shapes={"x": geom.input_shape, "w": geom.weight_shape, "y": geom.output_shape},
         algorithm=describe(geom, prob.method))
 
@@ -182,7 +180,7 @@ def _bwd_data(prob, rng) -> OpRun:
         call=lambda: cc.conv_backward_data(dy, w, geom.input_shape, **opts),
         cpu_reference=lambda: cc.reference.conv_backward_data(dyh, wh, geom.input_shape, **opts),
         gpu_reference=lambda: gpu_backward_data64(geom, dy, w),
-        flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
+        flops=geom.flops, nbytes=geom.bytes_moved(itemsize(prob.dtype)),
         shapes={"dy": geom.output_shape, "w": geom.weight_shape, "dx": geom.input_shape},
         algorithm=_backward_algorithm(geom, "data", "backward_data"))
 
@@ -198,7 +196,7 @@ def _bwd_weight(prob, rng) -> OpRun:
         cpu_reference=lambda: cc.reference.conv_backward_weight(xh, dyh, geom.weight_shape,
                                                                 **opts),
         gpu_reference=lambda: gpu_backward_weight64(geom, x, dy),
-        flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
+        flops=geom.flops, nbytes=geom.bytes_moved(itemsize(prob.dtype)),
         shapes={"x": geom.input_shape, "dy": geom.output_shape, "dw": geom.weight_shape},
         algorithm=_backward_algorithm(geom, "weight", "backward_weight"))
 
@@ -226,7 +224,7 @@ def _transpose(prob, rng) -> OpRun:
     return OpRun(
         call=lambda: cc.conv_transpose(x, w, b, **opts),
         cpu_reference=lambda: cc.reference.conv_transpose(xh, wh, bh, **opts),
-        gpu_reference=gpu_ref, flops=geom.flops, nbytes=geom.bytes_moved(ITEMSIZE[prob.dtype]),
+        gpu_reference=gpu_ref, flops=geom.flops, nbytes=geom.bytes_moved(itemsize(prob.dtype)),
         shapes={"x": prob.x_shape, "w": prob.w_shape, "y": geom.input_shape},
         algorithm=_backward_algorithm(geom, "data", "transpose",
                                       "backward-data of the matching forward conv: "))
@@ -258,7 +256,7 @@ def _separable(prob, rng) -> OpRun:
                     **spatial_opts)
         return cc.conv(t, f(wp), f(bp), layout=dw.layout, method="direct")
 
-    item = ITEMSIZE[prob.dtype]
+    item = itemsize(prob.dtype)
     nbytes = item * (math.prod(dw.input_shape) + math.prod(dw.weight_shape)
                      + math.prod(pw.weight_shape) + math.prod(pw.output_shape))
     return OpRun(
@@ -296,6 +294,6 @@ def _signal(prob, rng) -> OpRun:
         cpu_reference=cpu_ref,
         gpu_reference=lambda: fn(_f64(a), _f64(b), mode=s["mode"], method="direct"),
         flops=2 * mult * s["macs"],
-        nbytes=ITEMSIZE[prob.dtype] * (math.prod(s["in1"]) + math.prod(s["in2"])
+        nbytes=itemsize(prob.dtype) * (math.prod(s["in1"]) + math.prod(s["in2"])
                                        + math.prod(s["out"])),
         shapes={"in1": s["in1"], "in2": s["in2"], "out": s["out"]}, algorithm=algorithm)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from cupyconv._core.caches import memoized
+from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
 
@@ -102,7 +101,7 @@ def _device_memory(device_id: int) -> int:
 def check_fits_device(shape: tuple, dtype: str, what: str) -> None:
     """A ValueError naming ``what`` where a new ``shape`` array could never be allocated: more
     bytes than the current GPU has in all (the arguments describe a result no GPU holds)."""
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    nbytes = math.prod(shape) * itemsize(dtype)
     device = _cupy().cuda.Device()
     total = _device_memory(device.id)
     if nbytes > total:

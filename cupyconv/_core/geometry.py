@@ -2,7 +2,8 @@
 
 Everything that needs an output size, a padding pair, a GEMM mapping or a FLOP count reads it from
 :class:`ConvGeometry`; nothing else in the package recomputes shapes.  The module needs no GPU and no
-CuPy (NumPy only to name dtypes), and geometries are hashable: they key the plan cache.
+CuPy (NumPy only to name dtypes, through :mod:`cupyconv._core.dtypes`), and geometries are
+hashable: they key the plan cache.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
+from cupyconv._core.dtypes import dtype_name, itemsize
 
 LAYOUTS = ("NCHW", "NHWC")
 PADDING_MODES = ("valid", "same", "same_lower")
@@ -65,10 +66,10 @@ def check_tensor_size(name: str, shape, dtype=None) -> None:
     """Raise ValueError when a tensor of ``shape`` (and ``dtype``; without one, 1 byte an element)
     would take more than :data:`MAX_TENSOR_BYTES` (2**48 bytes, more than any GPU addresses)."""
     elements = math.prod(shape)
-    itemsize = 1 if dtype is None else np.dtype(dtype).itemsize
-    if elements * itemsize > MAX_TENSOR_BYTES:
+    size = 1 if dtype is None else itemsize(dtype)
+    if elements * size > MAX_TENSOR_BYTES:
         unit = "bytes" if dtype is not None else "elements"
-        raise ValueError(f"{name} of shape {tuple(shape)} would hold {elements * itemsize:.3g} "
+        raise ValueError(f"{name} of shape {tuple(shape)} would hold {elements * size:.3g} "
                          f"{unit}, more than the limit of 2**48 {unit} (256 TiB, more than any "
                          f"GPU can address)")
 
@@ -191,7 +192,7 @@ class ConvGeometry:
         the validation); invalid ones raise every time.
         """
         args = (input_shape, weight_shape, stride, padding, dilation, groups, layout,
-                None if dtype is None else np.dtype(dtype).name, ndim)
+                None if dtype is None else dtype_name(dtype), ndim)
         try:
             key = _freeze(args)
             geom = _GEOMETRIES.get(key)
@@ -246,7 +247,7 @@ class ConvGeometry:
         dilation = per_dim(dilation, nsp, "dilation", 1)
         lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
         geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
-                   None if dtype is None else np.dtype(dtype).name)
+                   None if dtype is None else dtype_name(dtype))
         check_extents("the dilated kernel extent (kernel - 1) * dilation + 1",
                       effective_kernel(kernel, dilation), f" in every spatial dim (kernel "
                       f"{kernel}, dilation {dilation})")

@@ -1,17 +1,26 @@
 """How results are judged, in one place for the tests, the demo and the profiler.
 
 Error is ``||out - ref|| / ||ref||`` against a float64 reference.  float32 and float64 results must
-land under fixed bounds far above their rounding; a float16 result must be within 2x the error of
-the float64 reference itself rounded to float16 (the best a float16 output can do), plus a floor
-for results whose norm is tiny.
+land under fixed bounds far above their rounding; a float16 or bfloat16 result must be within 2x
+the error of the float64 reference itself rounded to that type (the best a 2-byte output can do),
+plus a floor for results whose norm is tiny.  bfloat16 arrays are built on the host with
+``ml_dtypes.bfloat16`` (through :mod:`cupyconv._core.dtypes`, which imports it on first use).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from cupyconv._core.dtypes import HALF_DTYPES, dtype_name, numpy_dtype
+
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
-FP16_FACTOR = 2.0
+HALF_FACTOR = 2.0  # a 2-byte result may be this many times as far off as the rounded reference
+HALF_FLOOR = 1e-6
+# The relative difference allowed between two GPU results of one problem (the tuner's check of
+# each candidate against the direct kernel): both are rounded to the output type, so 2-byte
+# results may differ by an ulp per element (2**-11 for float16, 2**-8 for bfloat16: 8x apart).
+AGREEMENT = {"float16": 1e-2, "bfloat16": 8e-2, "float32": 100 * TOLERANCE["float32"],
+             "float64": 100 * TOLERANCE["float64"]}
 TF32_FACTOR = 2.0
 
 
@@ -33,10 +42,10 @@ def rel_error(out, ref) -> float:
 
 def tolerance(dtype, ref) -> float:
     """Largest acceptable :func:`rel_error` of a ``dtype`` result against the float64 ``ref``."""
-    name = np.dtype(dtype).name
-    if name == "float16":
+    name = dtype_name(dtype)
+    if name in HALF_DTYPES:
         ref = to_numpy(ref).astype(np.float64)
-        return FP16_FACTOR * rel_error(ref.astype(np.float16), ref) + 1e-6
+        return HALF_FACTOR * rel_error(ref.astype(numpy_dtype(name)), ref) + HALF_FLOOR
     return TOLERANCE[name]
 
 
@@ -57,8 +66,8 @@ def tf32_tolerance(ref, ref_of_rounded) -> float:
 
 
 def random_array(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:
-    """Uniform(-1, 1) values, never all zero, rounded to ``dtype``."""
-    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    """Uniform(-1, 1) values, never all zero, rounded to ``dtype`` (bfloat16 included)."""
+    return rng.uniform(-1.0, 1.0, size=shape).astype(numpy_dtype(dtype))
 
 
 def poison(a):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from cupyconv._core import jit
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
+from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_KF, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
                                     DEPTHWISE_WGRAD_GATHER, DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS,
@@ -47,7 +48,8 @@ def is_depthwise(geom: ConvGeometry) -> bool:
 
 
 def _acc_bytes(dtype: str) -> int:
-    return 8 if dtype == "float64" else 4
+    """Bytes per element of the compute type (float32 for the 2-byte storage types)."""
+    return itemsize(compute_dtype(dtype))
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ class PlanePlan:
     rounds: int
     d: int
     vec_out: bool
-    itemsize: int  # of the compute type (float32 for float16)
+    itemsize: int  # of the compute type (float32 for float16 and bfloat16)
     kh: int
     ry: int  # output rows per item: the kernel's DP_ROWS
 
@@ -205,23 +207,23 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
     if kwb is None:
         return None
     oh, ow = g3["out_spatial"][1:]
-    itemsize = _acc_bytes(geom.dtype)  # taps, biases and buffers are in the compute type
+    acc_size = _acc_bytes(geom.dtype)  # taps, biases and buffers are in the compute type
     d = -g3["pad_lo"][2] % 4
     strips = math.ceil((ow + d) / 128)
     qw = math.ceil(math.ceil((ow + d) / strips) / 4)
     gw = 32 // qw
-    ry = ry or plane_rows_per_thread(itemsize)
+    ry = ry or plane_rows_per_thread(acc_size)
     cpp = strips * math.ceil(oh / ry)
     items = geom.batch * geom.out_channels * cpp
     if items >= 2 ** 31:
         return None
     if rounds is None:
-        rounds = PLANE_ROUNDS[itemsize]
+        rounds = PLANE_ROUNDS[acc_size]
         while rounds > 1 and items < PLANE_MIN_BLOCKS * rounds * warps * gw:
             rounds //= 2
     kf = kh if kh == kw and kh in PLANE_SQUARES else 0
     return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
-                     vec_out and d == 0 and ow % 4 == 0, itemsize, kh, ry)
+                     vec_out and d == 0 and ow % 4 == 0, acc_size, kh, ry)
 
 
 def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...]) -> bool:
@@ -436,6 +438,6 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     with dw.device:
         if tiled:  # the plane and tile kernels read dy contiguous
             dy = contiguous(dy)
-        partial = scratch(count, "float64" if geom.dtype == "float64" else "float32")
+        partial = scratch(count, compute_dtype(geom.dtype))
         main(x, dy, partial)
         reduce(partial, dw, dw)

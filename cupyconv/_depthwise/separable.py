@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from cupyconv._core import jit
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
+from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import KERNEL_CONSTANTS, SEPARABLE_KT, separable_module
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s,
@@ -91,8 +92,8 @@ def fused_plan(dw: ConvGeometry, kp: int, smem_budget: int = SMEM_LIMIT) -> Fuse
     rows_max = (th - 1) * sh + (kh - 1) * dh + 1
     # room for the vector staging's shift of up to 3 columns and the 3x3 step's third 4-vector
     pitch = _round4((tw - 1) * sw + (kw - 1) * dwl + 1 + 3) + (4 if kh == kw == 3 else 0)
-    acc = 8 if dw.dtype == "float64" else 4
-    item = {"float16": 2, "float32": 4, "float64": 8}[dw.dtype]
+    acc = itemsize(compute_dtype(dw.dtype))
+    item = itemsize(dw.dtype)
     for cc in (SEP_CC, 8, 4, 2, 1):
         # tile and weights in the accumulator type, two window buffers in x's type
         smem = ((cc * th * tw + _round4(cc * kh * kw) + _round4(cc * kg * kt)) * acc

@@ -16,6 +16,7 @@ from typing import Callable
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous_vector
+from cupyconv._core.dtypes import HALF_DTYPES, itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
@@ -85,7 +86,7 @@ _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized wi
 
 
 def _bytes(g: ConvGeometry) -> int:
-    return g.bytes_moved({"float16": 2, "float32": 4, "float64": 8}[g.dtype])
+    return g.bytes_moved(itemsize(g.dtype))
 
 
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
@@ -133,7 +134,7 @@ def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
     gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id, g.precision)
     if is_pointwise(g):  # the column matrix is x itself: no im2col pass
         return _IM2COL_GEMM_FACTOR * gemm.seconds
-    col_bytes = math.prod(g.col_shape) * (2 if g.dtype == "float16" else 4)
+    col_bytes = math.prod(g.col_shape) * (2 if g.dtype in HALF_DTYPES else 4)
     return (_IM2COL_PASSES * col_bytes / BANDWIDTH + LAUNCH_S
             + _IM2COL_GEMM_FACTOR * gemm.seconds)
 

@@ -55,11 +55,16 @@ def check_boundary(boundary) -> str:
 
 # --------------------------------------------------------------------------- dtypes
 def check_dtype(dtype, name: str) -> np.dtype:
-    """``dtype`` if the signal API can compute with it (bool, integers, float16-64, complex)."""
+    """``dtype`` if the signal API can compute with it (bool, integers, float16-64, complex).
+
+    bfloat16 is refused: the API follows SciPy's dtype rules, and SciPy (NumPy) has no bfloat16
+    (ml_dtypes files it under kind "V", so the kind test below catches it)."""
     dtype = np.dtype(dtype)
     if dtype.kind not in "biufc" or dtype.itemsize > (16 if dtype.kind == "c" else 8):
+        hint = (f" (SciPy has no bfloat16: cast with {name}.astype(cupy.float32))"
+                if dtype.name == "bfloat16" else "")
         raise TypeError(f"{name} has dtype {dtype.name}; supported are bool, integers, float16, "
-                        f"float32, float64, complex64 and complex128")
+                        f"float32, float64, complex64 and complex128" + hint)
     return dtype
 
 

@@ -100,6 +100,23 @@ class TestOnDevice:
         with pytest.raises(ValueError, match="expected a 5-d input"):
             cupyconv.conv3d(x, w, **ok)
 
+    def test_mixed_bfloat16_and_float16_is_refused_before_any_compile(self, arrays):
+        import cupy
+        import ml_dtypes
+
+        x, w = arrays
+        xb, wh = x.astype(ml_dtypes.bfloat16), w.astype(cupy.float16)
+        jit.clear_cache()
+        with pytest.raises(TypeError, match="w has dtype float16 but the input has dtype bfloat16"):
+            cupyconv.conv(xb, wh, groups=2)
+        with pytest.raises(TypeError, match="dy has dtype float16 but the input has dtype bfloat16"):
+            cupyconv.conv_backward_weight(xb, cupy.ones((2, 6, 7, 7), cupy.float16), w.shape,
+                                          groups=2)
+        with pytest.raises(TypeError, match="out must have dtype bfloat16, got float16"):
+            cupyconv.conv(xb, w.astype(ml_dtypes.bfloat16), groups=2,
+                          out=cupy.empty((2, 6, 7, 7), cupy.float16))
+        assert jit.cache_info()["misses"] == 0
+
     def test_precompile_and_cache(self, arrays):
         x, w = arrays
         jit.clear_cache()

@@ -9,7 +9,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._dispatch.forward import FORWARD
 from cupyconv._core.verify import poison, random_array, rel_error, scipy_conv, tolerance
 
-from gpu_cases import CASES, DTYPES, LAYOUTS, case_id, rng_for, shapes
+from gpu_cases import BF16_CASES, CASES, LAYOUTS, case_id, dtypes_for, rng_for, shapes
 
 pytestmark = pytest.mark.gpu
 METHODS = ("auto",) + tuple(FORWARD)
@@ -31,13 +31,13 @@ def _applicable(case, layout, method):
                                                                dtype="float32", **case["opts"]))
 
 
-GRID = [pytest.param(case, layout, method, id=f"{case_id(case)}-{layout}-{method}")
+BF16 = BF16_CASES + DEPTHWISE_CASES[:2]
+GRID = [pytest.param(case, layout, method, dtype, id=f"{case_id(case)}-{layout}-{method}-{dtype}")
         for case in CASES + DEPTHWISE_CASES for layout in LAYOUTS for method in METHODS
-        if _applicable(case, layout, method)]
+        if _applicable(case, layout, method) for dtype in dtypes_for(case, BF16)]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case,layout,method", GRID)
+@pytest.mark.parametrize("case,layout,method,dtype", GRID)
 def test_forward_matches_reference_and_scipy(case, layout, dtype, method):
     import cupy
 

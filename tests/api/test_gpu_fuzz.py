@@ -5,7 +5,7 @@ sets the number of problems; they are split over ``SHARDS`` pytest cases so that
 spreads them.  Each problem draws: forward / backward-data / backward-weight / transpose /
 separable, 1-3 spatial dims, NCHW / NHWC, dense / grouped / depthwise (channel multipliers
 included), stride, dilation, every padding form, every method of its pass, float32 / float64 /
-float16, operands as random views (negative strides, permuted layouts, steps, offsets, slices of
+float16 / bfloat16, operands as random views (negative strides, permuted layouts, steps, offsets, slices of
 larger buffers whose unused memory holds NaN), strided or reversed bias, ``out=`` given (NaN
 poisoned, sometimes at an odd offset) or not.  A failure prints the whole problem and how to
 reproduce it from (seed, index).  A problem is skipped only where the library refuses it with a

@@ -90,7 +90,7 @@ def test_conv_warm_call_replays(name, method, bias):
     _twice(make, op, ref, "float32")
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_conv_warm_call_other_dtypes(dtype):
     _twice(_case(3, (2, 8, 12, 12), (8, 8, 3, 3), (8,), dtype=dtype),
            lambda x, w, b: cc.conv(x, w, b, padding=1),

@@ -25,7 +25,7 @@ from gpu_cases import rng_for
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "bfloat16", "float32", "float64")
 LAYOUTS = ("NCHW", "NHWC")
 
 

@@ -26,6 +26,8 @@ CASES = [
     ("transpose", ["-N", "2", "-C", "16", "-K", "8", "--input", "7", "--stride", "2", "--pad", "1",
                    "--output-padding", "1", "--bias"]),
     ("fwd", ["--ndim", "3", "-N", "1", "-C", "4", "-K", "8", "--input", "9", "--pad", "1"]),
+    ("bwd-data", ["-N", "2", "-C", "8", "-K", "8", "--input", "13", "--pad", "1", "--layout", "NHWC",
+                  "--dtype", "bfloat16"]),
 ]
 
 

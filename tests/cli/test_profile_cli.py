@@ -26,6 +26,7 @@ def test_forward_problem_from_the_command_line():
     assert g.spatial == (30, 31) and g.kernel == (3, 5) and g.stride == (2, 2)
     assert g.pad_lo == g.pad_hi == (1, 2)
     assert g.weight_shape == (48, 8, 3, 5) and g.dtype == "float16"
+    assert parse("fwd", "--dtype", "bfloat16").geom.dtype == "bfloat16"
     assert (p.method, p.verify, p.init, p.repeat) == ("implicit_gemm", 2, 1, 7)
 
 
@@ -89,6 +90,7 @@ def test_separable_and_signal_problems_parse_without_their_modules():
     (["signal", "-C", "3"], "one array and one kernel"),
     (["signal", "--stride", "2"], "--mode instead"),
     (["signal", "--dtype", "float16"], "for signal"),
+    (["signal", "--dtype", "bfloat16"], "for signal"),
     (["signal", "--method", "implicit_gemm"], "auto"),
     (["signal", "--input", "5,10", "--kernel", "7,3", "--mode", "valid"], "valid"),
 ])

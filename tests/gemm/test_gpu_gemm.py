@@ -24,7 +24,7 @@ def _ref(a, b):
     return cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gemm_2d(mnk, dtype):
     import cupy
