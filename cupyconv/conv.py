@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cupyconv._core.activation import activation_code
 from cupyconv._core.arrays import conv_operands
 from cupyconv._core.precision import resolve_precision
 from cupyconv._dispatch.callcache import call_key, lookup, remember
@@ -12,28 +13,32 @@ from cupyconv._dispatch.forward import check_method
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d"]
 
-def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, precision, out):
+def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method, precision, out,
+             activation, z):
     """The pipeline: a prepared call for a known key; else validate, build the geometry, choose
-    the algorithm, run it while recording, and remember the prepared call."""
-    key = call_key("conv", (x, w, bias, out),
-                   (ndim, stride, padding, dilation, groups, layout, method,
+    the algorithm, run it while recording, and remember the prepared call.  The key holds the
+    activation's name and z's array properties; z itself is an operand of the prepared call."""
+    key = call_key("conv", (x, w, bias, z, out),
+                   (ndim, stride, padding, dilation, groups, layout, method, activation,
                     "tuned" if autotune_enabled() else "", resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
-        return call((x, w, bias), out)
+        return call((x, w, bias, z), out)
     method = check_method(method)
-    geom, x, w, bias, y = conv_operands(
+    act = activation_code(activation)
+    geom, x, w, bias, z, y = conv_operands(
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                              layout=layout), ndim=ndim)
+                              layout=layout), ndim=ndim, z=z)
     geom = replace(geom, precision=resolve_precision(precision, geom.dtype))
     with x.device:
-        remember(key, choose(geom, method).prepare(geom, x, w, bias, y))
+        remember(key, choose(geom, method).prepare(geom, x, w, bias, y, z, act))
     return y
 
 
 def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-         method="auto", precision=None, out=None):
-    """N-d convolution (cross-correlation, as in deep-learning frameworks) of CuPy arrays.
+         method="auto", precision=None, out=None, activation=None, z=None):
+    """N-d convolution (cross-correlation, as in deep-learning frameworks) of CuPy arrays, with an
+    optional fused inference epilogue: ``y = activation(conv(x, w) + bias + z)``.
 
     Parameters
     ----------
@@ -63,25 +68,40 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
         keeps IEEE float32 products.  None: "tf32" when ``CUPYCONV_ALLOW_TF32=1``, else "exact".
         float16 and bfloat16 always use tensor cores where the GPU has them.
     out : cupy.ndarray, optional
-        C-contiguous array of the output's shape and dtype to write into.
+        C-contiguous array of the output's shape and dtype to write into; it must not overlap
+        any input (``z`` included).
+    activation : None, "relu", "relu6", "silu" (alias "swish"), "gelu" or "gelu_tanh"
+        Applied last, to ``conv + bias + z``.  ``"gelu"`` is the exact erf form (PyTorch's default,
+        ``approximate="none"``), ``"gelu_tanh"`` the tanh approximation; relu and relu6 pass NaN
+        through, as PyTorch does.
+    z : cupy.ndarray, optional
+        A residual of the output's shape and dtype (any strides), added after the bias and before
+        the activation: the order of PyTorch's ``act(conv(x) + z)`` blocks and of cuDNN's fused
+        ConvBiasActivation (``act(conv + z + bias)``).
 
     Returns
     -------
     cupy.ndarray
         ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)``, the input's dtype.
 
+    The epilogue is computed in the accumulator type (float32 for float16) before the one store of
+    each output: the GEMM algorithms and the direct kernel apply it in their own stores, with no
+    extra pass (a non-contiguous ``z`` is copied once); the depthwise kernels add the bias and
+    finish with one elementwise pass.  Without ``activation`` and ``z`` the result is bit for bit
+    that of the plain convolution.
+
     All arguments are validated before any kernel is compiled or launched; ``out`` is left
     untouched when validation fails.
     """
     return _forward(None, x, w, bias, stride, padding, dilation, groups, layout, method, precision,
-                    out)
+                    out, activation, z)
 
 
 def _fixed_ndim(ndim: int):
     def f(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-          method="auto", precision=None, out=None):
+          method="auto", precision=None, out=None, activation=None, z=None):
         return _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method,
-                        precision, out)
+                        precision, out, activation, z)
 
     f.__name__ = f.__qualname__ = f"conv{ndim}d"
     f.__doc__ = (f"{ndim}-d convolution: :func:`conv` with the input required to have {ndim} "

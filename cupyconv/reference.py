@@ -18,6 +18,7 @@ import itertools
 import numpy as np
 
 from cupyconv._core.dtypes import is_real_float
+from cupyconv._core.activation import activate_reference, activation_code
 from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding,
                                      normalize_padding, per_dim, transpose_output_spatial)
 
@@ -108,14 +109,19 @@ def _pad(x: np.ndarray, geom: ConvGeometry) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------- passes
-def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW"):
-    """Forward N-d convolution (cross-correlation, PyTorch semantics) in float64.
+def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
+         activation=None, z=None):
+    """Forward N-d convolution (cross-correlation, PyTorch semantics) in float64, with the fused
+    epilogue of :func:`cupyconv.conv`: ``activation(conv + bias + z)``.
 
     ``x``: ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC); ``w``: ``(K, C/groups, *kernel)``
     or ``(K, *kernel, C/groups)``; ``bias``: ``(K,)`` or None.  ``stride``/``dilation``: int or per-dim;
     ``padding``: int, per-dim, per-dim ``(lo, hi)`` pairs, ``"valid"``, ``"same"`` or ``"same_lower"``.
+    ``z``: None or a residual of the output's shape (in ``layout``); ``activation``: None or a name
+    of :data:`cupyconv._core.activation.ACTIVATIONS` (``"gelu"`` exact, through ``math.erf``).
     Returns ``y`` of shape ``geometry.output_shape`` in ``layout``.
     """
+    activation_code(activation)  # a bad name fails before the work
     x = _as_float64(x, "x")
     w = _as_float64(w, "w")
     geom = ConvGeometry.from_shapes(x.shape, w.shape, stride=stride, padding=padding,
@@ -128,7 +134,12 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
         y += np.einsum("ngc...,gkc->ngk...", xp[_spatial(window)], wg[_spatial(tap)])
     y = _add_bias(y.reshape((geom.batch, geom.out_channels) + geom.out_spatial), bias,
                   geom.out_channels)
-    return _from_channels_first(y, geom.layout)
+    y = _from_channels_first(y, geom.layout)
+    if z is not None:
+        z = _as_float64(z, "z")
+        _check_shape(z, geom.output_shape, "z", geom)
+        y = y + z
+    return activate_reference(y, activation)
 
 
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,

@@ -64,6 +64,23 @@ def check_bias(bias, channels: int, dtype: str):
     return bias
 
 
+def check_residual(z, shape: tuple, dtype: str, layout: str):
+    """The residual ``z`` of a fused epilogue (or None): a CuPy array of the output's shape and
+    dtype, with any strides (the launch paths copy a non-contiguous one once, in a recorded
+    kernel)."""
+    if z is None:
+        return None
+    z = require_array(z, "z")
+    got = z.dtype.name
+    if got != dtype:
+        raise TypeError(f"z has dtype {got} but the output has dtype {dtype}: the residual is "
+                        f"added to the output in its own dtype (cast with z.astype(cupy.{dtype}))")
+    if z.shape != tuple(shape):
+        raise ValueError(f"z must have the output's shape {tuple(shape)} (layout {layout}), got "
+                         f"{z.shape}")
+    return z
+
+
 def memory_bounds(a) -> tuple[int, int]:
     """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides too)."""
     lo = hi = a.data.ptr
@@ -129,17 +146,19 @@ def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None,
     return out
 
 
-def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None):
-    """Validate the operands of a forward convolution; return (geometry, x, w, bias, y)."""
+def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None, z=None):
+    """Validate the operands of a forward convolution (``z``: the fused epilogue's residual);
+    return (geometry, x, w, bias, z, y)."""
     x = require_array(x, "x")
     w = require_array(w, "w")
     dtype = require_float_dtype(x, "x")
     require_float_dtype(w, "w", dtype)
     geom = ConvGeometry.from_shapes(x.shape, w.shape, dtype=dtype, ndim=ndim, **geometry_kwargs)
     bias = check_bias(bias, geom.out_channels, dtype)
+    z = check_residual(z, geom.output_shape, dtype, geom.layout)
     if out is not None:
         out = require_array(out, "out")
-    same_device({"x": x, "w": w, "bias": bias, "out": out})
+    same_device({"x": x, "w": w, "bias": bias, "z": z, "out": out})
     with x.device:
-        y = prepare_out(out, geom.output_shape, dtype, {"x": x, "w": w, "bias": bias})
-    return geom, x, w, bias, y
+        y = prepare_out(out, geom.output_shape, dtype, {"x": x, "w": w, "bias": bias, "z": z})
+    return geom, x, w, bias, z, y

@@ -50,6 +50,13 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FD_RX_WIDE": 3,        # ... wider (complex128)
     "MMA_STAGES": 4,        # tensor-core GEMM loop: k-slices resident (NVIDIA, cp.async)
     "MMA_STAGES_AMD": 2,    # ... on AMD (synchronous copies; 64 KB of LDS)
+    # Activation codes of the fused epilogues (common/activation.cuh; names in _core/activation.py)
+    "CC_ACT_NONE": 0,
+    "CC_ACT_RELU": 1,
+    "CC_ACT_RELU6": 2,
+    "CC_ACT_SILU": 3,
+    "CC_ACT_GELU": 4,       # exact: x * Phi(x) through erf
+    "CC_ACT_GELU_TANH": 5,  # tanh approximation
 }
 
 
@@ -124,6 +131,8 @@ def load_source(name: str) -> str:
 # Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
 STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy",))
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
+# Residual and activation of the fused epilogue as a pass of their own (after the depthwise kernels).
+EPILOGUE_PASS = KernelModule("common/epilogue_pass.cu", ("epilogue_pass",))
 IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
 SPLITK_REDUCE = KernelModule("gemm/splitk_reduce.cu", ("splitk_reduce",))
 COL2IM = KernelModule("gemm/col2im.cu", ("col2im",))
@@ -289,7 +298,7 @@ DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depth
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
     DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + (
-    STRIDED_COPY, DIRECT_CONV, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
+    STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))

@@ -16,9 +16,11 @@ import math
 from dataclasses import dataclass
 
 from cupyconv._core import jit
+from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.dtypes import compute_dtype, itemsize
+from cupyconv._core.epilogue import run_epilogue_pass
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_KF, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
                                     DEPTHWISE_WGRAD_GATHER, DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS,
@@ -307,10 +309,13 @@ def run_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
     launch(src, contiguous(w), bias if bias is not None else dst, dst)
 
 
-def run_depthwise(geom: ConvGeometry, x, w, bias, y) -> None:
-    """y = depthwise conv(x, w) + bias; y C-contiguous."""
+def run_depthwise(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION) -> None:
+    """y = act(depthwise conv(x, w) + bias + z); y and z (optional) C-contiguous.  The kernels
+    add the bias; the residual and the activation code ``act`` go in one pass after them
+    (:mod:`cupyconv._core.epilogue`: the fused epilogue of the GEMM kernels is not in these)."""
     with y.device:
         run_pass(geom, x, w, bias, y, False)
+        run_epilogue_pass(y, z, act)
 
 
 def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
@@ -422,7 +427,9 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec
     # Sum the chunks in order into dw viewed as a (K, taps) matrix (the split-K reduce kernel).
     fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
     grid, block = launch_grid(k * taps)
-    reduce = Launch(fn, grid, block, ints((False, chunks, 1, k, taps, True, 1))
+    # (no bias, residual or activation: the reduce's epilogue arguments are placeholders)
+    reduce = Launch(fn, grid, block,
+                    ints((False, False, NO_ACTIVATION, chunks, 1, k, taps, True, 1))
                     + int64s((0, 0, 0, 1, taps, 0, 1)))
     return main, reduce, chunks * k * taps
 
@@ -440,4 +447,4 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
             dy = contiguous(dy)
         partial = scratch(count, compute_dtype(geom.dtype))
         main(x, dy, partial)
-        reduce(partial, dw, dw)
+        reduce(partial, dw, dw, dw)

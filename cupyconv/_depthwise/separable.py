@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from cupyconv._core import jit
+from cupyconv._core.activation import ACTIVATIONS as ALL_ACTIVATIONS
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.dtypes import compute_dtype, itemsize
@@ -22,7 +23,8 @@ from cupyconv._core.launch import (GRID_YZ_MAX, Launch, device_smem_limit, eleme
                                    ints)
 from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
 
-ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
+# The fused kernel's clamp takes these codes (separable.cu): the shared table's, limited to clamps.
+ACTIVATIONS = {name: ALL_ACTIVATIONS[name] for name in (None, "relu", "relu6")}
 THREADS = KERNEL_CONSTANTS["SEP_THREADS"]
 SEP_CC = KERNEL_CONSTANTS["SEP_CC"]      # most intermediate channels per chunk
 MAX_PIXELS = 256         # output pixels per block: 4 per thread in the pointwise step

@@ -6,6 +6,10 @@ prepared (``prepare``: its run, recorded once into a replayable program, see
 :mod:`cupyconv._dispatch.callcache`).  ``method="auto"`` takes
 the cheapest applicable one; the direct kernel applies to everything and is the fallback, in the
 manner of MIOpen's solver list.  Choices are cached per geometry (which includes dtype and layout).
+
+Every algorithm also runs the inference epilogue ``y = act(conv + bias + z)``: the GEMM and direct
+kernels in their own stores, the depthwise kernels with one pass after them
+(:mod:`cupyconv._core.epilogue`).  The choice does not depend on it.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.dtypes import HALF_DTYPES, itemsize
+from cupyconv._core.epilogue import residual_like
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
@@ -35,20 +41,26 @@ class Algorithm:
     name: str
     applicable: Callable[[ConvGeometry], bool]
     cost: Callable[[ConvGeometry, int], float]  # (geometry, device id) -> estimated seconds
-    run: Callable  # run(geometry, x, w, bias, y) -> None; writes y
+    # run(geometry, x, w, bias, y, *, z=None, act=NO_ACTIVATION) -> None; writes
+    # y = act(conv + bias + z), bias contiguous, z (optional) with y's strides, act a code of
+    # cupyconv._core.activation
+    run: Callable
     description: str = ""
     tiled: bool = False              # runs the tiled GEMM: its tile/split-K can be forced (tuning)
     plan: GemmPlan | None = None     # a tuned plan the run is forced to; None: plan_gemm's choice
 
-    def prepare(self, geom: ConvGeometry, x, w, bias, y) -> PreparedCall:
-        """Run ``geom`` on these validated arrays (writing y; the caller holds the device) and
-        return the prepared call that repeats it for arrays like these."""
+    def prepare(self, geom: ConvGeometry, x, w, bias, y, z=None,
+                act: int = NO_ACTIVATION) -> PreparedCall:
+        """Run ``geom`` on these validated arrays (writing y = act(conv + bias + z); the caller
+        holds the device) and return the prepared call that repeats it for arrays like these.
+        z is an operand like x (a later call's z is read, never this one's); ``act`` is part of
+        the recorded launches, as the call-cache key has it."""
 
         def run(inputs, y):
-            x, w, bias = inputs
-            self.run(geom, x, w, contiguous_vector(bias), y)
+            x, w, bias, z = inputs
+            self.run(geom, x, w, contiguous_vector(bias), y, z=residual_like(z, y), act=act)
 
-        return prepare(run, ("x", "w", "bias"), (x, w, bias), y)
+        return prepare(run, ("x", "w", "bias", "z"), (x, w, bias, z), y)
 
     def with_plan(self, plan: GemmPlan | None) -> "Algorithm":
         """This algorithm with every GEMM launch of its run forced to ``plan``."""
@@ -56,9 +68,9 @@ class Algorithm:
             return self
         base = self.run
 
-        def run(*args):
+        def run(*args, **kwargs):
             with forced_plan(plan):
-                base(*args)
+                base(*args, **kwargs)
 
         return replace(self, run=run, plan=plan)
 

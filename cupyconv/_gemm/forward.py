@@ -1,13 +1,14 @@
 """Forward convolution through the tiled GEMM: implicit GEMM and explicit im2col + GEMM.
 
 Both express conv as one batched GEMM launch per call (groups, and for channels-first the images,
-are the batch), with the bias added in the GEMM epilogue.
+are the batch), with the bias, the residual z and the activation applied in the GEMM epilogue.
 """
 
 from __future__ import annotations
 
 import math
 
+from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import GRID_YZ_MAX
@@ -22,8 +23,10 @@ def is_pointwise(geom: ConvGeometry) -> bool:
             and not any(geom.pad_lo + geom.pad_hi))
 
 
-def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int) -> None:
-    """y = conv as GEMM over an explicit matrix ``a_src``: x itself (1x1) or the im2col buffer.
+def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int, z=None,
+                     act: int = NO_ACTIVATION) -> None:
+    """y = act(conv + bias + z) as GEMM over an explicit matrix ``a_src``: x itself (1x1) or the
+    im2col buffer (z with y's strides, read at y's offsets in the epilogue).
 
     Channels-last: A = a_src as (N*L) x (C*taps) with group g's columns contiguous, one launch over
     the groups.  Channels-first: A[n] = a_src[n].T, an L x (C*taps) view per image, and the batch is
@@ -36,20 +39,23 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int) -> None:
     if geom.channels_last:
         a = MatrixView(a_src, rs=c * taps, ks=1, si=cg_t)
         run_gemm(geom.dtype, a, b, y, n_img * L, kg, cg_t, batch=g, g2=g, c_si=kg,
-                 out=OutMap(n_img * L, 0, k, 1), bias=bias, bias_si=kg, precision=geom.precision)
+                 out=OutMap(n_img * L, 0, k, 1), bias=bias, bias_si=kg, z=z, act=act,
+                 precision=geom.precision)
     else:
         a = MatrixView(a_src, rs=1, ks=L, so=c * taps * L, si=cg_t * L)
         run_gemm(geom.dtype, a, b, y, L, kg, cg_t, batch=n_img * g, g2=g, c_so=k * L, c_si=kg * L,
-                 out=OutMap(L, 0, 1, L), bias=bias, bias_si=kg, precision=geom.precision)
+                 out=OutMap(L, 0, 1, L), bias=bias, bias_si=kg, z=z, act=act,
+                 precision=geom.precision)
 
 
-def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
+def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None,
+                      act: int = NO_ACTIVATION) -> None:
     """No buffer: 1x1/stride-1/unpadded convs are a plain GEMM on x; the rest read x through the
-    implicit-im2col loader."""
+    implicit-im2col loader.  y = act(conv + bias + z), z with y's strides."""
     if is_pointwise(geom) and pointwise_as_gemm(geom):
-        _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1)
+        _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1, z=z, act=act)
     else:
-        run_conv_fprop(geom, x, w, bias, y)
+        run_conv_fprop(geom, x, w, bias, y, z=z, act=act)
 
 
 def pointwise_as_gemm(geom: ConvGeometry) -> bool:
@@ -78,11 +84,12 @@ def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
     return "gemm", (math.prod(geom.out_spatial), n, k, b * geom.batch)
 
 
-def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y) -> None:
-    """Explicit im2col into a buffer, then one batched GEMM."""
+def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION) -> None:
+    """Explicit im2col into a buffer, then one batched GEMM: y = act(conv + bias + z), z with y's
+    strides."""
     if is_pointwise(geom):  # 1x1, stride 1, unpadded: the column matrix is x itself
         col = contiguous(x)
     else:
         col = scratch(geom.col_shape, geom.dtype)
         run_im2col(geom, x, col, groups=geom.groups if geom.channels_last else 1)
-    _run_matrix_conv(geom, col, contiguous(w), bias, y, taps=math.prod(geom.kernel))
+    _run_matrix_conv(geom, col, contiguous(w), bias, y, taps=math.prod(geom.kernel), z=z, act=act)

@@ -1,5 +1,10 @@
 """Launchers of the tiled GEMM kernels (``gemm.cu``, ``conv_fprop.cu``) and their tile choice.
 
+The epilogue (``epilogue.cuh``; with split-K, the reduction) adds the bias and, for inference,
+a residual ``z`` and an activation (a code of :mod:`cupyconv._core.activation`, ``act``) before
+the single store.  ``z`` has the output's layout: the kernels read it at each output element's
+offset from the output's base, through its own base pointer.
+
 A :class:`MatrixView` describes one dense operand for the kernel's dense loader: element strides
 along its rows and along k, and the two-level batch strides (outer, inner) of blockIdx.z split as
 (z / G2, z % G2).  The B operand is described by its transpose (rows = the N columns).
@@ -14,6 +19,7 @@ import math
 from dataclasses import dataclass, replace
 
 from cupyconv._core import jit
+from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
@@ -254,19 +260,24 @@ def _workspace(dtype: str, splits: int, count: int, placeholder):
     return scratch(count * splits, "float64" if dtype == "float64" else "float32")
 
 
-def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap) -> None:
-    """Second split-K stage: c = sum of the parts + bias (deterministic order)."""
+def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap,
+            z=None, act: int = NO_ACTIVATION) -> None:
+    """Second split-K stage: c = act(sum of the parts (deterministic order) + bias + z)."""
     fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", dtype)
     grid, block = launch_grid(batch * m * n)
-    fn(grid, block, (ws, c, bias if bias is not None else c,
-                     *ints((bias is not None, splits, batch, m, n, out.col == 1, g2)),
+    fn(grid, block, (ws, c, bias if bias is not None else c, z if z is not None else c,
+                     *ints((bias is not None, z is not None, act, splits, batch, m, n,
+                            out.col == 1, g2)),
                      *int64s((c_so, c_si, bias_si, out.L, out.outer, out.inner, out.col))))
 
 
 def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int, *, batch: int = 1,
              g2: int = 1, c_so: int = 0, c_si: int = 0, out: OutMap, bias=None, bias_si: int = 0,
-             plan: GemmPlan | None = None, precision: str = "exact") -> None:
-    """C[z] (m x n, placed by ``out``) = A[z] (m x k) @ B[z] (k x n) (+ bias[n]) for z < batch."""
+             z=None, act: int = NO_ACTIVATION, plan: GemmPlan | None = None,
+             precision: str = "exact") -> None:
+    """C[b] (m x n, placed by ``out``) = act(A[b] (m x k) @ B[b] (k x n) + bias[n] + z[b]) for
+    b < batch; ``z`` (optional) has C's strides (read at C's element offsets), bias and the
+    activation code ``act`` are optional too.  ``precision`` picks the main loop with the dtype."""
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
     device_id = c.data.device_id
@@ -278,8 +289,9 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
                              variant + (plan.math,), plan)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n, c)
-    args = (a.array, b.array, c, bias if bias is not None else c,
-            *ints((bias is not None, m, n, k, out_vectorizable(c, out, (c_so, c_si)))),
+    args = (a.array, b.array, c, bias if bias is not None else c, z if z is not None else c,
+            *ints((bias is not None, z is not None, act, m, n, k,
+                   out_vectorizable(c, out, (c_so, c_si)))),
             *int64s((a.rs, a.ks, b.rs, b.ks)),
             *ints((a.vec_level(m, k), b.vec_level(n, k), g2)),
             *int64s((a.so, a.si, b.so, b.si, c_so, c_si, bias_si, out.L, out.outer, out.inner,
@@ -287,7 +299,8 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     with c.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out)
+            _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out,
+                    z, act)
 
 
 @dataclass(frozen=True)
@@ -416,10 +429,11 @@ def _x_vec_level(prob: ImplicitConv, x, strides) -> int:
     return 2 if fits(max(4, 16 // x.itemsize)) else 1
 
 
-def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None) -> None:
-    """Implicit-GEMM forward convolution (no im2col buffer)."""
+def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = None, *, z=None,
+                   act: int = NO_ACTIVATION) -> None:
+    """Implicit-GEMM forward convolution (no im2col buffer): y = act(conv + bias + z)."""
     wt, w_cf = fprop_weight(geom, w)
-    launch_implicit_conv(ImplicitConv.from_geometry(geom), x, wt, bias, y, plan, w_cf)
+    launch_implicit_conv(ImplicitConv.from_geometry(geom), x, wt, bias, y, plan, w_cf, z=z, act=act)
 
 
 def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
@@ -435,9 +449,10 @@ def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
 def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
                        flags: tuple) -> tuple:
     """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
-    calls skip converting some 40 Python ints.  flags = (has_bias, w_vec, w_cf, x_vec, c_vec)."""
-    has_bias, w_vec, w_cf, x_vec, c_vec = flags
-    return (*ints((has_bias, prob.batch, prob.out_channels, w_vec, w_cf, x_vec, c_vec,
+    calls skip converting some 40 Python ints.  flags = (has_bias, has_z, act, w_vec, w_cf, x_vec,
+    c_vec)."""
+    has_bias, has_z, act, w_vec, w_cf, x_vec, c_vec = flags
+    return (*ints((has_bias, has_z, act, prob.batch, prob.out_channels, w_vec, w_cf, x_vec, c_vec,
                    prob.in_channels // prob.groups)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
@@ -445,16 +460,19 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
 
 
 def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None,
-                         w_cf: bool = False) -> None:
-    """y = conv(x, wt) (+ bias) with the implicit kernel; wt is (K, taps, Cg) C-contiguous (or,
-    with ``w_cf``, channels-first (K, Cg, taps) C-contiguous) and y a C-contiguous (N, K, *out)
-    or (N, *out, K) array (or, within this function, a slab of rows of one: see
-    :func:`row_slabs`)."""
+                         w_cf: bool = False, *, z=None, act: int = NO_ACTIVATION) -> None:
+    """y = act(conv(x, wt) + bias + z) with the implicit kernel (bias, z and the activation code
+    ``act`` optional); wt is (K, taps, Cg) C-contiguous (or, with ``w_cf``, channels-first
+    (K, Cg, taps) C-contiguous), y a C-contiguous (N, K, *out) or (N, *out, K) array (or, within
+    this function, a slab of rows of one: see :func:`row_slabs`) and z an array of y's shape and
+    strides."""
     m, n, k, groups = prob.gemm
     if m > MAX_GEMM_ROWS:
+        cl = prob.channels_last
         for sub, index in row_slabs(prob):
-            launch_implicit_conv(sub, slab_view(x, index[:1], prob.channels_last), wt, bias,
-                                 slab_view(y, index, prob.channels_last), plan, w_cf)
+            launch_implicit_conv(sub, slab_view(x, index[:1], cl), wt, bias,
+                                 slab_view(y, index, cl), plan, w_cf,
+                                 z=None if z is None else slab_view(z, index, cl), act=act)
         return
     device_id = y.data.device_id
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
@@ -467,15 +485,16 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
     out, group_stride = _fprop_out_map(prob, ys)
-    flags = (bias is not None, 0 if w_cf else MatrixView(wt, rs=k, ks=1).vec_level(n, k), w_cf,
+    flags = (bias is not None, z is not None, act,
+             0 if w_cf else MatrixView(wt, rs=k, ks=1).vec_level(n, k), w_cf,
              _x_vec_level(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
-    args = (x, wt, y, bias if bias is not None else y,
+    args = (x, wt, y, bias if bias is not None else y, z if z is not None else y,
             *_fprop_scalar_args(prob, xs, ys, plan.splits, flags), ws)
     with y.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
-                    n, out)
+                    n, out, z, act)
 
 
 def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = None) -> None:

@@ -3,12 +3,16 @@
 // Every tensor is read through element strides passed at run time, so one binary per dtype serves
 // 1-, 2- and 3-d problems (spatial dims padded in front to D, H, W), both layouts, groups and
 // non-contiguous inputs.  Threads are numbered in the output's memory order (`channels_last` says
-// which), so consecutive threads write consecutive addresses.
+// which), so consecutive threads write consecutive addresses.  The fused epilogue adds the bias
+// and the residual z (read at y's element offset: z has y's strides) and applies the activation
+// (activation.cuh) before the one store.
 #include "common.cuh"
+#include "activation.cuh"
 
 template <typename T>
 __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
-                            const T* __restrict__ bias, T* __restrict__ y, int has_bias,
+                            const T* __restrict__ bias, const T* __restrict__ z,
+                            T* __restrict__ y, int has_bias, int has_z, int act,
                             int N, int C, int K, int groups,
                             int D, int H, int W, int OD, int OH, int OW,
                             int KD, int KH, int KW, int SD, int SH, int SW,
@@ -21,6 +25,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
   const cc::index_t total = (cc::index_t)N * K * OD * OH * OW;
   const int cpg = C / groups, kpg = K / groups;
   const bool narrow = total <= 0xffffffffLL;
+  const cc::Epilogue<T> ep = {z, has_z, act};
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
     int n, k, od, oh, ow;
@@ -46,6 +51,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
       }
     }
     if (has_bias) acc += cc::load_as<A>(bias[k]);
-    y[n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw] = cc::store_as<T>(acc);
+    const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
+    y[y_off] = cc::store_as<T>(ep(acc, y_off));
   }
 }

@@ -41,7 +41,9 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
     const cc::OutMap map = {Kg, 0, Ncols, 1};
-    cc::store_tile<Cfg>(acc, dw + (cc::index_t)g * Kg * Ncols, dw, 0, m0, n0, Kg, Ncols, map, c_vec);
+    const cc::Epilogue<T> plain = {dw, 0, CC_ACT_NONE};
+    cc::store_tile<Cfg>(acc, dw + (cc::index_t)g * Kg * Ncols, dw, 0, plain, m0, n0, Kg, Ncols, map,
+                        c_vec);
   } else {
     cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, Kg, Ncols, true, Ncols % 4 == 0);
   }

@@ -1,11 +1,14 @@
-// Epilogue: the block's accumulators (+ bias) written to C through a row mapping.
+// Epilogue: the block's accumulators (+ bias, + residual z, activation: the fused inference
+// epilogue, all in the accumulator type) written to C through a row mapping.
 //
 // Row m of the GEMM lands at (m / L) * s_outer + (m % L) * s_inner, column n at n * s_n, so one
 // epilogue writes a plain row-major matrix (L = M, s_inner = ldc, s_n = 1), a channels-last
 // activation (L = M, s_inner = K, s_n = 1) and a channels-first one (L = pixels per image,
-// s_outer = K * L, s_inner = 1, s_n = L).
+// s_outer = K * L, s_inner = 1, s_n = L).  z, where given, has C's layout: it is read at each
+// element's offset from C, through its own base pointer (`Epilogue`, activation.cuh).
 #pragma once
 #include "gemm_mainloop.cuh"
+#include "activation.cuh"
 
 namespace cc {
 
@@ -18,10 +21,16 @@ struct OutMap {
 // rows (s_inner == 1 and L a multiple of 4, channels-first) are adjacent in memory, each goes out
 // as one vector store (`vec`, checked on the host together with alignment), which keeps a warp's
 // stores on few cache lines.  Elsewhere elements are stored one by one.
+//
+// The values are finished before the stores, in one pass per step over the whole tile: + bias,
+// + z (`ep`: read element by element, since the host checks the alignment of C only and z is read
+// once), the activation.  One instance of the activation per accumulator, not one per store path,
+// keeps the kernel's code size (and compile time) down; without z and activation the stored values
+// are acc + bias, bit for bit.
 template <typename Cfg, typename T, typename A>
 __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* C, const T* bias,
-                                           int has_bias, int m0, int n0, int M, int N,
-                                           const OutMap& map, bool vec) {
+                                           int has_bias, const Epilogue<T>& ep, int m0, int n0,
+                                           int M, int N, const OutMap& map, bool vec) {
   constexpr int TM = Cfg::TM, TN = Cfg::TN;
   const int tx = threadIdx.x % (Cfg::BN / TN), ty = threadIdx.x / (Cfg::BN / TN);
   A b[TN];
@@ -29,6 +38,32 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
   for (int j = 0; j < TN; ++j) {
     const int n = n0 + tile_offset<Cfg::BN, TN>(tx, j);
     b[j] = (has_bias && n < N) ? load_as<A>(bias[n]) : A(0);
+  }
+  A v[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+#pragma unroll
+    for (int j = 0; j < TN; ++j) v[i][j] = acc[i][j] + b[j];
+  }
+  if (ep.has_z) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int m = m0 + tile_offset<Cfg::BM, TM>(ty, i);
+      if (m >= M) break;
+      const index_t row = (m / map.L) * map.s_outer + (m % map.L) * map.s_inner;
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int n = n0 + tile_offset<Cfg::BN, TN>(tx, j);
+        if (n < N) v[i][j] += load_as<A>(ep.z[row + n * map.s_n]);
+      }
+    }
+  }
+  if (ep.act != CC_ACT_NONE) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) v[i][j] = activate(v[i][j], ep.act);
+    }
   }
   const bool along_n = vec && map.s_n == 1;
   const bool along_m = vec && !along_n;
@@ -43,10 +78,10 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
         for (int i = 0; i < 4; ++i) {
           const int m = mb + i;
           if (m >= M) break;
-          A v[4];
+          A w[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = acc[4 * ic + i][4 * jc + j] + b[4 * jc + j];
-          stg4(C + (m / map.L) * map.s_outer + (m % map.L) * map.s_inner + nb, v);
+          for (int j = 0; j < 4; ++j) w[j] = v[4 * ic + i][4 * jc + j];
+          stg4(C + (m / map.L) * map.s_outer + (m % map.L) * map.s_inner + nb, w);
         }
       } else if (along_m && mb + 3 < M) {
         // rows mb..mb+3 lie in one image (L % 4 == 0 and mb % 4 == 0)
@@ -55,10 +90,10 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
         for (int j = 0; j < 4; ++j) {
           const int n = nb + j;
           if (n >= N) break;
-          A v[4];
+          A w[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = acc[4 * ic + i][4 * jc + j] + b[4 * jc + j];
-          stg4(C + row + n * map.s_n, v);
+          for (int i = 0; i < 4; ++i) w[i] = v[4 * ic + i][4 * jc + j];
+          stg4(C + row + n * map.s_n, w);
         }
       } else {
 #pragma unroll
@@ -69,7 +104,7 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const int n = nb + j;
-            if (n < N) C[row + n * map.s_n] = store_as<T>(acc[4 * ic + i][4 * jc + j] + b[4 * jc + j]);
+            if (n < N) C[row + n * map.s_n] = store_as<T>(v[4 * ic + i][4 * jc + j]);
           }
         }
       }

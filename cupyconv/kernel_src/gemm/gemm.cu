@@ -1,4 +1,5 @@
-// Dense (batched, strided) GEMM: C[z] = A[z] @ B[z] (+ bias), the main loop with dense loaders.
+// Dense (batched, strided) GEMM: C[z] = act(A[z] @ B[z] + bias + Z[z]), the main loop with dense
+// loaders; bias, the residual Z (C's layout) and the activation are optional (epilogue.cuh).
 //
 // A is M x K, B is K x N, both read through element strides; A_KCONTIG / B_KCONTIG say whether k
 // is the contiguous dim of each (the loaders walk threads along it).  blockIdx.z = z * splits + s:
@@ -13,7 +14,8 @@
 template <typename T, int BM, int BN, int BK, int TM, int TN, int A_KCONTIG, int B_KCONTIG, int MATH>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-     const T* __restrict__ bias, int has_bias, int M, int N, int K, int c_vec,
+     const T* __restrict__ bias, const T* __restrict__ Z, int has_bias, int has_z, int act,
+     int M, int N, int K, int c_vec,
      cc::index_t a_rs, cc::index_t a_ks, cc::index_t b_rs, cc::index_t b_ks, int a_vec, int b_vec,
      int G2, cc::index_t a_so, cc::index_t a_si, cc::index_t b_so, cc::index_t b_si,
      cc::index_t c_so, cc::index_t c_si, cc::index_t bias_si,
@@ -42,8 +44,10 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
   if (splits == 1) {
-    cc::store_tile<Cfg>(acc, C + zo * c_so + zi * c_si, bias + zi * bias_si, has_bias, m0, n0, M, N,
-                        map, c_vec);
+    const cc::index_t c_off = zo * c_so + zi * c_si;
+    const cc::Epilogue<T> ep = {Z + c_off, has_z, act};
+    cc::store_tile<Cfg>(acc, C + c_off, bias + zi * bias_si, has_bias, ep, m0, n0, M, N, map,
+                        c_vec);
   } else {
     cc::store_partial<Cfg>(acc, ws, part, z, gridDim.z / splits, m0, n0, M, N, c_n == 1,
                           c_n == 1 ? N % 4 == 0 : M % 4 == 0);

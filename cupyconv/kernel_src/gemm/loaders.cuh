@@ -210,7 +210,7 @@ struct Im2colLoader {
   // 16-byte chunks of the multistage path: CH channels each, CPR per row of a slice; a thread
   // copies NCH of them, on rows async_row(i) (its rowbase[i] etc. in that mode).
   static constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
-  static_assert(!CL || (NCH >= 1 && NCH <= NROWS && THREADS % CPR == 0), "chunk mapping");
+  static_assert(!(CL && ROW_K) || (NCH >= 1 && NCH <= NROWS && THREADS % CPR == 0), "chunk mapping");
   const ConvShape* sh;
   int K, taps;
   bool tap_uniform, async_mode;

@@ -1,7 +1,7 @@
 // Split-K: when an M x N output has too few tiles to fill the GPU, `splits` blocks share each tile,
 // each multiplying one k range; they write fp32 (accumulator-type) partial tiles to a workspace,
-// and a second kernel (splitk_reduce.cu) sums the parts in a fixed order, adds the bias and writes
-// the output: deterministic, no atomics.
+// and a second kernel (splitk_reduce.cu) sums the parts in a fixed order, applies the epilogue
+// (bias, residual z, activation) and writes the output: deterministic, no atomics.
 //
 // Workspace layout: part-major, ws[(part * batch + z) * M * N + ...], each M x N matrix stored
 // n-fastest when the output is (`n_fast`), m-fastest otherwise, so that the reduction reads the
@@ -28,7 +28,8 @@ __device__ __forceinline__ void store_partial(const A (&acc)[Cfg::TM][Cfg::TN], 
                                               bool n_fast, bool vec) {
   const OutMap map = n_fast ? OutMap{M, 0, N, 1} : OutMap{M, 0, 1, M};
   A* base = ws + ((index_t)part * batch + z) * M * N;
-  store_tile<Cfg>(acc, base, base, 0, m0, n0, M, N, map, vec);
+  const Epilogue<A> plain = {base, 0, CC_ACT_NONE};  // bias, z and activation: in the reduction
+  store_tile<Cfg>(acc, base, base, 0, plain, m0, n0, M, N, map, vec);
 }
 
 }  // namespace cc
