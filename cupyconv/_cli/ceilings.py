@@ -73,9 +73,13 @@ def measured_bandwidth(device_id: int) -> float:
 
 @memoized(None)
 def measured_flops(device_id: int, dtype: str) -> float:
-    """FLOP/s of ``cupy.matmul`` (cuBLAS) on square matrices of ``dtype``."""
+    """FLOP/s of ``cupy.matmul`` (cuBLAS) on square matrices of ``dtype``.  CuPy's matmul has no
+    bfloat16: that ceiling is float16's (cuBLAS runs both at about the same rate on tensor
+    cores, benchmarks/NOTES.md)."""
     import cupy
 
+    if dtype == "bfloat16":
+        dtype = "float16"
     n = _GEMM_SIZE[dtype]
     with cupy.cuda.Device(device_id):
         a = cupy.random.default_rng(0).uniform(-1, 1, (n, n), dtype=cupy.float32).astype(dtype)

@@ -44,15 +44,17 @@ def _im2col_matmul(x, w, geom):
     opts = dict(stride=geom.stride, padding=tuple(zip(geom.pad_lo, geom.pad_hi)),
                 dilation=geom.dilation, layout=geom.layout)
     col = im2col(x, geom.kernel, **opts)
+    if col.dtype.name == "bfloat16":  # CuPy's matmul has no bfloat16: multiply in float32
+        col, w = col.astype(cupy.float32), w.astype(cupy.float32)
     g, kpg = geom.groups, geom.out_channels // geom.groups
     if geom.channels_last:  # col (N, L, taps*C): columns are (taps, c); split c into groups
         col = col.reshape(geom.batch, col.shape[1], -1, g, geom.in_channels // g)
         wg = w.reshape(g, kpg, -1, geom.in_channels // g)
         y = cupy.einsum("nltgc,gktc->nlgk", col, wg)
-        return y.reshape(geom.output_shape)
+        return y.reshape(geom.output_shape).astype(x.dtype)
     col = col.reshape(geom.batch, g, -1, col.shape[-1])
     y = cupy.matmul(w.reshape(g, kpg, -1), col)
-    return y.reshape(geom.output_shape)
+    return y.reshape(geom.output_shape).astype(x.dtype)
 
 
 def _tiles(launches) -> str:
