@@ -203,12 +203,17 @@ def plan_hooks_active() -> bool:
     return _FORCED.get() is not None or _RECORD.get() is not None
 
 
-def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, math_kind: int) -> GemmPlan:
+def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, dtype: str,
+             math_kind: int) -> GemmPlan:
     """The plan a launch uses: explicit, else forced by the context, else ``default()``; on the
-    launch's main loop ``math_kind``."""
+    launch's main loop ``math_kind``, whose tiles a given plan must use."""
     plan = plan or _FORCED.get() or default()
     if plan.math != math_kind:
         plan = replace(plan, math=math_kind)
+    tiles = gemm_tiles(dtype, math_kind) + ((LONG_K_TILE,) if math_kind == MATH_SIMT else ())
+    if plan.tile not in tiles:
+        raise ValueError(f"GEMM tile {plan.tile} is not one of the {dtype} tiles of this main loop "
+                         f"(kernels.gemm_tiles: {tiles})")
     log = _RECORD.get()
     if log is not None:
         log.append((kernel, shape, plan))
@@ -282,7 +287,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
         raise ValueError("GEMM operands need a unit stride along rows or k")
     device_id = c.data.device_id
     plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, device_id, precision),
-                                             dtype, k), "gemm", (m, n, k, batch),
+                                             dtype, k), "gemm", (m, n, k, batch), dtype,
                     gemm_math(dtype, precision, device_id))
     variant = (int(a.kcontig), int(b.kcontig))
     fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math), "gemm", dtype,
@@ -476,7 +481,8 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
         return
     device_id = y.data.device_id
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
-                    "conv_fprop", (m, n, k, groups), gemm_math(prob.dtype, prob.precision, device_id))
+                    "conv_fprop", (m, n, k, groups), prob.dtype,
+                    gemm_math(prob.dtype, prob.precision, device_id))
     variant = (int(prob.channels_last),)
     fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math),
                              "conv_fprop", prob.dtype, variant + (plan.math,), plan)
@@ -517,7 +523,8 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
         return
     device_id = dw.data.device_id
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
-                    "conv_wgrad", (kg, tcg, pixels, g), gemm_math(prob.dtype, prob.precision, device_id))
+                    "conv_wgrad", (kg, tcg, pixels, g), prob.dtype,
+                    gemm_math(prob.dtype, prob.precision, device_id))
     fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math), "conv_wgrad",
                              prob.dtype, (plan.math,), plan)
     xs = element_strides(x, True)

@@ -8,7 +8,8 @@ import pytest
 
 import cupyconv as cc
 from cupyconv import jit, reference
-from cupyconv._core.kernels import GEMM_TILES
+from cupyconv._core.kernels import gemm_tiles
+from cupyconv._core.precision import gemm_math
 from cupyconv._dispatch import callcache
 from cupyconv._gemm.launch import GemmPlan, forced_plan
 
@@ -72,7 +73,7 @@ GEMM_SHAPES = {
 def test_implicit_gemm_epilogue(act, bias, z, layout, dtype):
     import cupy
 
-    tile = GEMM_TILES[dtype][0]
+    tile = gemm_tiles(dtype, gemm_math(dtype, "exact", cupy.cuda.Device().id))[0]
     for name, (xs, ws, opts) in GEMM_SHAPES.items():
         x, w, b, zz = _operands(name, xs, ws, opts, dtype, layout, bias, z)
         dx, dw, db, dz = _dev(x, w, b, zz)

@@ -1,0 +1,49 @@
+"""The tensor-core plan on the host (no GPU): its shared memory, tile sets and the guard against
+a forced tile of another main loop."""
+
+import pytest
+
+from cupyconv._core.kernels import (GEMM_TILES, MATH_MMA, MATH_SIMT, MATH_TF32, MMA_TILES,
+                                    gemm_tiles, mma_smem_bytes)
+from cupyconv._core.precision import PRECISIONS, resolve_precision
+from cupyconv._gemm.launch import GemmPlan, _resolve
+
+
+def test_tiles_per_main_loop():
+    assert gemm_tiles("float16", MATH_SIMT) == GEMM_TILES["float16"]
+    assert gemm_tiles("bfloat16", MATH_MMA) == MMA_TILES[MATH_MMA]
+    # every tensor-core slice is 64 bytes: 32 16-bit values or 16 TF32 floats
+    assert all(t[2] * 2 == 64 for t in MMA_TILES[MATH_MMA])
+    assert all(t[2] * 4 == 64 for t in MMA_TILES[MATH_TF32])
+
+
+def test_shared_memory_of_the_tensor_core_loops():
+    # 4 slices of (128 + 128) rows of 64 + 16 bytes on NVIDIA; 2 on AMD; none for SIMT
+    assert mma_smem_bytes((128, 128, 32, 8, 8), MATH_MMA, hip=False) == 4 * 256 * 80
+    assert mma_smem_bytes((128, 128, 16, 8, 8), MATH_TF32, hip=True) == 2 * 256 * 80
+    assert mma_smem_bytes((128, 128, 8, 8, 8), MATH_SIMT, hip=False) == 0
+    # the hand-off buffer (64 rows of 132 floats) fits under the AMD loop's slices
+    assert mma_smem_bytes((128, 128, 32, 8, 8), MATH_MMA, hip=True) == max(2 * 256 * 80, 64 * 132 * 4)
+
+
+def test_a_forced_tile_of_another_main_loop_is_refused():
+    plan = GemmPlan(GEMM_TILES["float16"][0], 1, 0.0)
+    with pytest.raises(ValueError, match="not one of the float16 tiles"):
+        _resolve(plan, None, "gemm", (1, 1, 1, 1), "float16", MATH_MMA)
+    ok = _resolve(GemmPlan(MMA_TILES[MATH_MMA][1], 2, 0.0), None, "gemm", (1, 1, 1, 1),
+                  "float16", MATH_MMA)
+    assert ok.math == MATH_MMA and ok.splits == 2
+
+
+def test_precision_argument(monkeypatch):
+    monkeypatch.delenv("CUPYCONV_ALLOW_TF32", raising=False)
+    assert PRECISIONS == ("exact", "tf32")
+    assert resolve_precision(None, "float32") == "exact"
+    assert resolve_precision("tf32", "float32") == "tf32"
+    assert resolve_precision("tf32", "float64") == "exact"  # TF32 concerns float32 only
+    monkeypatch.setenv("CUPYCONV_ALLOW_TF32", "1")
+    assert resolve_precision(None, "float32") == "tf32"
+    assert resolve_precision("exact", "float32") == "exact"
+    for bad in ("TF32", "fp16", 1):
+        with pytest.raises(ValueError, match="precision must be one of"):
+            resolve_precision(bad, "float32")
