@@ -37,6 +37,13 @@ def _matrix_dtypes(device_id: int) -> frozenset:
     bfloat16), CDNA1 (gfx908: float16).  Anything else runs the SIMT loop."""
     import cupy
 
+    try:
+        return _query_matrix_dtypes(cupy, device_id)
+    except cupy.cuda.runtime.CUDARuntimeError:  # no usable device (planning on a CPU machine)
+        return frozenset()
+
+
+def _query_matrix_dtypes(cupy, device_id: int) -> frozenset:
     if cupy.cuda.runtime.is_hip:
         arch = cupy.cuda.runtime.getDeviceProperties(device_id).get("gcnArchName", b"")
         arch = (arch.decode() if isinstance(arch, bytes) else str(arch)).split(":")[0]

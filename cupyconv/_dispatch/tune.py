@@ -298,6 +298,11 @@ def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
     from cupyconv._dispatch.forward import FORWARD
     from cupyconv._gemm.forward import gemm_launch_shape
 
+    try:
+        device_id = cupy.cuda.Device().id
+    except cupy.cuda.runtime.CUDARuntimeError:  # no device: list the SIMT tiles
+        device_id = None
+    main_loop = 0 if device_id is None else gemm_math(geom.dtype, geom.precision, device_id)
     out = []
     for name, algo in FORWARD.items():
         if not algo.applicable(geom):
@@ -306,8 +311,7 @@ def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
             out.append(Candidate(name))
             continue
         k = gemm_launch_shape(geom, name)[1][2]
-        for tile in gemm_tiles(geom.dtype, gemm_math(geom.dtype, geom.precision,
-                                                     cupy.cuda.Device().id)):
+        for tile in gemm_tiles(geom.dtype, main_loop):
             slices = math.ceil(k / tile[2])
             out += [Candidate(name, tile, s) for s in SPLIT_CHOICES if s == 1 or slices >= 4 * s]
     return out
