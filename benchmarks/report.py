@@ -40,11 +40,13 @@ PEERS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32", "im2col_matmul"
 def kind_of(data) -> str | None:
     """Which benchmark wrote ``data``: "bench" (bench.py), "depthwise" (bench_depthwise.py),
     "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
-    (bench_network.py), "host" (bench_host.py), or None."""
+    (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py), or None."""
     if not isinstance(data, dict):
         return None
     if data.get("benchmark") in ("network", "host") and isinstance(data.get("rows"), list):
         return data["benchmark"]
+    if isinstance(data.get("layers"), list) and "summary" in data:
+        return "precision"
     if {"forward", "backward", "gemm"} & set(data):
         return "bench"
     rows = data.get("rows")
@@ -259,6 +261,17 @@ def _ratio(peer, ours):
     return peer / ours if peer and ours else None
 
 
+def _precision_markdown(data: dict, name: str):
+    """bench_precision.py's tables (rendered by that script's own function), no plot metrics."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_precision", Path(__file__).resolve().parent / "bench_precision.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return f"### {name}\n\n" + module.markdown(data), [], []
+
+
 def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
     """The Markdown of one results file, with the forward metrics and the other per-problem peer
     ratios (backward passes, depthwise, signal) for the plots."""
@@ -266,7 +279,7 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
     if kind != "bench":
         return {"depthwise": _depthwise_markdown, "signal": _signal_markdown,
                 "calibration": _calibration_markdown, "network": _network_markdown,
-                "host": _host_markdown}[kind](data, name)
+                "host": _host_markdown, "precision": _precision_markdown}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "
