@@ -30,7 +30,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import REGISTRY, KernelModule
 from cupyconv.jit import COMPILE_OPTIONS
 
-NVIDIA_ARCHS = ("sm_80", "sm_90")
+NVIDIA_ARCHS = ("sm_80", "sm_90a")  # sm_90a: what the JIT compiles for on Hopper (jit.arch_options)
 AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")
 REQUIRE_ENV = "CUPYCONV_REQUIRE_COMPILERS"
 # A directory recording successful compiles, so that one test session compiles each module for

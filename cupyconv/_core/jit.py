@@ -48,6 +48,14 @@ def _target() -> tuple[str, str, int]:
     return "nvrtc", "sm_" + dev.compute_capability, dev.id
 
 
+def arch_options(arch: str) -> tuple[str, ...]:
+    """Options of the target beyond COMPILE_OPTIONS: compute capability 9.0 compiles for sm_90a,
+    whose wgmma the Hopper main loop needs (NVRTC keeps the architecture-specific target over the
+    plain -arch=sm_90 that CuPy appends; such a binary runs on 9.0 devices only, the ones it is
+    built for)."""
+    return ("-arch=sm_90a",) if arch == "sm_90" else ()
+
+
 def _cache_key(module: KernelModule) -> tuple:
     return (module, COMPILE_OPTIONS) + _target()
 
@@ -69,7 +77,7 @@ def _entry(module: KernelModule) -> _Entry:
         import cupy
 
         start = time.perf_counter()
-        raw = cupy.RawModule(code=module.code, options=COMPILE_OPTIONS,
+        raw = cupy.RawModule(code=module.code, options=COMPILE_OPTIONS + arch_options(key[3]),
                              name_expressions=list(module.name_expressions))
         raw.compile()
         entry.seconds = time.perf_counter() - start

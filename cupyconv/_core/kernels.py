@@ -50,6 +50,8 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FD_RX_WIDE": 3,        # ... wider (complex128)
     "MMA_STAGES": 4,        # tensor-core GEMM loop: k-slices resident (NVIDIA, cp.async)
     "MMA_STAGES_AMD": 2,    # ... on AMD (synchronous copies; 64 KB of LDS)
+    "WGMMA_STAGES": 4,      # ... the Hopper loop (wgmma): slices resident, STAGES - 2 in flight
+    "GEMM_RASTER_M": 8,     # GEMM-family kernels: m tiles per band of the block order (block_tile)
     # Activation codes of the fused epilogues (common/activation.cuh; names in _core/activation.py)
     "CC_ACT_NONE": 0,
     "CC_ACT_RELU": 1,
@@ -169,9 +171,9 @@ def separable_module(dtype: str, kt: int) -> KernelModule:
     return KernelModule("depthwise/separable.cu", ("separable_fused",), (dtype,), variants=((kt, 0), (kt, 3)))
 
 # GEMM main-loop kinds (the kernels' MATH template argument, gemm_mma.cuh): the SIMT loop, the
-# tensor-core loop on the storage type (float16, bfloat16), and the tensor-core loop on float32
-# rounded to TF32.
-MATH_SIMT, MATH_MMA, MATH_TF32 = 0, 1, 2
+# tensor-core loop on the storage type (float16, bfloat16), the tensor-core loop on float32
+# rounded to TF32, and the Hopper loop (wgmma on float16 and bfloat16; compute capability 9.0).
+MATH_SIMT, MATH_MMA, MATH_TF32, MATH_WGMMA = 0, 1, 2, 3
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; on the SIMT loop float16 and
 # bfloat16 run on the float32 tiles (they accumulate and stage in float32).  Which one runs is the
@@ -186,9 +188,12 @@ GEMM_TILES["float16"] = GEMM_TILES["bfloat16"] = GEMM_TILES["float32"]
 MMA_TILES = {
     MATH_MMA: ((128, 128, 32, 8, 8), (128, 64, 32, 8, 4), (64, 64, 32, 4, 4)),
     MATH_TF32: ((128, 128, 16, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
+    # wgmma reads k-slices of exactly 128 bytes (the swizzle width): 64 16-bit values
+    MATH_WGMMA: ((128, 128, 64, 8, 8), (128, 64, 64, 8, 4), (64, 64, 64, 4, 4)),
 }
 # Dtypes each tensor-core kind serves.
-MMA_DTYPES = {MATH_MMA: ("float16", "bfloat16"), MATH_TF32: ("float32",)}
+MMA_DTYPES = {MATH_MMA: ("float16", "bfloat16"), MATH_TF32: ("float32",),
+              MATH_WGMMA: ("float16", "bfloat16")}
 
 
 def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
@@ -197,18 +202,21 @@ def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
 
 
 def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool) -> int:
-    """Dynamic shared memory of a tensor-core GEMM kernel (``MmaTile::SMEM_BYTES`` in
-    gemm_mma.cuh, which this mirrors): the resident k-slices of A and B, rows of BK elements plus
-    16 bytes of padding, or the fp32 hand-off buffer of BM / (TM / 4) rows, whichever is larger.
-    0 for the SIMT loop (static shared memory)."""
+    """Dynamic shared memory of a tensor-core GEMM kernel, the largest of what its loops take
+    (gemm_mma.cuh, which this mirrors): the resident k-slices of A and B -- rows of BK elements
+    plus 16 bytes of padding (``MmaTile``; the Hopper kind's fallback keeps two), or 128-byte
+    rows from a 1024-byte aligned base (``WgmmaTile``) -- and the fp32 hand-off buffer of
+    BM / (TM / 4) rows (``HandOff``).  0 for the SIMT loop (static shared memory)."""
     if math == MATH_SIMT:
         return 0
     bm, bn, bk, tm, _ = tile
     item = 4 if math == MATH_TF32 else 2
     stages = KERNEL_CONSTANTS["MMA_STAGES_AMD" if hip else "MMA_STAGES"]
-    loop = stages * (bm + bn) * (bk * item + 16)
     hand_off = bm // (tm // 4) * (bn + 4) * 4
-    return max(loop, hand_off)
+    if math == MATH_WGMMA:
+        return max(KERNEL_CONSTANTS["WGMMA_STAGES"] * (bm + bn) * bk * item + 1024,
+                   2 * (bm + bn) * (bk * item + 16), hand_off)
+    return max(stages * (bm + bn) * (bk * item + 16), hand_off)
 
 
 # The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import MATH_MMA, MATH_SIMT, MATH_TF32, MMA_DTYPES
+from cupyconv._core.kernels import MATH_MMA, MATH_SIMT, MATH_TF32, MATH_WGMMA, MMA_DTYPES
 
 PRECISIONS = ("exact", "tf32")
 ALLOW_TF32_ENV = "CUPYCONV_ALLOW_TF32"
@@ -33,7 +33,8 @@ def resolve_precision(precision, dtype: str) -> str:
 @memoized(None)
 def _matrix_dtypes(device_id: int) -> frozenset:
     """Storage dtypes whose tensor-core instruction the device has: NVIDIA compute capability 8.0+
-    (mma.sync for float16, bfloat16 and TF32); AMD CDNA2/3 (gfx90a, gfx94x: MFMA for float16 and
+    (mma.sync for float16, bfloat16 and TF32), plus "wgmma" on 9.0 (Hopper's warpgroup MMA, which
+    the kernels get by compiling for sm_90a); AMD CDNA2/3 (gfx90a, gfx94x: MFMA for float16 and
     bfloat16), CDNA1 (gfx908: float16).  Anything else runs the SIMT loop."""
     import cupy
 
@@ -50,15 +51,27 @@ def _query_matrix_dtypes(cupy, device_id: int) -> frozenset:
         if arch in ("gfx90a", "gfx940", "gfx941", "gfx942"):
             return frozenset({"float16", "bfloat16"})
         return frozenset({"float16"}) if arch == "gfx908" else frozenset()
-    major = cupy.cuda.Device(device_id).compute_capability[:-1]
-    return frozenset({"float16", "bfloat16", "tf32"}) if int(major) >= 8 else frozenset()
+    cc = cupy.cuda.Device(device_id).compute_capability
+    if int(cc[:-1]) < 8:
+        return frozenset()
+    return frozenset({"float16", "bfloat16", "tf32"} | ({"wgmma"} if cc == "90" else set()))
 
 
 def gemm_math(dtype: str, precision: str, device_id: int) -> int:
     """The GEMM main loop (``kernels.MATH_*``) for ``dtype`` at ``precision`` on the device."""
     have = _matrix_dtypes(device_id)
     if dtype in MMA_DTYPES[MATH_MMA] and dtype in have:
-        return MATH_MMA
+        return MATH_WGMMA if "wgmma" in have else MATH_MMA
     if dtype == "float32" and precision == "tf32" and "tf32" in have:
         return MATH_TF32
     return MATH_SIMT
+
+
+# Main loops that a device whose default for a launch is the key also runs, for an explicit plan
+# (tests and benchmarks compare them): Hopper still has mma.sync.
+_ALSO_RUNS = {MATH_WGMMA: (MATH_MMA,)}
+
+
+def runs_instead(math: int, default: int) -> bool:
+    """Whether an explicit plan's main loop ``math`` may replace the launch's ``default``."""
+    return math in _ALSO_RUNS.get(default, ())

@@ -24,9 +24,9 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT,
-                                    MATH_TF32, MMA_TILES, SPLITK_REDUCE, conv_fprop_module,
+                                    MATH_TF32, MATH_WGMMA, MMA_TILES, SPLITK_REDUCE, conv_fprop_module,
                                     conv_wgrad_module, gemm_module, gemm_tiles, mma_smem_bytes)
-from cupyconv._core.precision import gemm_math
+from cupyconv._core.precision import gemm_math, runs_instead
 from cupyconv._core.launch import (DEFAULT_SMEM, GRID_YZ_MAX, element_strides, int64s, ints,
                                    launch_grid)
 from cupyconv._core.program import not_preparable, scratch
@@ -103,7 +103,7 @@ def sm_count(device_id: int) -> int:
 # bandwidth that the split-K workspace round trip costs.  The tensor-core loops' rates per kind
 # (H100, benchmarks/NOTES.md) drive the same plan.
 GEMM_RATE = 40e12
-MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12}
+MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 500e12}
 BANDWIDTH = 3e12
 # One more launch: the driver call, the workspace allocation and the gap on the device (the host
 # side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
@@ -206,10 +206,12 @@ def plan_hooks_active() -> bool:
 def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, dtype: str,
              math_kind: int) -> GemmPlan:
     """The plan a launch uses: explicit, else forced by the context, else ``default()``; on the
-    launch's main loop ``math_kind``, whose tiles a given plan must use."""
+    launch's main loop ``math_kind`` (or on one the device runs instead, where the plan names
+    it: ``precision.runs_instead``), whose tiles a given plan must use."""
     plan = plan or _FORCED.get() or default()
-    if plan.math != math_kind:
+    if plan.math != math_kind and not runs_instead(plan.math, math_kind):
         plan = replace(plan, math=math_kind)
+    math_kind = plan.math
     tiles = gemm_tiles(dtype, math_kind) + ((LONG_K_TILE,) if math_kind == MATH_SIMT else ())
     if plan.tile not in tiles:
         raise ValueError(f"GEMM tile {plan.tile} is not one of the {dtype} tiles of this main loop "

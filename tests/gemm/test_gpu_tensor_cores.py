@@ -1,20 +1,22 @@
-"""The tensor-core main loop (gemm_mma.cuh) on the GPU: every tile, loader mapping and split of
+"""The tensor-core main loops (gemm_mma.cuh) on the GPU: every tile, loader mapping and split of
 the dense GEMM, the implicit forward, backward-data and backward-weight kernels, for float16,
-bfloat16 and TF32, against float64 references; and TF32's error against PyTorch's on the same
+bfloat16 and TF32, on the mma.sync loop and (on Hopper) the wgmma loop, against float64 references; and TF32's error against PyTorch's on the same
 inputs.  float16/bfloat16 results must be within 2x the rounding of the float64 result to the
 storage type (``verify.tolerance``); TF32 results within 2x the error of the float64 computation
 on TF32-rounded inputs (``verify.tf32_tolerance``)."""
+
+import contextlib
 
 import numpy as np
 import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._core.kernels import GEMM_VARIANTS, MATH_MMA, MATH_TF32, MMA_TILES
+from cupyconv._core.kernels import GEMM_VARIANTS, MATH_MMA, MATH_TF32, MATH_WGMMA, MMA_TILES
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.verify import (poison, random_array, rel_error, round_tf32, tf32_tolerance,
                                    tolerance)
-from cupyconv._gemm.launch import GemmPlan, MatrixView, OutMap, record_plans, run_gemm
+from cupyconv._gemm.launch import GemmPlan, MatrixView, OutMap, forced_plan, record_plans, run_gemm
 
 from gpu_cases import CASES, LAYOUTS, case_id, rng_for, shapes
 
@@ -47,26 +49,50 @@ def test_device_has_tensor_cores():
     import cupy
 
     dev = cupy.cuda.Device().id
-    assert gemm_math("float16", "exact", dev) == MATH_MMA
-    assert gemm_math("bfloat16", "exact", dev) == MATH_MMA
+    half = MATH_WGMMA if _has_wgmma() else MATH_MMA
+    assert gemm_math("float16", "exact", dev) == half
+    assert gemm_math("bfloat16", "exact", dev) == half
     assert gemm_math("float32", "tf32", dev) == MATH_TF32
     assert gemm_math("float32", "exact", dev) == 0
 
 
+def _has_wgmma() -> bool:
+    import cupy
+
+    return cupy.cuda.Device().compute_capability == "90"
+
+
 KINDS = [("float16", "exact"), ("bfloat16", "exact"), ("float32", "tf32")]
+# Every main loop with its dtypes: the conv tests run the launch's own (default) loop, and for the
+# 16-bit types also the mma.sync loop forced on a device whose default is wgmma.
+LOOPS = [(MATH_MMA, "float16", "exact"), (MATH_MMA, "bfloat16", "exact"),
+         (MATH_TF32, "float32", "tf32"), (MATH_WGMMA, "float16", "exact"),
+         (MATH_WGMMA, "bfloat16", "exact")]
+CONV_KINDS = [(d, p, "default") for d, p in KINDS] + [("float16", "exact", "mma"),
+                                                      ("bfloat16", "exact", "mma")]
 
 
-@pytest.mark.parametrize("dtype,precision", KINDS, ids=lambda v: str(v))
+def _loop(name: str):
+    """The context a conv test runs in: the launches' default loop, or mma.sync forced."""
+    if name == "default":
+        return contextlib.nullcontext()
+    return forced_plan(GemmPlan(MMA_TILES[MATH_MMA][0], 1, 0.0, MATH_MMA))
+
+
+@pytest.mark.parametrize("math_kind,dtype,precision", LOOPS, ids=lambda v: str(v))
 @pytest.mark.parametrize("tile_index", [0, 1, 2])
 @pytest.mark.parametrize("variant", GEMM_VARIANTS)
 @pytest.mark.parametrize("splits", [1, 3])
-def test_every_tile_loader_mapping_and_split(dtype, precision, tile_index, variant, splits):
+def test_every_tile_loader_mapping_and_split(math_kind, dtype, precision, tile_index, variant,
+                                             splits):
     import cupy
 
-    math_kind = MATH_TF32 if precision == "tf32" else MATH_MMA
+    if math_kind == MATH_WGMMA and not _has_wgmma():
+        pytest.skip("wgmma needs compute capability 9.0")
     tile = MMA_TILES[math_kind][tile_index]
     rng = rng_for("mma-tile", dtype, tile, variant, splits)
-    for m, n, k in [(130, 72, 100), (131, 69, 37), (257, 129, 200)]:  # vector and scalar paths
+    # vector and scalar paths; k-contiguous 16-byte rows with partial slices (the copy paths)
+    for m, n, k in [(130, 72, 100), (131, 69, 37), (257, 129, 200), (200, 136, 264)]:
         a = cupy.asarray(random_array(rng, (m, k), dtype))
         b = cupy.asarray(random_array(rng, (k, n), dtype))
         bias = cupy.asarray(random_array(rng, (n,), dtype))
@@ -78,7 +104,7 @@ def test_every_tile_loader_mapping_and_split(dtype, precision, tile_index, varia
         c = poison(cupy.empty((m, n), dtype))
         with record_plans() as log:
             run_gemm(dtype, av, bv, c, m, n, k, out=OutMap(m, 0, n, 1), bias=bias,
-                     plan=GemmPlan(tile, splits, 0.0), precision=precision)
+                     plan=GemmPlan(tile, splits, 0.0, math_kind), precision=precision)
         assert log[0][2].math == math_kind and log[0][2].tile == tile
         ref = _f64(a) @ _f64(b) + _f64(bias)
         rounded = None
@@ -137,10 +163,10 @@ def _refs(fn, arrays, precision, **opts):
 CONV_GRID = [pytest.param(c, lay, id=f"{case_id(c)}-{lay}") for c in CASES for lay in LAYOUTS]
 
 
-@pytest.mark.parametrize("dtype,precision", KINDS, ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype,precision,loop", CONV_KINDS, ids=lambda v: str(v))
 @pytest.mark.parametrize("method", ["auto", "implicit_gemm"])
 @pytest.mark.parametrize("case,layout", CONV_GRID)
-def test_forward(case, layout, dtype, precision, method):
+def test_forward(case, layout, dtype, precision, loop, method):
     import cupy
 
     rng = rng_for("mma-fwd", case_id(case), layout, dtype, method)
@@ -148,17 +174,18 @@ def test_forward(case, layout, dtype, precision, method):
     opts = dict(case["opts"], layout=layout)
     y = poison(cupy.empty(reference.conv(np.asarray(xh, np.float64), np.asarray(wh, np.float64),
                                          **opts).shape, dtype))
-    cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh), method=method,
-                  precision=precision, out=y, **opts)
+    with _loop(loop):
+        cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh), method=method,
+                      precision=precision, out=y, **opts)
     # the bias is exact in the epilogue: not rounded to TF32
     ref, rounded = _refs(lambda x, w: reference.conv(x, w, np.asarray(bh, np.float64), **opts),
                          (xh, wh), precision)
     _check(y, ref, dtype, rounded)
 
 
-@pytest.mark.parametrize("dtype,precision", KINDS, ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype,precision,loop", CONV_KINDS, ids=lambda v: str(v))
 @pytest.mark.parametrize("case,layout", CONV_GRID)
-def test_backward_data_and_weight(case, layout, dtype, precision):
+def test_backward_data_and_weight(case, layout, dtype, precision, loop):
     import cupy
 
     rng = rng_for("mma-bwd", case_id(case), layout, dtype)
@@ -167,14 +194,16 @@ def test_backward_data_and_weight(case, layout, dtype, precision):
     yshape = reference.conv(np.asarray(xh, np.float64), np.asarray(wh, np.float64), **opts).shape
     dyh = random_array(rng, yshape, dtype)
     dx = poison(cupy.empty(xh.shape, dtype))
-    cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), xh.shape, out=dx,
-                                precision=precision, **opts)
+    with _loop(loop):
+        cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), xh.shape, out=dx,
+                                    precision=precision, **opts)
     ref, rounded = _refs(lambda dy, w: reference.conv_backward_data(dy, w, xh.shape, **opts),
                          (dyh, wh), precision)
     _check(dx, ref, dtype, rounded)
     dw = poison(cupy.empty(wh.shape, dtype))
-    cupyconv.conv_backward_weight(cupy.asarray(xh), cupy.asarray(dyh), wh.shape, out=dw,
-                                  precision=precision, **opts)
+    with _loop(loop):
+        cupyconv.conv_backward_weight(cupy.asarray(xh), cupy.asarray(dyh), wh.shape, out=dw,
+                                      precision=precision, **opts)
     ref, rounded = _refs(lambda x, dy: reference.conv_backward_weight(x, dy, wh.shape, **opts),
                          (xh, dyh), precision)
     _check(dw, ref, dtype, rounded)

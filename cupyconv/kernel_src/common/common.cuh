@@ -44,6 +44,8 @@ typedef long long index_t;
 // one value no offset of a real element can take.
 constexpr index_t NO_OFFSET = -0x7fffffffffffffffLL - 1;
 
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
 // bfloat16 storage: CUDA's own type (its intrinsics and the tensor-core operand format), and on
 // AMD a plain 16-bit payload with the conversions written out (HIP 5.x headers do not compile under
 // HIPRTC).  Both are the upper half of a float32: widening is a shift, narrowing rounds to nearest

@@ -33,7 +33,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
   const int pixels = OD * OH * OW;
   const int M = N * pixels, Kgemm = Cg * KD * KH * KW;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  int m0, n0;
+  cc::block_tile<BM, BN>(m0, n0);
   int kb, ke;
   cc::split_range<BK>(Kgemm, splits, part, kb, ke);
 

@@ -25,7 +25,8 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
                                PD, PH, PW, xsn, xsc, xsd, xsh, xsw};
   const int g = blockIdx.z / splits, part = blockIdx.z % splits, Kg = K / groups;
   const int pixels = N * OD * OH * OW, Ncols = Cg * KD * KH * KW;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  int m0, n0;
+  cc::block_tile<BM, BN>(m0, n0);
   int kb, ke;
   cc::split_range<BK>(pixels, splits, part, kb, ke);
 

@@ -28,7 +28,8 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
   extern __shared__ __align__(16) unsigned char dsmem[];  // the tensor-core loops' stages
   const int z = blockIdx.z / splits, part = blockIdx.z % splits;
   const int zo = z / G2, zi = z % G2;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  int m0, n0;
+  cc::block_tile<BM, BN>(m0, n0);
   int kb, ke;
   cc::split_range<BK>(K, splits, part, kb, ke);
 

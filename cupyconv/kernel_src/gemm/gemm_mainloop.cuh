@@ -45,6 +45,23 @@ __device__ __forceinline__ int tile_offset(int lane, int i) {
   return (i / 4) * (BLOCK / (TILE / 4)) + lane * 4 + (i % 4);
 }
 
+// The first row and column (m0, n0) of this block's tile, the grid being (m tiles, n tiles, ..).
+// Blocks start in launch order, x fastest: taken as they are, a wave of resident blocks would
+// cover a few n tiles down the whole m range, and read every row panel of A from DRAM once per
+// wave.  Instead the tiles go in bands of GEMM_RASTER_M m tiles, m fastest within a band: a wave
+// covers a near-square patch, whose A and B panels stay in L2 while its blocks share them.
+template <int BM, int BN>
+__device__ __forceinline__ void block_tile(int& m0, int& n0) {
+  const long long tiles_m = gridDim.x, tiles_n = gridDim.y;
+  const long long linear = blockIdx.y * tiles_m + blockIdx.x;
+  const long long per_band = GEMM_RASTER_M * tiles_n;
+  const long long band = linear / per_band, first = band * GEMM_RASTER_M;
+  const long long rows = tiles_m - first < GEMM_RASTER_M ? tiles_m - first : GEMM_RASTER_M;
+  const long long r = linear - band * per_band;
+  m0 = (int)(first + r % rows) * BM;
+  n0 = (int)(r / rows) * BN;
+}
+
 // Multiplies the k range [kb, ke) (kb a multiple of BK; the loaders' K is ke).
 template <typename Cfg, typename A, typename ALoader, typename BLoader>
 __device__ __forceinline__ void gemm_mainloop(ALoader& la, BLoader& lb, int kb, int ke,

@@ -46,8 +46,10 @@ template <> __device__ __forceinline__ tf32 store_as<tf32, float>(const float x)
   return r;
 }
 
-// Main-loop kinds, the kernels' MMA template argument.
-enum MathKind { MATH_SIMT = 0, MATH_MMA = 1, MATH_TF32 = 2 };
+// Main-loop kinds, the kernels' MATH template argument: SIMT; mma.sync (or MFMA) on 16-bit
+// storage; mma.sync on float32 rounded to TF32; and the Hopper loop (wgmma on 16-bit storage where
+// the operands allow 16-byte copies, the mma.sync register-staged loop for the others).
+enum MathKind { MATH_SIMT = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_WGMMA = 3 };
 
 // Registers and shared-memory element type of each kind: SIMT widens to the accumulator type;
 // MMA keeps 16-bit storage; TF32 loads floats and stores rounded tf32.
@@ -60,10 +62,67 @@ template <typename T> struct MathTypes<T, MATH_MMA> {
   typedef T Reg;
   typedef T Smem;
 };
+template <typename T> struct MathTypes<T, MATH_WGMMA> : MathTypes<T, MATH_MMA> {};
 template <typename T> struct MathTypes<T, MATH_TF32> {
   typedef float Reg;
   typedef tf32 Smem;
 };
+
+// The hand-off of accumulator fragments to the SIMT register layout acc[TM][TN], through shared
+// memory in TM / 4 passes, one per 4-row chunk of the SIMT layout (PASS_ROWS = BM / (TM / 4) rows
+// of the block tile each, at a pitch of LDC floats).  `write(stage, r0)` puts this thread's
+// accumulators of rows [r0, r0 + PASS_ROWS) at stage[(row - r0) * LDC + col].  The caller has
+// synchronized: `smem` is free.
+template <typename Cfg>
+struct HandOff {
+  static constexpr int PASS_ROWS = Cfg::BM / (Cfg::TM / 4), LDC = Cfg::BN + 4;
+  static constexpr int SMEM_BYTES = PASS_ROWS * LDC * 4;
+  static_assert(Cfg::BM % PASS_ROWS == 0 && PASS_ROWS % 4 == 0, "hand-off passes");
+
+  template <typename Write>
+  static __device__ __forceinline__ void run(float (&acc)[Cfg::TM][Cfg::TN], void* smem,
+                                             const Write& write) {
+    float* stage = reinterpret_cast<float*>(smem);
+    const int tx = threadIdx.x % (Cfg::BN / Cfg::TN), ty = threadIdx.x / (Cfg::BN / Cfg::TN);
+#pragma unroll
+    for (int pass = 0; pass < Cfg::TM / 4; ++pass) {
+      write(stage, pass * PASS_ROWS);
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jc = 0; jc < Cfg::TN / 4; ++jc)
+          lds4(stage + (ty * 4 + i) * LDC + tile_offset<Cfg::BN, Cfg::TN>(tx, 4 * jc),
+               &acc[4 * pass + i][4 * jc]);
+      __syncthreads();
+    }
+  }
+};
+
+// NVIDIA accumulator fragments c[i][j] of 16 x 8 (mma.sync's m16n8 layout, which wgmma's
+// accumulators repeat along n) into acc: fragment (i, j) covers rows row0 + 16 i + lane / 4 (and
+// + 8), columns col0 + 8 j + 2 (lane % 4) (and + 1).
+template <typename Cfg, int MF, int NF>
+__device__ __forceinline__ void hand_off_m16n8(const float (&c)[MF][NF][4], int row0, int col0,
+                                               float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+  typedef HandOff<Cfg> H;
+  const int lane = threadIdx.x % 32;
+  H::run(acc, smem, [&](float* stage, int r0) {
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+      for (int j = 0; j < NF; ++j) {
+        const int row = row0 + i * 16 + lane / 4 - r0, col = col0 + j * 8 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int rr = row + 8 * h;
+          if (rr >= 0 && rr < H::PASS_ROWS)
+            *reinterpret_cast<float2*>(stage + rr * H::LDC + col) =
+                make_float2(c[i][j][2 * h], c[i][j][2 * h + 1]);
+        }
+      }
+  });
+}
 
 template <typename Cfg, typename S>
 struct MmaTile {
@@ -81,15 +140,11 @@ struct MmaTile {
   static constexpr int MF = WM / FRAG_M, NF = WN / FRAG_N;
   static constexpr int KSTEP = 32 / (int)sizeof(S);  // elements per 32-byte k-step
   static constexpr int LDS = BK + 16 / (int)sizeof(S);  // row pitch: 16 bytes of padding
-  // hand-off: rows per pass and the staging pitch (floats)
-  static constexpr int PASS_ROWS = BM / (TM / 4), LDC = BN + 4;
   static constexpr int SMEM_BYTES_LOOP = CC_MMA_STAGES * (BM + BN) * LDS * (int)sizeof(S);
-  static constexpr int SMEM_BYTES_OUT = PASS_ROWS * LDC * 4;
-  static constexpr int SMEM_BYTES = SMEM_BYTES_LOOP > SMEM_BYTES_OUT ? SMEM_BYTES_LOOP : SMEM_BYTES_OUT;
+  static constexpr int SMEM_BYTES = cmax(SMEM_BYTES_LOOP, HandOff<Cfg>::SMEM_BYTES);
   static_assert(WARPS * LANES == THREADS && WARPS_M * WARPS_N == WARPS, "warp layout");
   static_assert(WM % FRAG_M == 0 && WN % (2 * FRAG_N) == 0 && MF >= 1, "warp tile of whole fragments");
   static_assert(BK % KSTEP == 0, "k-slices of whole k-steps");
-  static_assert(BM % PASS_ROWS == 0 && PASS_ROWS % 4 == 0, "hand-off passes");
 };
 
 #if defined(__CUDACC__)
@@ -261,49 +316,27 @@ struct MmaWarp {
     }
   }
 
-  // The fragments through shared memory, one 4-row chunk of the SIMT layout per pass, into acc
-  // (the caller has synchronized: `smem` is free).
+  // The fragments into acc in the SIMT layout (HandOff).
   __device__ __forceinline__ void hand_off(float (&acc)[Cfg::TM][Cfg::TN], void* smem) const {
-    constexpr int BN = Cfg::BN;
-    float* stage = reinterpret_cast<float*>(smem);
-    const int tx = threadIdx.x % (BN / Cfg::TN), ty = threadIdx.x / (BN / Cfg::TN);
-#pragma unroll
-    for (int pass = 0; pass < Cfg::TM / 4; ++pass) {
-      const int r0 = pass * L::PASS_ROWS;
+#if defined(__CUDACC__)
+    hand_off_m16n8<Cfg>(c, wm * L::WM, wn * L::WN, acc, smem);
+#else
+    typedef HandOff<Cfg> H;
+    H::run(acc, smem, [&](float* stage, int r0) {
 #pragma unroll
       for (int i = 0; i < MF; ++i)
 #pragma unroll
         for (int j = 0; j < NF; ++j) {
-#if defined(__CUDACC__)
-          // m16n8 accumulators: (row g, cols 2t, 2t+1) and (row g + 8, same cols), g = lane / 4
-          const int row = wm * L::WM + i * 16 + lane / 4 - r0;
-          const int col = wn * L::WN + j * 8 + 2 * (lane % 4);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int rr = row + 8 * h;
-            if (rr >= 0 && rr < L::PASS_ROWS)
-              *reinterpret_cast<float2*>(stage + rr * L::LDC + col) =
-                  make_float2(c[i][j][2 * h], c[i][j][2 * h + 1]);
-          }
-#else
           // MFMA 16x16 accumulators: column lane % 16, rows 4 * (lane / 16) .. + 3
           const int col = wn * L::WN + j * 16 + lane % 16;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int rr = wm * L::WM + i * 16 + 4 * (lane / 16) + e - r0;
-            if (rr >= 0 && rr < L::PASS_ROWS) stage[rr * L::LDC + col] = c[i][j][e];
+            if (rr >= 0 && rr < H::PASS_ROWS) stage[rr * H::LDC + col] = c[i][j][e];
           }
-#endif
         }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int jc = 0; jc < Cfg::TN / 4; ++jc)
-          lds4(stage + (ty * 4 + i) * L::LDC + tile_offset<BN, Cfg::TN>(tx, 4 * jc),
-               &acc[4 * pass + i][4 * jc]);
-      __syncthreads();
-    }
+    });
+#endif
   }
 };
 
@@ -359,8 +392,8 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < ktiles) {
-      la.issue(As + s * A_STAGE);
-      lb.issue(Bs + s * B_STAGE);
+      la.template issue<PaddedRows<L::LDS>>(As + s * A_STAGE);
+      lb.template issue<PaddedRows<L::LDS>>(Bs + s * B_STAGE);
     }
     cp_async_commit();  // (empty groups keep the count uniform)
   }
@@ -369,8 +402,8 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
     __syncthreads();              // ... everyone's; and slice kt - 1's buffer is free
     const int next = kt + STAGES - 1;
     if (next < ktiles) {
-      la.issue(As + (next % STAGES) * A_STAGE);
-      lb.issue(Bs + (next % STAGES) * B_STAGE);
+      la.template issue<PaddedRows<L::LDS>>(As + (next % STAGES) * A_STAGE);
+      lb.template issue<PaddedRows<L::LDS>>(Bs + (next % STAGES) * B_STAGE);
     }
     cp_async_commit();
     w.multiply(As + (kt % STAGES) * A_STAGE, Bs + (kt % STAGES) * B_STAGE);
@@ -379,6 +412,163 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
   __syncthreads();
   w.hand_off(acc, smem);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Hopper loop (sm_90a: NVRTC compiles for it when the device is compute capability 9.0).
+//
+// Warpgroups (4 warps, 128 threads) tile the block as WG_M x WG_N, each owning a 64 x WN
+// accumulator tile in registers (WN = BN / WG_N, the instruction's n).  Slices are k-contiguous
+// rows of exactly 128 bytes (BK = 64 halves) in the 128-byte swizzled layout (Swizzled128), which
+// wgmma reads straight from shared memory through matrix descriptors: no ldmatrix, no operand
+// registers.  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
+// wgmma (a slice: BK / 16 instructions) stays in flight across the next slice's barrier, so the
+// tensor cores never wait for the copies' issue.  Slice kt is written to the buffer that batch
+// kt - 2 read: every warpgroup finished that batch (wait_group 1 in iteration kt - 1) before the
+// barrier of iteration kt.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CC_WGMMA 1
+
+// Matrix descriptor of a K-major operand tile in the 128-byte swizzled layout starting at p (8-row
+// groups 1024 bytes apart; the leading offset is unused in this mode).
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* p) {
+  const unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+// cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// The accumulators are written by the tensor cores between an mma_async and its wait: this empty
+// asm makes the compiler treat them as changed here, so no read of them moves before the wait.
+template <int NF>
+__device__ __forceinline__ void fence_accumulators(float (&d)[NF][4]) {
+#pragma unroll
+  for (int j = 0; j < NF; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// d (64 x N, fp32) += A (64 x 16, descriptor da) * B (16 x N, descriptor db), both K-major.
+#define CC_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define CC_WGMMA_N32(TY)                                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {"                \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"      \
+               "}, %16, %17, p, 1, 1, 0, 0;\n}\n"                                          \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3)                                    \
+               : "l"(da), "l"(db), "r"(1))
+#define CC_WGMMA_N64(TY)                                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
+               "%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                       \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
+                 CC_D4(7)                                                                  \
+               : "l"(da), "l"(db), "r"(1))
+#define CC_WGMMA_N128(TY)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"               \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
+               "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
+               "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
+               "%61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"                             \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
+                 CC_D4(7), CC_D4(8), CC_D4(9), CC_D4(10), CC_D4(11), CC_D4(12), CC_D4(13), \
+                 CC_D4(14), CC_D4(15)                                                      \
+               : "l"(da), "l"(db), "r"(1))
+
+template <int N, typename S> struct Wgmma;
+#define CC_WGMMA_SPECIALIZE(N, S, TY)                                                        \
+  template <> struct Wgmma<N, S> {                                                           \
+    static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da,  \
+                                               unsigned long long db) {                     \
+      CC_WGMMA_N##N(TY);                                                                     \
+    }                                                                                        \
+  };
+CC_WGMMA_SPECIALIZE(32, __half, "f16")
+CC_WGMMA_SPECIALIZE(64, __half, "f16")
+CC_WGMMA_SPECIALIZE(128, __half, "f16")
+CC_WGMMA_SPECIALIZE(32, bf16, "bf16")
+CC_WGMMA_SPECIALIZE(64, bf16, "bf16")
+CC_WGMMA_SPECIALIZE(128, bf16, "bf16")
+#undef CC_WGMMA_SPECIALIZE
+#undef CC_D4
+
+template <typename Cfg, typename S>
+struct WgmmaTile {
+  static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  static constexpr int WG = Cfg::THREADS / 128, WG_M = BM / 64, WG_N = WG / WG_M, WN = BN / WG_N;
+  static constexpr int STAGES = WGMMA_STAGES, KSTEP = 16;
+  static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
+  // the stages from a 1024-byte aligned base (up to 1008 bytes of it skipped), or the hand-off
+  static constexpr int SMEM_BYTES =
+      cmax(STAGES * (A_STAGE + B_STAGE) * (int)sizeof(S) + 1024, HandOff<Cfg>::SMEM_BYTES);
+  static_assert(BK * (int)sizeof(S) == 128, "slices of 128-byte rows (the swizzle's width)");
+  static_assert(WG * 128 == Cfg::THREADS && BM % 64 == 0 && WG % WG_M == 0 && WN % 8 == 0,
+                "warpgroup layout");
+  static_assert(STAGES >= 3, "two slices in flight behind one batch of wgmma");
+};
+
+template <typename Cfg, typename S, typename ALoader, typename BLoader>
+__device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, int kb, int ke,
+                                                    float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
+  typedef WgmmaTile<Cfg, S> L;
+  typedef Swizzled128<S> Slot;
+  constexpr int STAGES = L::STAGES, NF = L::WN / 8;
+  unsigned char* base = reinterpret_cast<unsigned char*>(smem);
+  base += (1024 - (smem_addr(base) & 1023)) & 1023;
+  S* As = reinterpret_cast<S*>(base);
+  S* Bs = As + STAGES * L::A_STAGE;
+  const int wg = threadIdx.x / 128, wg_m = wg % L::WG_M, wg_n = wg / L::WG_M;
+  const int a_off = wg_m * 64 * L::BK, b_off = wg_n * L::WN * L::BK;
+  float d[1][NF][4];  // one fragment row of m16n8 tiles per warp: hand_off_m16n8's shape
+#pragma unroll
+  for (int j = 0; j < NF; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[0][j][e] = 0.0f;
+  const int ktiles = (ke - kb + L::BK - 1) / L::BK;
+  la.begin(kb);
+  lb.begin(kb);
+#pragma unroll
+  for (int s = 0; s < STAGES - 2; ++s) {
+    if (s < ktiles) {
+      la.template issue<Slot>(As + s * L::A_STAGE);
+      lb.template issue<Slot>(Bs + s * L::B_STAGE);
+    }
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<STAGES - 3>();  // slice kt has landed (this thread's copies) ...
+    fence_proxy_async();          // ... is visible to the tensor cores' reads ...
+    __syncthreads();              // ... for every thread's copies; batch kt - 2 is done
+    const int next = kt + STAGES - 2;
+    if (next < ktiles) {
+      la.template issue<Slot>(As + (next % STAGES) * L::A_STAGE);
+      lb.template issue<Slot>(Bs + (next % STAGES) * L::B_STAGE);
+    }
+    cp_async_commit();
+    const unsigned long long da = wgmma_desc(As + (kt % STAGES) * L::A_STAGE + a_off);
+    const unsigned long long db = wgmma_desc(Bs + (kt % STAGES) * L::B_STAGE + b_off);
+    wgmma_fence();
+    fence_accumulators(d[0]);
+#pragma unroll
+    for (int ks = 0; ks < L::BK / L::KSTEP; ++ks)  // 32 bytes along k: 2 in descriptor units
+      Wgmma<L::WN, S>::run(d[0], da + 2 * ks, db + 2 * ks);
+    wgmma_commit();
+    fence_accumulators(d[0]);
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d[0]);
+  cp_async_wait<0>();
+  __syncthreads();
+  hand_off_m16n8<Cfg>(d, wg_m * 64 + (threadIdx.x % 128) / 32 * 16, wg_n * L::WN, acc, smem);
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The main loop a kernel runs for storage type T and kind MATH, with the loaders' register and
 // shared-memory types and layout (row-major in k for the tensor-core loop) and its shared memory.
@@ -400,6 +590,12 @@ struct MainLoop {
                                              void* dsmem) {
     if constexpr (MATH == MATH_SIMT) {
       gemm_mainloop<Cfg>(la, lb, kb, ke, acc, reinterpret_cast<Acc*>(smem));
+    } else if constexpr (MATH == MATH_WGMMA) {
+#if defined(CC_WGMMA)
+      if (la.async_ok() && lb.async_ok()) gemm_mainloop_wgmma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+      else
+#endif
+        gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
     } else if constexpr (HasMatrixOp<Smem>::value) {
       if (la.async_ok() && lb.async_ok()) gemm_mainloop_mma_async<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
       else gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);

@@ -6,7 +6,8 @@
 // cursor by BK; `store(s)` writes it to shared memory, converted to s's element type: k-major,
 // s[k * LD + row], for the SIMT loop, or with ROW_K row-major in k, s[row * LD + k], for the
 // tensor-core loop (gemm_mma.cuh), where each group of 4 consecutive k of one row is one vector
-// store.  Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a
+// store.  Loaders whose operand allows it (`async_ok`) also `issue<Slot>(s)` the slice as 16-byte
+// copies straight to shared memory, each chunk where the multistage loop's Slot puts it.  Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a
 // split-K block ends before the matrix does).
 #pragma once
 #include "common.cuh"
@@ -83,6 +84,24 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {}
 #endif
 
+// Where a multistage loop puts the 16-byte chunk that starts at (row, k) of a slice (an element
+// offset; k is a multiple of the chunk): rows of LD elements, padded so that ldmatrix reads are
+// conflict-free (the mma.sync loop) ...
+template <int LD>
+struct PaddedRows {
+  static __device__ __forceinline__ int at(int row, int k) { return row * LD + k; }
+};
+// ... or rows of exactly 128 bytes whose 8 chunks are permuted by XOR with row % 8: the layout
+// that wgmma's 128-byte swizzle mode reads (from a 1024-byte aligned base).  A warp's copies of
+// consecutive chunks of a row still land in 8 distinct bank groups.
+template <typename S>
+struct Swizzled128 {
+  static constexpr int CH = 16 / (int)sizeof(S);
+  static __device__ __forceinline__ int at(int row, int k) {
+    return row * 8 * CH + (((k / CH) ^ (row & 7)) * CH);
+  }
+};
+
 // One element of a loader's slice to shared memory at (row, k) in the main loop's layout.
 template <bool ROW_K, int LD, typename S, typename A>
 __device__ __forceinline__ void sts1(S* s, int row, int k, const A v) {
@@ -122,7 +141,7 @@ struct DenseLoader {
   // consecutive k, copied straight to shared memory.  Needs k contiguous and chunk-aligned rows.
   __device__ __forceinline__ bool async_ok() const { return KCONTIG && ROW_K && vec >= 2 && kdiv == 0; }
 
-  template <typename S>
+  template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* s) {
     constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
     static_assert(NCH >= 1 && NCH * CH * THREADS == ROWS * BK, "slice of whole chunks");
@@ -132,7 +151,7 @@ struct DenseLoader {
     for (int i = 0; i < NCH; ++i) {
       const int q = threadIdx.x + i * THREADS, r = q / CPR, kk = (q % CPR) * CH;
       const bool ok = r < rows && k0 + kk < K;
-      cp_async16(s + r * LD + kk, ok ? base + r * rs + (k0 + kk) : base, ok);
+      cp_async16(s + Slot::at(r, kk), ok ? base + r * rs + (k0 + kk) : base, ok);
     }
   }
 
@@ -296,7 +315,7 @@ struct Im2colLoader {
     }
   }
 
-  template <typename S>
+  template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* smem) {
     const int k0 = kc;
     kc += BK;
@@ -306,7 +325,7 @@ struct Im2colLoader {
       const int kk = (int)((threadIdx.x + i * THREADS) % CPR) * CH;
       index_t off = 0;
       const bool ok = kin && offset(i, c0 + kk, kd, kh, kw, off);
-      cp_async16(smem + async_row(i) * LD + kk, rowbase[i] + (ok ? off : 0), ok);
+      cp_async16(smem + Slot::at(async_row(i), kk), rowbase[i] + (ok ? off : 0), ok);
     }
     step_slice();
   }
@@ -389,7 +408,7 @@ struct Im2colTLoader {
 
   // Rows (not k) are contiguous here: no 16-byte chunks of k, so never the multistage path.
   __device__ __forceinline__ bool async_ok() const { return false; }
-  template <typename S>
+  template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S*) { CC_TRAP(); }
 
   __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int j0, int rows_, int vec_) {
