@@ -61,12 +61,13 @@ class MatrixView:
                                                        for s in (other, self.so, self.si))
 
     def vec_level(self, rows: int, k: int) -> int:
-        """The loader's ``vec``: 2 where k-contiguous rows also split into aligned 16-byte chunks
-        (the tensor-core loop's multistage copies), 1 for 4-element vectors, 0 for elements."""
+        """The loader's ``vec``: 2 where the contiguous dim also splits into aligned 16-byte
+        chunks (the tensor-core loops' multistage copies: k-contiguous rows for mma.sync, either
+        orientation for wgmma), 1 for 4-element vectors, 0 for elements."""
         if not self.vectorizable(rows, k):
             return 0
         chunk = max(4, 16 // self.array.itemsize)
-        return 2 if self.kcontig and self.vectorizable(rows, k, chunk) else 1
+        return 2 if self.vectorizable(rows, k, chunk) else 1
 
 
 @dataclass(frozen=True)
@@ -535,7 +536,7 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     ws = _workspace(prob.dtype, plan.splits, g * kg * tcg, dw)
     args = (x, dy, dw,
             *ints((prob.batch, prob.out_channels, g,
-                   MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vectorizable(kg, pixels),
+                   MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vec_level(kg, pixels),
                    _x_vec_level(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
                    prob.in_channels // g)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation

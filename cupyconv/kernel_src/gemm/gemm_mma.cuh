@@ -417,10 +417,11 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 // The Hopper loop (sm_90a: NVRTC compiles for it when the device is compute capability 9.0).
 //
 // Warpgroups (4 warps, 128 threads) tile the block as WG_M x WG_N, each owning a 64 x WN
-// accumulator tile in registers (WN = BN / WG_N, the instruction's n).  Slices are k-contiguous
-// rows of exactly 128 bytes (BK = 64 halves) in the 128-byte swizzled layout (Swizzled128), which
-// wgmma reads straight from shared memory through matrix descriptors: no ldmatrix, no operand
-// registers.  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
+// accumulator tile in registers (WN = BN / WG_N, the instruction's n).  Slices are lines of
+// exactly 128 bytes (BK = 64 halves) in the 128-byte swizzled layouts (loaders.cuh), k-contiguous
+// rows or, for operands whose rows are contiguous (backward-weight, a row-major B), row-contiguous
+// k (wgmma's transposed operands), which wgmma reads straight from shared memory through matrix
+// descriptors: no ldmatrix, no operand registers.  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
 // wgmma (a slice: BK / 16 instructions) stays in flight across the next slice's barrier, so the
 // tensor cores never wait for the copies' issue.  Slice kt is written to the buffer that batch
 // kt - 2 read: every warpgroup finished that batch (wait_group 1 in iteration kt - 1) before the
@@ -428,12 +429,27 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CC_WGMMA 1
 
-// Matrix descriptor of a K-major operand tile in the 128-byte swizzled layout starting at p (8-row
-// groups 1024 bytes apart; the leading offset is unused in this mode).
-__device__ __forceinline__ unsigned long long wgmma_desc(const void* p) {
-  const unsigned long long addr = smem_addr(p);
-  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
+template <bool C, typename A, typename B> struct Pick { typedef A type; };
+template <typename A, typename B> struct Pick<false, A, B> { typedef B type; };
+
+// One operand's side of the Hopper loop, by the orientation of its loader's 16-byte chunks.
+// K-major (SwizzledK128): rows of 64 k; 8-row groups 1024 bytes apart (the descriptor's stride
+// offset), the leading offset unused; a 16-deep k-step is 32 bytes further.  MN-major
+// (SwizzledMN128): atoms of 64 rows x BK k, one 128-byte line per k, BK * 128 bytes apart (the
+// leading offset); 8-k groups 1024 bytes apart; a k-step is 16 lines further.  Either way the
+// rows from row0 (a multiple of 64) start row0 * BK elements into the stage.  Descriptor fields
+// are in 16-byte units; bits 62-63 = 1 select the 128-byte swizzle.
+template <typename S, int BK, bool KMAJOR>
+struct WgmmaOperand {
+  typedef typename Pick<KMAJOR, SwizzledK128<S>, SwizzledMN128<S, BK>>::type Slot;
+  static constexpr int TRANS = KMAJOR ? 0 : 1;
+  static constexpr unsigned long long LBO = KMAJOR ? 16 : BK * 128, SBO = 1024;
+  static constexpr unsigned long long STEP = KMAJOR ? 32 / 16 : 16 * 128 / 16;
+  static __device__ __forceinline__ unsigned long long desc(const void* p) {
+    const unsigned long long addr = smem_addr(p);
+    return ((addr & 0x3FFFF) >> 4) | ((LBO >> 4) << 16) | ((SBO >> 4) << 32) | (1ull << 62);
+  }
+};
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -450,24 +466,25 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NF][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
-// d (64 x N, fp32) += A (64 x 16, descriptor da) * B (16 x N, descriptor db), both K-major.
+// d (64 x N, fp32) += A (64 x 16, descriptor da) * B (16 x N, descriptor db); TA / TB: the
+// operand is MN-major (transposed) rather than K-major.
 #define CC_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define CC_WGMMA_N32(TY)                                                                  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                \
                "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {"                \
                "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"      \
-               "}, %16, %17, p, 1, 1, 0, 0;\n}\n"                                          \
+               "}, %16, %17, p, 1, 1, %19, %20;\n}\n"                                          \
                : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3)                                    \
-               : "l"(da), "l"(db), "r"(1))
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
 #define CC_WGMMA_N64(TY)                                                                  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                \
                "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
                "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
-               "%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                       \
+               "%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"                                       \
                : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
                  CC_D4(7)                                                                  \
-               : "l"(da), "l"(db), "r"(1))
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
 #define CC_WGMMA_N128(TY)                                                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                \
                "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"               \
@@ -475,15 +492,16 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NF][4]) {
                "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
                "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
                "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
-               "%61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"                             \
+               "%61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"                             \
                : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
                  CC_D4(7), CC_D4(8), CC_D4(9), CC_D4(10), CC_D4(11), CC_D4(12), CC_D4(13), \
                  CC_D4(14), CC_D4(15)                                                      \
-               : "l"(da), "l"(db), "r"(1))
+               : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
 
 template <int N, typename S> struct Wgmma;
 #define CC_WGMMA_SPECIALIZE(N, S, TY)                                                        \
   template <> struct Wgmma<N, S> {                                                           \
+    template <int TA, int TB>                                                                \
     static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da,  \
                                                unsigned long long db) {                     \
       CC_WGMMA_N##N(TY);                                                                     \
@@ -511,13 +529,18 @@ struct WgmmaTile {
   static_assert(WG * 128 == Cfg::THREADS && BM % 64 == 0 && WG % WG_M == 0 && WN % 8 == 0,
                 "warpgroup layout");
   static_assert(STAGES >= 3, "two slices in flight behind one batch of wgmma");
+  // Whether loaders of these orientations can feed it: an MN-major tile of a warpgroup must
+  // start on a 64-row atom (A's always do: 64 rows per warpgroup).
+  template <typename ALoader, typename BLoader>
+  static constexpr bool feeds() { return BLoader::KMAJOR || WN % 64 == 0; }
 };
 
 template <typename Cfg, typename S, typename ALoader, typename BLoader>
 __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, int kb, int ke,
                                                     float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
   typedef WgmmaTile<Cfg, S> L;
-  typedef Swizzled128<S> Slot;
+  typedef WgmmaOperand<S, Cfg::BK, ALoader::KMAJOR> OpA;
+  typedef WgmmaOperand<S, Cfg::BK, BLoader::KMAJOR> OpB;
   constexpr int STAGES = L::STAGES, NF = L::WN / 8;
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
   base += (1024 - (smem_addr(base) & 1023)) & 1023;
@@ -536,8 +559,8 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
 #pragma unroll
   for (int s = 0; s < STAGES - 2; ++s) {
     if (s < ktiles) {
-      la.template issue<Slot>(As + s * L::A_STAGE);
-      lb.template issue<Slot>(Bs + s * L::B_STAGE);
+      la.template issue<typename OpA::Slot>(As + s * L::A_STAGE);
+      lb.template issue<typename OpB::Slot>(Bs + s * L::B_STAGE);
     }
     cp_async_commit();
   }
@@ -547,17 +570,18 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
     __syncthreads();              // ... for every thread's copies; batch kt - 2 is done
     const int next = kt + STAGES - 2;
     if (next < ktiles) {
-      la.template issue<Slot>(As + (next % STAGES) * L::A_STAGE);
-      lb.template issue<Slot>(Bs + (next % STAGES) * L::B_STAGE);
+      la.template issue<typename OpA::Slot>(As + (next % STAGES) * L::A_STAGE);
+      lb.template issue<typename OpB::Slot>(Bs + (next % STAGES) * L::B_STAGE);
     }
     cp_async_commit();
-    const unsigned long long da = wgmma_desc(As + (kt % STAGES) * L::A_STAGE + a_off);
-    const unsigned long long db = wgmma_desc(Bs + (kt % STAGES) * L::B_STAGE + b_off);
+    const unsigned long long da = OpA::desc(As + (kt % STAGES) * L::A_STAGE + a_off);
+    const unsigned long long db = OpB::desc(Bs + (kt % STAGES) * L::B_STAGE + b_off);
     wgmma_fence();
     fence_accumulators(d[0]);
 #pragma unroll
-    for (int ks = 0; ks < L::BK / L::KSTEP; ++ks)  // 32 bytes along k: 2 in descriptor units
-      Wgmma<L::WN, S>::run(d[0], da + 2 * ks, db + 2 * ks);
+    for (int ks = 0; ks < L::BK / L::KSTEP; ++ks)
+      Wgmma<L::WN, S>::template run<OpA::TRANS, OpB::TRANS>(d[0], da + OpA::STEP * ks,
+                                                            db + OpB::STEP * ks);
     wgmma_commit();
     fence_accumulators(d[0]);
     wgmma_wait<1>();
@@ -592,13 +616,22 @@ struct MainLoop {
       gemm_mainloop<Cfg>(la, lb, kb, ke, acc, reinterpret_cast<Acc*>(smem));
     } else if constexpr (MATH == MATH_WGMMA) {
 #if defined(CC_WGMMA)
-      if (la.async_ok() && lb.async_ok()) gemm_mainloop_wgmma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
-      else
+      if constexpr (WgmmaTile<Cfg, Smem>::template feeds<ALoader, BLoader>()) {
+        if (la.async_ok() && lb.async_ok()) {
+          gemm_mainloop_wgmma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+          return;
+        }
+      }
 #endif
-        gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+      gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
     } else if constexpr (HasMatrixOp<Smem>::value) {
-      if (la.async_ok() && lb.async_ok()) gemm_mainloop_mma_async<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
-      else gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+      if constexpr (ALoader::KMAJOR && BLoader::KMAJOR) {  // padded rows hold k-chunks only
+        if (la.async_ok() && lb.async_ok()) {
+          gemm_mainloop_mma_async<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+          return;
+        }
+      }
+      gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
     } else {
       CC_TRAP();  // the host never selects a tensor-core kernel on such a target
     }

@@ -91,14 +91,24 @@ template <int LD>
 struct PaddedRows {
   static __device__ __forceinline__ int at(int row, int k) { return row * LD + k; }
 };
-// ... or rows of exactly 128 bytes whose 8 chunks are permuted by XOR with row % 8: the layout
+// ... or lines of exactly 128 bytes whose 8 chunks are permuted by XOR with line % 8: the layouts
 // that wgmma's 128-byte swizzle mode reads (from a 1024-byte aligned base).  A warp's copies of
-// consecutive chunks of a row still land in 8 distinct bank groups.
+// consecutive chunks of a line still land in 8 distinct bank groups.  K-major: one line per row,
+// its 128 bytes of k (BK * sizeof = 128) ...
 template <typename S>
-struct Swizzled128 {
+struct SwizzledK128 {
   static constexpr int CH = 16 / (int)sizeof(S);
   static __device__ __forceinline__ int at(int row, int k) {
     return row * 8 * CH + (((k / CH) ^ (row & 7)) * CH);
+  }
+};
+// ... MN-major (the chunk holds rows row .. row + CH - 1 at one k): atoms of E = 128 bytes of rows
+// by the BK k of the slice, one line per k.
+template <typename S, int BK>
+struct SwizzledMN128 {
+  static constexpr int CH = 16 / (int)sizeof(S), E = 8 * CH;
+  static __device__ __forceinline__ int at(int row, int k) {
+    return (row / E) * (BK * E) + k * E + ((((row % E) / CH) ^ (k & 7)) * CH);
   }
 };
 
@@ -137,21 +147,26 @@ struct DenseLoader {
     else { r = (idx % (ROWS / 4)) * 4; kk = idx / (ROWS / 4); }
   }
 
-  // Multistage path (row-major-in-k shared memory only): the slice as 16-byte chunks of
-  // consecutive k, copied straight to shared memory.  Needs k contiguous and chunk-aligned rows.
-  __device__ __forceinline__ bool async_ok() const { return KCONTIG && ROW_K && vec >= 2 && kdiv == 0; }
+  // Multistage path (tensor-core loops): the slice as 16-byte chunks along the contiguous dim
+  // (KMAJOR: consecutive k of a row; else consecutive rows at one k), copied straight to shared
+  // memory.  Needs chunk-aligned rows (vec 2, checked by the host).
+  static constexpr bool KMAJOR = KCONTIG;
+  __device__ __forceinline__ bool async_ok() const { return ROW_K && vec >= 2 && kdiv == 0; }
 
   template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* s) {
-    constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
+    constexpr int CH = 16 / (int)sizeof(T), NCH = ROWS * BK / (CH * THREADS);
     static_assert(NCH >= 1 && NCH * CH * THREADS == ROWS * BK, "slice of whole chunks");
     const int k0 = kc;
     kc += BK;
 #pragma unroll
     for (int i = 0; i < NCH; ++i) {
-      const int q = threadIdx.x + i * THREADS, r = q / CPR, kk = (q % CPR) * CH;
+      const int q = threadIdx.x + i * THREADS;
+      int r, kk;
+      if (KCONTIG) { r = q / (BK / CH); kk = (q % (BK / CH)) * CH; }
+      else { r = (q % (ROWS / CH)) * CH; kk = q / (ROWS / CH); }
       const bool ok = r < rows && k0 + kk < K;
-      cp_async16(s + Slot::at(r, kk), ok ? base + r * rs + (k0 + kk) : base, ok);
+      cp_async16(s + Slot::at(r, kk), ok ? base + r * rs + (k0 + kk) * ks : base, ok);
     }
   }
 
@@ -250,6 +265,7 @@ struct Im2colLoader {
     return (int)(threadIdx.x / CPR) + i * (THREADS / CPR);
   }
 
+  static constexpr bool KMAJOR = true;
   __device__ __forceinline__ bool async_ok() const { return async_mode; }
 
   // Decompose this thread's rows once; the k loop then only decodes taps.  In the multistage
@@ -391,11 +407,18 @@ template <typename T, typename A, int ROWS, int BK, int THREADS, int LD, bool RO
 struct Im2colTLoader {
   static constexpr int VECS = ROWS * BK / (4 * THREADS);
   static_assert(VECS >= 1 && ROWS * BK == VECS * 4 * THREADS, "tile must split into 4-vectors");
+  // Multistage mode (vec 2: Cg a multiple of the chunk, aligned): chunks of CH rows (channels of
+  // one tap, contiguous in x) at one pixel; a thread always copies the same chunk of rows, at
+  // NCH pixels per slice.
+  static constexpr int CH = 16 / (int)sizeof(T), CPK = ROWS / CH, NCH = ROWS * BK / (CH * THREADS);
   const T* x;       // x + group's first channel
   const ConvShape* sh;
   int rows, K;      // valid rows (taps * Cg - j0) and the end of this block's pixel range
   int vec;
   int kc;
+  int chunk_row;                                  // first row of this thread's chunk
+  index_t chunk_coff;                             // ... its channel offset
+  int chunk_dd, chunk_dh, chunk_dw;               // ... its dilated tap offsets
   index_t coff[VECS][4];         // channel offset of each row
   int tdd[VECS][4], thd[VECS][4], twd[VECS][4];  // dilated tap offsets of each row
   A regs[VECS][4];
@@ -406,27 +429,53 @@ struct Im2colTLoader {
     kk = idx / (ROWS / 4);
   }
 
-  // Rows (not k) are contiguous here: no 16-byte chunks of k, so never the multistage path.
-  __device__ __forceinline__ bool async_ok() const { return false; }
+  // Rows (not k) are contiguous here: MN-major chunks, for the loops that take them.
+  static constexpr bool KMAJOR = false;
+  __device__ __forceinline__ bool async_ok() const { return ROW_K && vec >= 2; }
+
+  // (row j -> channel offset and dilated tap offsets)
+  __device__ __forceinline__ void decode_row(int j, index_t& co, int& dd, int& dh, int& dw) const {
+    const int c = j % sh->Cg;
+    int t = j / sh->Cg;
+    const int kw = t % sh->KW; t /= sh->KW;
+    const int kh = t % sh->KH; const int kd = t / sh->KH;
+    co = c * sh->xsc;
+    dd = kd * sh->DD; dh = kh * sh->DH; dw = kw * sh->DW;
+  }
+
   template <typename Slot, typename S>
-  __device__ __forceinline__ void issue(S*) { CC_TRAP(); }
+  __device__ __forceinline__ void issue(S* smem) {
+    static_assert(NCH >= 1 && THREADS % CPK == 0 && NCH * CH * THREADS == ROWS * BK, "chunk mapping");
+    const ConvShape& s = *sh;
+    const int k0 = kc;
+    kc += BK;
+#pragma unroll
+    for (int i = 0; i < NCH; ++i) {
+      const int kk = (int)threadIdx.x / CPK + i * (THREADS / CPK);
+      int m = k0 + kk;
+      const bool kin = m < K;
+      const int ow = m % s.OW; m /= s.OW;
+      const int oh = m % s.OH; m /= s.OH;
+      const int od = m % s.OD; const int n = m / s.OD;
+      const int id = od * s.SD - s.PD + chunk_dd, ih = oh * s.SH - s.PH + chunk_dh,
+                iw = ow * s.SW - s.PW + chunk_dw;
+      const bool in = kin && chunk_row < rows && (unsigned)id < (unsigned)s.D &&
+                      (unsigned)ih < (unsigned)s.H && (unsigned)iw < (unsigned)s.W;
+      cp_async16(smem + Slot::at(chunk_row, kk),
+                 in ? x + n * s.xsn + chunk_coff + id * s.xsd + ih * s.xsh + iw * s.xsw : x, in);
+    }
+  }
 
   __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int j0, int rows_, int vec_) {
     x = x_; sh = s; rows = rows_; vec = vec_;
+    chunk_row = (int)(threadIdx.x % CPK) * CH;
+    decode_row(j0 + chunk_row, chunk_coff, chunk_dd, chunk_dh, chunk_dw);
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {
       int r, kk;
       coords(v, r, kk);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int j = j0 + r + e;
-        const int c = j % s->Cg;
-        int t = j / s->Cg;
-        const int kw = t % s->KW; t /= s->KW;
-        const int kh = t % s->KH; const int kd = t / s->KH;
-        coff[v][e] = c * s->xsc;
-        tdd[v][e] = kd * s->DD; thd[v][e] = kh * s->DH; twd[v][e] = kw * s->DW;
-      }
+      for (int e = 0; e < 4; ++e) decode_row(j0 + r + e, coff[v][e], tdd[v][e], thd[v][e], twd[v][e]);
     }
   }
 
