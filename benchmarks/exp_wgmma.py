@@ -1,7 +1,8 @@
 """Experiment: the Hopper loop (wgmma, MATH_WGMMA) against the mma.sync loop (MATH_MMA) on the
 same device, for the public gemm, with cuBLAS as the yardstick; correctness first (relative error
 against float64).  Kernel constants and the register cap can be overridden for a sweep:
-``EXP_CONST=WGMMA_STAGES=5,GEMM_RASTER_M=1 EXP_MIN_BLOCKS=2 python3 benchmarks/exp_wgmma.py``."""
+``EXP_CONST=GEMM_RASTER_M=1 EXP_SHORT_K=0 python3 benchmarks/exp_wgmma.py`` (``EXP_SHORT_K``: the
+most k-slices per block of the two-block build; ``EXP_CONV=1``: the conv layers instead)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cupyconv  # noqa: E402
 from cupyconv._core import jit, kernels  # noqa: E402
-from cupyconv._core.kernels import MATH_MMA, MATH_SIMT, MMA_TILES  # noqa: E402
+from cupyconv._core.kernels import MATH_MMA, MMA_TILES  # noqa: E402
+from cupyconv._gemm import launch  # noqa: E402
 from cupyconv._gemm.launch import GemmPlan, forced_plan, record_plans  # noqa: E402
 from measure import time_gpu  # noqa: E402
 
@@ -23,9 +25,24 @@ def _apply_overrides() -> str:
     for item in filter(None, os.environ.get("EXP_CONST", "").split(",")):
         name, value = item.split("=")
         kernels.KERNEL_CONSTANTS[name] = int(value)
-    blocks = int(os.environ.get("EXP_MIN_BLOCKS", "1"))
-    kernels._min_blocks = lambda math, simt: (("CC_MIN_BLOCKS", simt if math == MATH_SIMT else blocks),)
-    return f"{os.environ.get('EXP_CONST', '')} min_blocks={blocks}"
+    if os.environ.get("EXP_SHORT_K"):
+        launch.WGMMA_SHORT_K = int(os.environ["EXP_SHORT_K"])
+    return f"{os.environ.get('EXP_CONST', '')} short_k={launch.WGMMA_SHORT_K}"
+
+
+def conv_layers(label: str) -> None:
+    """bench_precision's ResNet-50 layers, fp16 and bf16 channels-last only."""
+    import bench_precision
+    import measure
+
+    torch = measure.load_torch()
+    bench_precision.PRECISIONS = [p for p in bench_precision.PRECISIONS if p[1] != "float32"]
+    rows = bench_precision.layer_rows(torch, measure.device_facts()["l2_bytes"], 10, "")
+    for r in rows:
+        print(f"[{label}] {r['layer']} {r['precision']} " + " ".join(
+            f"{pas} {r['ms'][pas]:.4f}" for pas in bench_precision.PASSES), flush=True)
+    for key, v in bench_precision.summary(rows).items():
+        print(f"[{label}] {key}: geomean {v['geomean']:.2f}x min {v['min']:.2f}x", flush=True)
 
 
 def main() -> int:
@@ -33,6 +50,9 @@ def main() -> int:
     import torch
 
     label = _apply_overrides()
+    if os.environ.get("EXP_CONV"):
+        conv_layers(label)
+        return 0
     sizes = [int(v) for v in os.environ.get("EXP_SIZES", "4096,8192").split(",")]
     loops = {"wgmma": None}
     if os.environ.get("EXP_MMA"):
@@ -55,7 +75,7 @@ def main() -> int:
                 with forced_plan(plan):
                     t = time_gpu(lambda: cupyconv.gemm(a, bk), repeat=5)
                 used = log[-1][2]
-                fn = jit.get_function(kernels.gemm_module(dtype, used.tile, (1, 1), used.math),
+                fn = jit.get_function(kernels.gemm_module(dtype, used.tile, (1, 1), used.math, used.blocks),
                                       "gemm", dtype, (1, 1, used.math))
                 line += (f" | {name} {tflop / t:.0f} TFLOP/s ({peer / t:.2f}x) err {err:.1e} "
                          f"tile {used.tile} regs {fn.num_regs} local {fn.local_size_bytes}")

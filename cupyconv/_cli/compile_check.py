@@ -292,7 +292,8 @@ def run_check(modules=None, vendors=("nvidia", "amd"), progress=None, workers=No
     """
     modules = REGISTRY if modules is None else tuple(modules)
     archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS}
-    jobs = [(m, vendor, arch) for vendor in vendors for arch in archs[vendor] for m in modules]
+    jobs = [(m, vendor, arch) for vendor in vendors for arch in archs[vendor] for m in modules
+            if vendor in m.vendors]
     results = []
     hip = _WorkerPool()
     try:

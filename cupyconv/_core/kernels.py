@@ -50,7 +50,6 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "FD_RX_WIDE": 3,        # ... wider (complex128)
     "MMA_STAGES": 4,        # tensor-core GEMM loop: k-slices resident (NVIDIA, cp.async)
     "MMA_STAGES_AMD": 2,    # ... on AMD (synchronous copies; 64 KB of LDS)
-    "WGMMA_STAGES": 4,      # ... the Hopper loop (wgmma): slices resident, STAGES - 2 in flight
     "GEMM_RASTER_M": 8,     # GEMM-family kernels: m tiles per band of the block order (block_tile)
     # Activation codes of the fused epilogues (common/activation.cuh; names in _core/activation.py)
     "CC_ACT_NONE": 0,
@@ -78,6 +77,7 @@ class KernelModule:
     defines: tuple[tuple[str, int], ...] = ()
     tile: tuple[int, ...] = ()
     variants: tuple[tuple[int, ...], ...] = ((),)
+    vendors: tuple[str, ...] = ("nvidia", "amd")  # whose devices may launch it (compile check)
 
     def name_expression(self, template: str, dtype: str, variant: tuple[int, ...] = ()) -> str:
         args = ({**CTYPES, **SIGNAL_CTYPES}[dtype],) + tuple(map(str, self.tile + tuple(variant)))
@@ -201,12 +201,13 @@ def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
     return GEMM_TILES[dtype] if math == MATH_SIMT else MMA_TILES[math]
 
 
-def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool) -> int:
+def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool, blocks: int = 1) -> int:
     """Dynamic shared memory of a tensor-core GEMM kernel, the largest of what its loops take
     (gemm_mma.cuh, which this mirrors): the resident k-slices of A and B -- rows of BK elements
     plus 16 bytes of padding (``MmaTile``; the Hopper kind's fallback keeps two), or 128-byte
-    rows from a 1024-byte aligned base (``WgmmaTile``) -- and the fp32 hand-off buffer of
-    BM / (TM / 4) rows (``HandOff``).  0 for the SIMT loop (static shared memory)."""
+    rows from a 1024-byte aligned base (``WgmmaTile``, WGMMA_STAGES[blocks] of them) -- and the
+    fp32 hand-off buffer of BM / (TM / 4) rows (``HandOff``).  0 for the SIMT loop (static
+    shared memory)."""
     if math == MATH_SIMT:
         return 0
     bm, bn, bk, tm, _ = tile
@@ -214,7 +215,7 @@ def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool) -> int:
     stages = KERNEL_CONSTANTS["MMA_STAGES_AMD" if hip else "MMA_STAGES"]
     hand_off = bm // (tm // 4) * (bn + 4) * 4
     if math == MATH_WGMMA:
-        return max(KERNEL_CONSTANTS["WGMMA_STAGES"] * (bm + bn) * bk * item + 1024,
+        return max(WGMMA_STAGES[blocks] * (bm + bn) * bk * item + 1024,
                    2 * (bm + bn) * (bk * item + 16), hand_off)
     return max(stages * (bm + bn) * (bk * item + 16), hand_off)
 
@@ -236,35 +237,50 @@ CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
 # compile, and a first call should pay for only the one it runs.  CC_MIN_BLOCKS is the register
 # cap (blocks per multiprocessor): measured on an H200, the dense GEMM is 7 % faster uncapped at
 # 4096^3-8192^3, while the implicit conv kernel is up to 4 % faster with two blocks
-# (benchmarks/NOTES.md).  The tensor-core loop holds its fragments and the next slice in
-# registers: uncapped.
-def _min_blocks(math: int, simt_blocks: int) -> tuple[tuple[str, int], ...]:
-    return (("CC_MIN_BLOCKS", simt_blocks if math == MATH_SIMT else 1),)
+# (benchmarks/NOTES.md).  The mma.sync loops hold their fragments and the next slice in
+# registers: uncapped.  The Hopper loop comes in two builds, one resident block per
+# multiprocessor (uncapped, WGMMA_STAGES[1] slices) for long k ranges and two (128 registers,
+# WGMMA_STAGES[2] slices) for short ones, where one block's prologue and epilogue overlap the
+# other's main loop (the plan picks: launch.WGMMA_SHORT_K).
+WGMMA_STAGES = {1: 4, 2: 3}  # two 128x128 blocks of 3 slices fit in 228 KB of shared memory
+
+
+def _build(math: int, simt_blocks: int, blocks: int) -> dict:
+    """The defines of a GEMM-family module, and the vendors that can launch it (wgmma modules
+    run on NVIDIA compute capability 9.0 only; the AMD compile check skips them)."""
+    if math == MATH_SIMT:
+        return {"defines": (("CC_MIN_BLOCKS", simt_blocks),)}
+    if math == MATH_WGMMA:
+        return {"defines": (("CC_MIN_BLOCKS", blocks), ("CC_WGMMA_STAGES", WGMMA_STAGES[blocks])),
+                "vendors": ("nvidia",)}
+    return {"defines": (("CC_MIN_BLOCKS", 1),)}
 
 
 def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...],
-                math: int = MATH_SIMT) -> KernelModule:
-    return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), _min_blocks(math, 1), tile,
-                        (tuple(variant) + (math,),))
+                math: int = MATH_SIMT, blocks: int = 1) -> KernelModule:
+    return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), tile=tile,
+                        variants=(tuple(variant) + (math,),), **_build(math, 1, blocks))
 
 
 def conv_fprop_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...],
-                      math: int = MATH_SIMT) -> KernelModule:
-    return KernelModule("gemm/conv_fprop.cu", ("conv_fprop",), (dtype,), _min_blocks(math, 2), tile,
-                        (tuple(variant) + (math,),))
+                      math: int = MATH_SIMT, blocks: int = 1) -> KernelModule:
+    return KernelModule("gemm/conv_fprop.cu", ("conv_fprop",), (dtype,), tile=tile,
+                        variants=(tuple(variant) + (math,),), **_build(math, 2, blocks))
 
 
-def conv_wgrad_module(dtype: str, tile: tuple[int, ...], math: int = MATH_SIMT) -> KernelModule:
-    return KernelModule("gemm/conv_wgrad.cu", ("conv_wgrad",), (dtype,), _min_blocks(math, 2), tile,
-                        ((math,),))
+def conv_wgrad_module(dtype: str, tile: tuple[int, ...], math: int = MATH_SIMT,
+                      blocks: int = 1) -> KernelModule:
+    return KernelModule("gemm/conv_wgrad.cu", ("conv_wgrad",), (dtype,), tile=tile,
+                        variants=((math,),), **_build(math, 2, blocks))
 
 
 def _gemm_family(dtype: str, math: int):
     """Every GEMM-family module of ``dtype`` on main loop ``math``."""
     for tile in gemm_tiles(dtype, math):
-        yield from (gemm_module(dtype, tile, v, math) for v in GEMM_VARIANTS)
-        yield from (conv_fprop_module(dtype, tile, v, math) for v in CONV_FPROP_VARIANTS)
-        yield conv_wgrad_module(dtype, tile, math)
+        for blocks in (1, 2) if math == MATH_WGMMA else (1,):
+            yield from (gemm_module(dtype, tile, v, math, blocks) for v in GEMM_VARIANTS)
+            yield from (conv_fprop_module(dtype, tile, v, math, blocks) for v in CONV_FPROP_VARIANTS)
+            yield conv_wgrad_module(dtype, tile, math, blocks)
     if math == MATH_SIMT and dtype != "float64":
         yield from (gemm_module(dtype, LONG_K_TILE, v) for v in GEMM_VARIANTS)
 

@@ -31,7 +31,7 @@ from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._gemm.forward import (gemm_launch_shape, is_pointwise, run_im2col_gemm,
                                     run_implicit_gemm)
 from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
-                                   forced_plan, grid_fits, plan_gemm, sm_count)
+                                   forced_plan, grid_fits, plan_gemm, sm_count, with_build)
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -185,7 +185,8 @@ def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
         return None
     kernel, shape = launch
     if algo.plan is not None:  # a tuned tile and split, on the problem's main loop
-        return kernel, shape, replace(algo.plan, math=gemm_math(geom.dtype, geom.precision, device_id))
+        return kernel, shape, with_build(replace(algo.plan, math=gemm_math(
+            geom.dtype, geom.precision, device_id)), shape[2])
     plan = plan_gemm(geom.dtype, *shape, device_id, geom.precision)
     return kernel, shape, dense_plan(plan, geom.dtype, shape[2]) if kernel == "gemm" else plan
 

@@ -110,17 +110,23 @@ BANDWIDTH = 3e12
 # side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
 LAUNCH_S = 8e-6
 MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
+# Most k-slices per block for which the Hopper loop takes its two-block build: measured on ResNet-50
+# layers (H100, benchmarks/NOTES.md), two blocks win up to ~9 slices per block (prologue and
+# epilogue overlap) and lose from ~36 (fewer stages in flight, registers capped at 128).
+WGMMA_SHORT_K = 16
 
 
 @dataclass(frozen=True)
 class GemmPlan:
     """Tile shape and split-K factor of one GEMM launch, with its estimated time in seconds, and
-    the main loop it runs (``kernels.MATH_*``: fixed by dtype, precision and device, not tuned)."""
+    the main loop it runs (``kernels.MATH_*``: fixed by dtype, precision and device, not tuned)
+    and, for the Hopper loop, the resident blocks per multiprocessor its build is made for."""
 
     tile: tuple[int, ...]
     splits: int
     seconds: float
     math: int = MATH_SIMT
+    blocks: int = 1
 
 
 def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, rate=GEMM_RATE) -> float:
@@ -165,7 +171,15 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
             t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, MATH_RATE[math_kind])
             if best is None or t < best.seconds:
                 best = GemmPlan(tile, splits, t, math_kind)
-    return best
+    return with_build(best, k)
+
+
+def with_build(plan: GemmPlan, k: int) -> GemmPlan:
+    """``plan`` with the build its main loop takes for a k range of ``k``: the Hopper loop's
+    two-block build for at most WGMMA_SHORT_K k-slices per block, else one block."""
+    short = math.ceil(k / plan.splits / plan.tile[2]) <= WGMMA_SHORT_K
+    blocks = 2 if plan.math == MATH_WGMMA and short else 1
+    return plan if plan.blocks == blocks else replace(plan, blocks=blocks)
 
 
 # Two hooks for the profiler and the autotuner, both off by default (so default launches are
@@ -212,6 +226,7 @@ def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, dtype: s
     plan = plan or _FORCED.get() or default()
     if plan.math != math_kind and not runs_instead(plan.math, math_kind):
         plan = replace(plan, math=math_kind)
+    plan = with_build(plan, shape[2])
     math_kind = plan.math
     tiles = gemm_tiles(dtype, math_kind) + ((LONG_K_TILE,) if math_kind == MATH_SIMT else ())
     if plan.tile not in tiles:
@@ -254,7 +269,7 @@ def _tiled_kernel(module, template: str, dtype: str, variant: tuple, plan: GemmP
     import cupy
 
     fn = jit.get_function(module, template, dtype, variant)
-    smem = mma_smem_bytes(plan.tile, plan.math, cupy.cuda.runtime.is_hip)
+    smem = mma_smem_bytes(plan.tile, plan.math, cupy.cuda.runtime.is_hip, plan.blocks)
     if smem > DEFAULT_SMEM and fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, smem
@@ -293,7 +308,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
                                              dtype, k), "gemm", (m, n, k, batch), dtype,
                     gemm_math(dtype, precision, device_id))
     variant = (int(a.kcontig), int(b.kcontig))
-    fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math), "gemm", dtype,
+    fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math, plan.blocks), "gemm", dtype,
                              variant + (plan.math,), plan)
     grid, block = _grid(plan.tile, m, n, batch * plan.splits)
     ws = _workspace(dtype, plan.splits, batch * m * n, c)
@@ -487,7 +502,7 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
                     "conv_fprop", (m, n, k, groups), prob.dtype,
                     gemm_math(prob.dtype, prob.precision, device_id))
     variant = (int(prob.channels_last),)
-    fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math),
+    fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math, plan.blocks),
                              "conv_fprop", prob.dtype, variant + (plan.math,), plan)
     xs = element_strides(x, prob.channels_last)
     ys = element_strides(y, prob.channels_last)
@@ -528,7 +543,7 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
                     "conv_wgrad", (kg, tcg, pixels, g), prob.dtype,
                     gemm_math(prob.dtype, prob.precision, device_id))
-    fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math), "conv_wgrad",
+    fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math, plan.blocks), "conv_wgrad",
                              prob.dtype, (plan.math,), plan)
     xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)

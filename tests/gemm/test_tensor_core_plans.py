@@ -47,3 +47,35 @@ def test_precision_argument(monkeypatch):
     for bad in ("TF32", "fp16", 1):
         with pytest.raises(ValueError, match="precision must be one of"):
             resolve_precision(bad, "float32")
+
+
+def test_hopper_build_follows_the_k_range():
+    """The Hopper loop's two-block build for short k ranges per block, one block for long ones;
+    other loops always one; the build's defines and shared memory follow."""
+    from cupyconv._core.kernels import MATH_WGMMA, WGMMA_STAGES, conv_fprop_module
+    from cupyconv._gemm.launch import WGMMA_SHORT_K, with_build
+
+    tile = MMA_TILES[MATH_WGMMA][0]
+    short_k = WGMMA_SHORT_K * tile[2]
+    assert with_build(GemmPlan(tile, 1, 0.0, MATH_WGMMA), short_k).blocks == 2
+    assert with_build(GemmPlan(tile, 1, 0.0, MATH_WGMMA), short_k + 1).blocks == 1
+    assert with_build(GemmPlan(tile, 4, 0.0, MATH_WGMMA), 4 * short_k).blocks == 2  # per split
+    assert with_build(GemmPlan(MMA_TILES[MATH_MMA][0], 1, 0.0, MATH_MMA), 64).blocks == 1
+    two = conv_fprop_module("float16", tile, (1,), MATH_WGMMA, 2)
+    assert dict(two.defines) == {"CC_MIN_BLOCKS": 2, "CC_WGMMA_STAGES": WGMMA_STAGES[2]}
+    assert two.vendors == ("nvidia",)
+    # two blocks of the 128x128 build fit one multiprocessor's 228 KB
+    assert 2 * mma_smem_bytes(tile, MATH_WGMMA, hip=False, blocks=2) <= 228 * 1024
+    assert mma_smem_bytes(tile, MATH_WGMMA, hip=False, blocks=1) == WGMMA_STAGES[1] * 256 * 128 + 1024
+
+
+def test_compile_check_skips_modules_other_vendors_never_launch(monkeypatch):
+    from cupyconv._cli import compile_check
+    from cupyconv._core.kernels import MATH_WGMMA, gemm_module
+
+    seen = []
+    monkeypatch.setattr(compile_check, "check_module",
+                        lambda m, vendor, arch, hiprtc=None: seen.append((vendor, arch)))
+    compile_check.run_check([gemm_module("float16", MMA_TILES[MATH_WGMMA][0], (1, 1), MATH_WGMMA)],
+                            workers=1)
+    assert {v for v, _ in seen} == {"nvidia"} and len(seen) == len(compile_check.NVIDIA_ARCHS)

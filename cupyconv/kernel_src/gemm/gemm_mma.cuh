@@ -428,6 +428,9 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 // barrier of iteration kt.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CC_WGMMA 1
+#ifndef CC_WGMMA_STAGES
+#define CC_WGMMA_STAGES 4  // slices resident (the host's kernels.WGMMA_STAGES per module)
+#endif
 
 template <bool C, typename A, typename B> struct Pick { typedef A type; };
 template <typename A, typename B> struct Pick<false, A, B> { typedef B type; };
@@ -520,7 +523,7 @@ template <typename Cfg, typename S>
 struct WgmmaTile {
   static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   static constexpr int WG = Cfg::THREADS / 128, WG_M = BM / 64, WG_N = WG / WG_M, WN = BN / WG_N;
-  static constexpr int STAGES = WGMMA_STAGES, KSTEP = 16;
+  static constexpr int STAGES = CC_WGMMA_STAGES, KSTEP = 16;
   static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   // the stages from a 1024-byte aligned base (up to 1008 bytes of it skipped), or the hand-off
   static constexpr int SMEM_BYTES =
