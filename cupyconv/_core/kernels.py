@@ -38,7 +38,8 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DW_TAPS": 16,          # ... taps per backward-weight pass (register accumulators)
     "DW_MAX_Z": 64,         # ... most planes per block
     "DWCL_RX": 4,           # channels-last depthwise: destination pixels per run (row walk)
-    "DWCL_ACC_BYTES": 288,  # ... backward-weight accumulators per thread (3x3 x 16 B in fp32)
+    "DWCL_ACC": 36,         # ... backward-weight accumulators per thread (compute type)
+    "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
     "SEP_THREADS": 256,     # fused separable kernel: threads per block
     "SEP_CC": 16,           # ... most intermediate channels per chunk
     "FP_WARPS": 8,          # signal plane kernel: warps per block
@@ -163,10 +164,12 @@ DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise/depthwise.cu", ("depthwise_wgra
 # Channels-last depthwise kernels (depthwise_cl.cu), mult == 1: one binary per (dtype, KF) and
 # pass kind.  KF = 3, 5, 7 run the row walk for W strides S = 1, 2; KF = 0 any shape (S = 0).
 # VEC: channels per thread, the widest of DEPTHWISE_CL_VECS[dtype] that C and the alignment allow
-# (16 bytes first; the narrower ones for odd channel counts and misaligned views).
+# (16 bytes first; the narrower ones for odd channel counts and misaligned views).  Backward-weight
+# keeps a 3x3 filter's taps of its channels in DWCL_ACC registers: at most DWCL_ACC // 9 channels.
 DEPTHWISE_CL_KF = (0, 3, 5, 7)
 DEPTHWISE_CL_STRIDES = (1, 2)
-DEPTHWISE_CL_VECS = {"float16": (8, 2, 1), "bfloat16": (8, 2, 1), "float32": (4, 1), "float64": (2, 1)}
+DEPTHWISE_CL_VECS = {"float16": (8, 4, 1), "bfloat16": (8, 4, 1), "float32": (4, 1), "float64": (2, 1)}
+DEPTHWISE_CL_WGRAD_VEC = KERNEL_CONSTANTS["DWCL_ACC"] // 9
 
 
 def _cl_strides(kf: int) -> tuple[int, ...]:
@@ -184,7 +187,8 @@ def depthwise_cl_wgrad_module(dtype: str, kf: int) -> KernelModule:
     """Backward-weight of the channels-last kernels for ``kf``."""
     return KernelModule("depthwise/depthwise_cl.cu", ("depthwise_cl_wgrad",), (dtype,), tile=(kf,),
                         variants=tuple((s, v) for s in _cl_strides(kf)
-                                       for v in DEPTHWISE_CL_VECS[dtype]))
+                                       for v in DEPTHWISE_CL_VECS[dtype]
+                                       if v <= DEPTHWISE_CL_WGRAD_VEC))
 
 
 # Fused depthwise -> pointwise: one instantiation per pointwise outputs per thread (KT; a block

@@ -17,13 +17,14 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_CL_KF, DEPTHWISE_CL_STRIDES, DEPTHWISE_CL_VECS,
-                                    KERNEL_CONSTANTS, depthwise_cl_module,
-                                    depthwise_cl_wgrad_module)
+                                    DEPTHWISE_CL_WGRAD_VEC, KERNEL_CONSTANTS,
+                                    depthwise_cl_module, depthwise_cl_wgrad_module)
 from cupyconv._core.launch import GRID_YZ_MAX, Launch, int64s, ints, spatial_args
 
 THREADS = KERNEL_CONSTANTS["DW_THREADS"]
-RX = KERNEL_CONSTANTS["DWCL_RX"]              # destination pixels per run
-ACC_BYTES = KERNEL_CONSTANTS["DWCL_ACC_BYTES"]  # backward-weight accumulators per thread
+RX = KERNEL_CONSTANTS["DWCL_RX"]        # destination pixels per run
+WGRAD_ACC = KERNEL_CONSTANTS["DWCL_ACC"]  # backward-weight accumulators per thread
+WGRAD_TAPS = KERNEL_CONSTANTS["DWCL_TAPS"]  # ... most taps per pass
 MAX_CGB = 64        # channel vectors per block: 64 x 16 B = 1 KB of each pixel per block row
 GRID_X_MAX = 2 ** 31 - 1
 # Dynamic shared memory for the staged filters (as the tile kernels': the 48 KB a launch gets
@@ -53,11 +54,12 @@ def walk_variant(geom: ConvGeometry) -> tuple[int, int]:
     return 0, 0
 
 
-def vector_width(geom: ConvGeometry, operands) -> int:
+def vector_width(geom: ConvGeometry, operands, wgrad: bool = False) -> int:
     """Channels per thread for ``operands`` ((array, element_strides) pairs: the activations a
     kernel reads or writes), or 0 where the channels-last kernels do not apply: not channels-last,
     a channel multiplier, or a channel stride other than 1.  The widest of the dtype's
-    instantiated widths that divides C, every base address (in elements) and every other stride."""
+    instantiated widths that divides C, every base address (in elements) and every other stride
+    (for backward-weight, ``wgrad``, at most DEPTHWISE_CL_WGRAD_VEC)."""
     if not geom.channels_last or geom.out_channels != geom.in_channels:
         return 0
     c = geom.in_channels
@@ -65,6 +67,8 @@ def vector_width(geom: ConvGeometry, operands) -> int:
         return 0
     item = itemsize(geom.dtype)
     for vec in DEPTHWISE_CL_VECS[geom.dtype]:
+        if wgrad and vec > DEPTHWISE_CL_WGRAD_VEC:
+            continue
         if c % vec == 0 and all(a.data.ptr % (vec * item) == 0
                                 and all(s % vec == 0 for i, s in enumerate(strides) if i != 1)
                                 for a, strides in operands):
@@ -168,15 +172,17 @@ class ClWgradPlan:
     passes: int
 
 
-def wgrad_taps_per_pass(dtype: str, vec: int) -> int:
+def wgrad_taps_per_pass(vec: int) -> int:
     """Taps a backward-weight thread accumulates at once (TP in depthwise_cl_wgrad)."""
-    return ACC_BYTES // (vec * _acc_bytes(dtype))
+    return min(WGRAD_ACC // vec, WGRAD_TAPS)
 
 
 @memoized(2048)
 def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
-    """The backward-weight split for ``geom`` at ``vec`` channels per thread, or None where its
-    grid does not fit."""
+    """The backward-weight split for ``geom`` at ``vec`` (at most DEPTHWISE_CL_WGRAD_VEC)
+    channels per thread, or None where its grid does not fit."""
+    if vec > DEPTHWISE_CL_WGRAD_VEC:
+        raise ValueError(f"backward-weight takes at most {DEPTHWISE_CL_WGRAD_VEC} channels per thread")
     kf, s = walk_variant(geom)
     fit = _channel_blocks(geom.in_channels, vec, MAX_CGB)
     if fit is None:
@@ -186,7 +192,7 @@ def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
     od, oh, ow = g3["out_spatial"]
     runs_per_row, runs = _runs(geom.batch * od * oh, ow, 0)
     plan = ClPlan(kf, s, vec, cgb, THREADS // cgb, cblocks, runs_per_row, runs, 0)
-    tp = wgrad_taps_per_pass(geom.dtype, vec)
+    tp = wgrad_taps_per_pass(vec)
     kd, kh, _ = g3["kernel"]
     if kf:  # whole kernel rows per pass (PR in the kernel)
         passes = math.ceil(kd * kh / max(1, tp // kf))

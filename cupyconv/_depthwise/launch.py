@@ -468,7 +468,7 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     xs = _strides(x, geom)
     if geom.channels_last:
         dys = _strides(dy, geom)
-        vec = cl.vector_width(geom, ((x, xs), (dy, dys)))
+        vec = cl.vector_width(geom, ((x, xs), (dy, dys)), wgrad=True)
         launches = vec and _cl_wgrad_launches(geom, xs, dys, vec, dw.data.device_id)
         if launches:
             main, reduce, count = launches

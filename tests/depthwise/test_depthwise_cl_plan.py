@@ -12,8 +12,8 @@ import pytest
 
 from cupyconv import reference
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (DEPTHWISE_CL_VECS, KERNEL_CONSTANTS, REGISTRY,
-                                    depthwise_cl_module, depthwise_cl_wgrad_module)
+from cupyconv._core.kernels import (DEPTHWISE_CL_VECS, DEPTHWISE_CL_WGRAD_VEC, KERNEL_CONSTANTS,
+                                    REGISTRY, depthwise_cl_module, depthwise_cl_wgrad_module)
 from cupyconv._core.launch import element_strides
 from cupyconv._depthwise import channels_last as cl
 
@@ -53,22 +53,26 @@ def test_vector_width_follows_channels(dtype, c):
     widest = DEPTHWISE_CL_VECS[dtype][0]
     assert vec == next(v for v in DEPTHWISE_CL_VECS[dtype] if c % v == 0)
     assert vec * x.itemsize <= 16 and (c % widest or vec == widest)
+    # backward-weight: at most DEPTHWISE_CL_WGRAD_VEC channels per thread (its accumulators)
+    wvec = cl.vector_width(g, _operands(g, x, y), wgrad=True)
+    assert wvec == next(v for v in DEPTHWISE_CL_VECS[dtype] if c % v == 0 and v <= DEPTHWISE_CL_WGRAD_VEC)
 
 
 def test_vector_width_follows_alignment_and_strides():
     g = _geom((5, 7), c=16, padding=1, dtype="float16")
     y = _fake(g.output_shape, "float16")
     assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16"), y)) == 8
-    # base 4 bytes past a 16-byte boundary: pairs; 2 bytes past: scalars
-    assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16", ptr=4), y)) == 2
+    # base 8 bytes past a 16-byte boundary: quads; 4 or 2 bytes past: scalars
+    assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16", ptr=8), y)) == 4
+    assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16", ptr=4), y)) == 1
     assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16", ptr=2), y)) == 1
     # an output buffer misaligned the same way narrows the vector too
     assert cl.vector_width(g, _operands(g, _fake(g.input_shape, "float16"),
                                         _fake(g.output_shape, "float16", ptr=6))) == 1
-    # a W stride of 18 elements (a channel slice of a wider array): pairs
+    # a W stride of 20 elements (a channel slice of a wider array): quads
     n, h, w, c = g.input_shape
-    sliced = _fake(g.input_shape, "float16", strides=(2 * h * w * 18, 2 * w * 18, 2 * 18, 2))
-    assert cl.vector_width(g, _operands(g, sliced, y)) == 2
+    sliced = _fake(g.input_shape, "float16", strides=(2 * h * w * 20, 2 * w * 20, 2 * 20, 2))
+    assert cl.vector_width(g, _operands(g, sliced, y)) == 4
     # a negative W stride (x[:, :, ::-1]) keeps vectors: its strides are multiples of C
     flipped = _fake(g.input_shape, "float16", ptr=2 * (w - 1) * c,
                     strides=(2 * h * w * c, 2 * w * c, -2 * c, 2))
@@ -129,6 +133,10 @@ def test_plans_cover_channels_and_fit(c, dtype, k):
             assert p.cgb * p.by <= KERNEL_CONSTANTS["DW_THREADS"] and p.cgb <= cl.MAX_CGB
             assert p.cblocks * p.cgb * vec >= c and (p.cblocks - 1) * p.cgb * vec < c
             assert k * k * p.cgb * vec * acc <= cl.SMEM_LIMIT
+        if vec > DEPTHWISE_CL_WGRAD_VEC:
+            with pytest.raises(ValueError, match="at most"):
+                cl.wgrad_plan(g, vec)
+            continue
         wp = cl.wgrad_plan(g, vec)
         p = wp.plan
         assert p.cblocks * p.cgb * vec >= c
@@ -245,7 +253,7 @@ def _emulate_wgrad(g, wp, x, dy):
     (i3, o3, k3, s3, d3, p3) = _dims(g)
     p = wp.plan
     c, taps = g.in_channels, math.prod(k3)
-    tp = cl.wgrad_taps_per_pass(g.dtype, p.vec)
+    tp = cl.wgrad_taps_per_pass(p.vec)
     pr = max(1, tp // p.kf) if p.kf else 1
     na = pr * p.kf if p.kf else tp
     partial = np.full((wp.chunks, c, taps), np.nan)
@@ -347,14 +355,14 @@ def test_emulated_kernels_match_reference(sp, k, opts, vec):
     np.testing.assert_allclose(dx.reshape(g.input_shape),
                                reference.conv_backward_data(dy, w, g.input_shape, **kw), atol=1e-12)
 
-    wp = cl.wgrad_plan(g, vec)
+    wp = cl.wgrad_plan(g, min(vec, DEPTHWISE_CL_WGRAD_VEC))
     dw = _emulate_wgrad(g, wp, as5(x), as5(dy))
     np.testing.assert_allclose(dw.reshape(g.weight_shape),
                                reference.conv_backward_weight(x, dy, g.weight_shape, **kw), atol=1e-12)
 
 
 def test_emulated_wgrad_with_several_passes_and_chunks():
-    """A 7x7 float64 filter at VEC = 2 takes several passes of kernel rows; a 6x6 filter at VEC = 1
+    """A 7x7 float64 filter at VEC = 2 takes several passes of kernel rows; a 6x6 filter at VEC = 4
     several passes of taps."""
     for k, dtype, vec in ((7, "float64", 2), (6, "float32", 4)):
         g = _geom((9, 10), c=4, k=k, padding=3, dtype=dtype)

@@ -24,9 +24,9 @@
 #include "common.cuh"
 #include "src_coord.cuh"
 
-// DWCL_RX (destination pixels per run) and DWCL_ACC_BYTES (backward-weight accumulator budget per
-// thread) come from KERNEL_CONSTANTS; the host's plan mirrors both.
-#if !defined(DWCL_RX) || !defined(DWCL_ACC_BYTES) || !defined(DW_THREADS)
+// DWCL_RX (destination pixels per run), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
+// thread and most taps per pass) come from KERNEL_CONSTANTS; the host's plans mirror them.
+#if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 
@@ -144,14 +144,13 @@ depthwise_cl(const T* __restrict__ src,
 #pragma unroll
   for (int i = 0; i < VEC; ++i) b[i] = (!TRANSPOSED && has_bias) ? cc::load_as<A>(bias[c0 + i]) : A(0);
   const A* wthr = wsm + threadIdx.x * VEC;  // this thread's channels of tap 0
+  const bool narrow = runs <= 0xffffffffLL;  // 32-bit index divisions suffice
   for (int round = 0; round < rounds; ++round) {
     const cc::index_t run = ((cc::index_t)blockIdx.x * rounds + round) * blockDim.y + threadIdx.y;
     if (run >= runs) break;
-    cc::index_t row = run / runs_per_row;
-    const int x0 = (int)(run - row * runs_per_row) * RX - lead;  // first destination column
-    const int h = (int)(row % DHd);
-    row /= DHd;
-    const int d = (int)(row % DDd), n = (int)(row / DDd);
+    cc::index_t row = run;
+    const int x0 = cc::divmod(row, runs_per_row, narrow) * RX - lead;  // first destination column
+    const int h = cc::divmod(row, DHd, narrow), d = cc::divmod(row, DDd, narrow), n = (int)row;
     A acc[RX][VEC];
 #pragma unroll
     for (int r = 0; r < RX; ++r)
@@ -234,8 +233,8 @@ depthwise_cl_wgrad(const T* __restrict__ x,
   typedef typename cc::acc_type<T>::type A;
   typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), 0> Walk;
   constexpr int RX = DWCL_RX;
-  // Taps per pass: the accumulators fill DWCL_ACC_BYTES; KF > 0 takes whole kernel rows.
-  constexpr int TP = DWCL_ACC_BYTES / (VEC * (int)sizeof(A));
+  // Taps per pass: DWCL_ACC accumulators, at most DWCL_TAPS taps; KF > 0 takes whole kernel rows.
+  constexpr int TP = DWCL_ACC / VEC < DWCL_TAPS ? DWCL_ACC / VEC : DWCL_TAPS;
   constexpr int PR = KF > 0 ? (TP / KF > 0 ? TP / KF : 1) : 1;
   constexpr int NA = KF > 0 ? PR * KF : TP;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -261,12 +260,11 @@ depthwise_cl_wgrad(const T* __restrict__ x,
   }
   const cc::index_t r_begin = (cc::index_t)chunk * runs_per_chunk;
   const cc::index_t r_end = min(runs, r_begin + runs_per_chunk);
+  const bool narrow = runs <= 0xffffffffLL;  // 32-bit index divisions suffice
   for (cc::index_t run = r_begin + threadIdx.y; live && run < r_end; run += blockDim.y) {
-    cc::index_t row = run / runs_per_row;
-    const int x0 = (int)(run - row * runs_per_row) * RX;
-    const int oh = (int)(row % OH);
-    row /= OH;
-    const int od = (int)(row % OD), n = (int)(row / OD);
+    cc::index_t row = run;
+    const int x0 = cc::divmod(row, runs_per_row, narrow) * RX;
+    const int oh = cc::divmod(row, OH, narrow), od = cc::divmod(row, OD, narrow), n = (int)row;
     const T* grow = dy + n * gsn + od * gsd + oh * gsh + c0;
     A g[RX][VEC];
 #pragma unroll
