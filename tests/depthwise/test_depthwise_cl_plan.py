@@ -286,7 +286,7 @@ def _emulate_wgrad(g, wp, x, dy):
                                 v = x[n, id_, ih, col] if 0 <= col < i3[2] else 0.0
                                 for r in range(RX):
                                     for kw in range(p.kf):
-                                        if entry(r, kw) == j:
+                                        if entry(r, kw) == j and x0 + r < o3[2]:
                                             acc[q * p.kf + kw] += g_[r] * v
                     else:
                         for t in range(na):
@@ -301,7 +301,7 @@ def _emulate_wgrad(g, wp, x, dy):
                                 continue
                             for r in range(RX):
                                 iw = _src_coord(x0 + r, kw, s3[2], d3[2], p3[2], i3[2], False)
-                                if iw >= 0:
+                                if iw >= 0 and x0 + r < o3[2]:
                                     acc[t] += g_[r] * x[n, id_, ih, iw]
                     run += p.by
                 rows.append(acc)

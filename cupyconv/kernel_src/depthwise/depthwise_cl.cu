@@ -266,6 +266,8 @@ depthwise_cl_wgrad(const T* __restrict__ x,
     const int x0 = cc::divmod(row, runs_per_row, narrow) * RX;
     const int oh = cc::divmod(row, OH, narrow), od = cc::divmod(row, OD, narrow), n = (int)row;
     const T* grow = dy + n * gsn + od * gsd + oh * gsh + c0;
+    // Pixels past the row end take no part (their zero dy times an infinite x would be NaN).
+    const int valid = OW - x0;
     A g[RX][VEC];
 #pragma unroll
     for (int r = 0; r < RX; ++r) dwcl::load_col<VEC>(grow, x0 + r, OW, gsw, g[r]);
@@ -288,7 +290,7 @@ depthwise_cl_wgrad(const T* __restrict__ x,
           for (int r = 0; r < RX; ++r)
 #pragma unroll
             for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw)
-              if (Walk::entry(r, kw) == j)
+              if (Walk::entry(r, kw) == j && r < valid)
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) acc[p * KF + kw][i] += g[r][i] * v[i];
         }
@@ -304,7 +306,7 @@ depthwise_cl_wgrad(const T* __restrict__ x,
 #pragma unroll
         for (int r = 0; r < RX; ++r) {
           const int iw = dw::src_coord<false>(x0 + r, tkw[t], SW, DW, PW, IW);
-          if (iw < 0) continue;
+          if (iw < 0 || r >= valid) continue;
           A v[VEC];
           dwcl::load_vec<VEC>(xrow + iw * xsw, v);
 #pragma unroll
