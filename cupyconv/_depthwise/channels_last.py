@@ -19,7 +19,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_CL_KF, DEPTHWISE_CL_STRIDES, DEPTHWISE_CL_VECS,
                                     DEPTHWISE_CL_WGRAD_VEC, KERNEL_CONSTANTS,
                                     depthwise_cl_module, depthwise_cl_wgrad_module)
-from cupyconv._core.launch import GRID_YZ_MAX, Launch, int64s, ints, spatial_args
+from cupyconv._core.launch import GRID_YZ_MAX, Launch, spatial_args
 
 THREADS = KERNEL_CONSTANTS["DW_THREADS"]
 RX = KERNEL_CONSTANTS["DWCL_RX"]        # destination pixels per run
@@ -144,21 +144,47 @@ def _rounds(plan: ClPlan) -> int:
     return rounds
 
 
-def pass_launch(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: bool,
-                src_strides: tuple[int, ...]) -> Launch | None:
-    """The launch of ``plan``; src read through ``src_strides`` (element_strides, channel stride
-    1).  None if the grid is too large."""
+@dataclass(frozen=True)
+class LaunchShape:
+    """What a channels-last launch needs besides its function and arrays: the template variant
+    (after the dtype and KF), grid, block, dynamic shared bytes and the packed scalars."""
+
+    variant: tuple[int, ...]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    scalars: tuple[int, ...]
+
+
+def pass_shape(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: bool,
+               src_strides: tuple[int, ...]) -> LaunchShape | None:
+    """The forward (backward-data) launch of ``plan``; src read through ``src_strides``
+    (element_strides, channel stride 1).  None if the grid is too large."""
     rounds = _rounds(plan)
     blocks = math.ceil(plan.runs / (plan.by * rounds))
     if blocks > GRID_X_MAX:
         return None
-    fn = jit.get_function(depthwise_cl_module(geom.dtype, plan.kf), "depthwise_cl", geom.dtype,
-                          (plan.s, plan.vec, int(transposed)))
     smem = math.prod(geom.kernel) * plan.cgb * plan.vec * _acc_bytes(geom.dtype)
-    return Launch(fn, (blocks, plan.cblocks), plan.block,
-                  ints((has_bias, geom.in_channels, plan.runs_per_row, rounds, plan.lead))
-                  + int64s((plan.runs,)) + spatial_args(geom) + int64s(src_strides), smem,
-                  packed=True)
+    scalars = ((int(has_bias), geom.in_channels, plan.runs_per_row, rounds, plan.lead, plan.runs)
+               + _spatial(geom) + tuple(src_strides))
+    return LaunchShape((plan.s, plan.vec, int(transposed)), (blocks, plan.cblocks), plan.block,
+                       smem, scalars)
+
+
+def _spatial(geom: ConvGeometry) -> tuple[int, ...]:
+    """The spatial block of the kernels' scalars, as :func:`cupyconv._core.launch.spatial_args`."""
+    return tuple(int(v) for v in spatial_args(geom))
+
+
+def pass_launch(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: bool,
+                src_strides: tuple[int, ...]) -> Launch | None:
+    """The :class:`Launch` of :func:`pass_shape` (None if the grid is too large)."""
+    shape = pass_shape(geom, plan, transposed, has_bias, src_strides)
+    if shape is None:
+        return None
+    fn = jit.get_function(depthwise_cl_module(geom.dtype, plan.kf), "depthwise_cl", geom.dtype,
+                          shape.variant)
+    return Launch(fn, shape.grid, shape.block, shape.scalars, shape.smem, packed=True)
 
 
 @dataclass(frozen=True)
@@ -206,17 +232,23 @@ def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
     return ClWgradPlan(plan, chunks, runs_per_chunk, passes)
 
 
-def wgrad_launch(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
-                 dy_strides: tuple[int, ...]) -> Launch:
+def wgrad_shape(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
+                dy_strides: tuple[int, ...]) -> LaunchShape:
     """The partial-sum launch of ``wp``: writes (chunks, C, taps) sums in the compute type."""
     p = wp.plan
-    fn = jit.get_function(depthwise_cl_wgrad_module(geom.dtype, p.kf), "depthwise_cl_wgrad",
-                          geom.dtype, (p.s, p.vec))
     smem = p.cgb * p.by * p.vec * _acc_bytes(geom.dtype)
-    return Launch(fn, (wp.chunks, p.cblocks, wp.passes), p.block,
-                  ints((geom.in_channels, p.runs_per_row)) + int64s((p.runs, wp.runs_per_chunk))
-                  + spatial_args(geom) + int64s(x_strides) + int64s(dy_strides), smem,
-                  packed=True)
+    scalars = ((geom.in_channels, p.runs_per_row, p.runs, wp.runs_per_chunk) + _spatial(geom)
+               + tuple(x_strides) + tuple(dy_strides))
+    return LaunchShape((p.s, p.vec), (wp.chunks, p.cblocks, wp.passes), p.block, smem, scalars)
+
+
+def wgrad_launch(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
+                 dy_strides: tuple[int, ...]) -> Launch:
+    """The :class:`Launch` of :func:`wgrad_shape`."""
+    shape = wgrad_shape(geom, wp, x_strides, dy_strides)
+    fn = jit.get_function(depthwise_cl_wgrad_module(geom.dtype, wp.plan.kf), "depthwise_cl_wgrad",
+                          geom.dtype, shape.variant)
+    return Launch(fn, shape.grid, shape.block, shape.scalars, shape.smem, packed=True)
 
 
 def applies(geom: ConvGeometry) -> bool:
