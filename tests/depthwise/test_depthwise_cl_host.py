@@ -107,6 +107,13 @@ CASES = [
     ("float16", 1, 12, (7, 9), 3, dict(stride=2, padding="same"), 4),
     ("bfloat16", 1, 8, (5, 11), 3, dict(padding=[(0, 2), (1, 1)]), 8),
     ("float64", 1, 6, (6, 9), 3, dict(stride=2, padding=1), 2),
+    # 7x7: backward-weight in 7 passes of kernel rows; 4x4 in 2 passes of taps
+    ("float32", 1, 8, (9, 10), 7, dict(padding=3), 4),
+    ("float32", 1, 8, (6, 9), 4, dict(padding=[(1, 2), (2, 1)]), 4),
+    ("float16", 1, 8, (9, 12), 7, dict(stride=2, padding=3), 8),
+    ("float64", 1, 4, (5, 8), 5, dict(padding=2), 2),
+    # 130 channel vectors: 3 blocks across the channels, the last with 2 idle threads
+    ("float32", 1, 520, (3, 5), 3, dict(padding=1), 4),
 ]
 
 
@@ -147,3 +154,12 @@ def test_host_kernels_read_views(case):
 
     for make in (lambda a: offset(a, 1), lambda a: offset(a, 8), flipped):
         _run_passes(g, make(x), w, b, make(dy))
+
+
+def test_host_kernels_with_several_runs_per_thread(monkeypatch):
+    """Rounds > 1 (large grids) with a run count that leaves the last block part-empty."""
+    monkeypatch.setattr(cl, "MIN_BLOCKS", 1)
+    g, x, w, b, dy, vec = _problem(CASES[1])
+    plan = cl.pass_plan(g, False, vec)
+    assert cl._rounds(plan) == cl.MAX_ROUNDS and plan.runs % (plan.by * cl.MAX_ROUNDS)
+    _run_passes(g, x, w, b, dy, vec)
