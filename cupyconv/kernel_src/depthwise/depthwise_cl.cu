@@ -39,14 +39,21 @@ template <> struct raw<4> { typedef unsigned type; };
 template <> struct raw<8> { typedef uint2 type; };
 template <> struct raw<16> { typedef uint4 type; };
 
-// v[0..VEC) = p[0..VEC) in the compute type; p aligned to VEC elements (the host checks).
+// v[0..VEC) = p[0..VEC) in the compute type, in loads of up to 16 bytes; p aligned to VEC
+// elements or 16 bytes, whichever is less (the host checks global arrays; the staged filters are
+// laid out so).
 template <int VEC, typename T, typename A>
 __device__ __forceinline__ void load_vec(const T* p, A* v) {
-  typedef typename raw<VEC * sizeof(T)>::type R;
-  const R r = *reinterpret_cast<const R*>(p);
-  const T* e = reinterpret_cast<const T*>(&r);
+  constexpr int BYTES = VEC * (int)sizeof(T), CHUNK = BYTES < 16 ? BYTES : 16;
+  constexpr int PER = CHUNK / (int)sizeof(T);
+  typedef typename raw<CHUNK>::type R;
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) v[i] = cc::load_as<A>(e[i]);
+  for (int c = 0; c < VEC / PER; ++c) {
+    const R r = reinterpret_cast<const R*>(p)[c];
+    const T* e = reinterpret_cast<const T*>(&r);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) v[c * PER + i] = cc::load_as<A>(e[i]);
+  }
 }
 
 template <int VEC, typename T, typename A>
@@ -130,7 +137,9 @@ depthwise_cl(const T* __restrict__ src,
   constexpr int RX = DWCL_RX;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* const wsm = reinterpret_cast<A*>(smem_raw);
-  const int cb = blockDim.x * VEC;  // channels of this block's filters in shared memory
+  // Channels of this block's filters in shared memory: rows of cb values, a thread's VEC at
+  // threadIdx.x * VEC, so its vectors are 16-byte aligned where VEC * sizeof(A) >= 16.
+  const int cb = blockDim.x * VEC;
   const int cbase = blockIdx.y * cb;
   const int c0 = cbase + threadIdx.x * VEC;
   const int taps = KD * KH * KW;
@@ -167,9 +176,7 @@ depthwise_cl(const T* __restrict__ src,
         if (KF > 0) {
           A wk[KF > 0 ? KF : 1][VEC];
 #pragma unroll
-          for (int kw = 0; kw < KF; ++kw)
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) wk[kw][i] = wrow[kw * cb + i];
+          for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[kw]);
           const int f = Walk::first(x0, PW);
 #pragma unroll
           for (int j = 0; j < Walk::NJ; ++j) {
@@ -189,10 +196,11 @@ depthwise_cl(const T* __restrict__ src,
             for (int kw = 0; kw < KW; ++kw) {
               const int sw = dw::src_coord<TRANSPOSED>(x0 + r, kw, SW, DW, PW, SWs);
               if (sw < 0) continue;
-              A v[VEC];
+              A v[VEC], wv[VEC];
               dwcl::load_vec<VEC>(srow + sw * ssw, v);
+              dwcl::load_vec<VEC>(wrow + kw * cb, wv);
 #pragma unroll
-              for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wrow[kw * cb + i];
+              for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wv[i];
             }
           }
         }
