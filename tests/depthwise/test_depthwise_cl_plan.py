@@ -374,3 +374,23 @@ def test_emulated_wgrad_with_several_passes_and_chunks():
         ref = reference.conv_backward_weight(x, dy, g.weight_shape, padding=3, groups=4,
                                              layout="NHWC")
         np.testing.assert_allclose(dw.reshape(g.weight_shape), ref, atol=1e-12)
+
+
+def test_pass_launcher_routes_channels_last_problems(monkeypatch):
+    """The depthwise pass launcher takes the channels-last kernel when it is given a width and a
+    plan fits, else the gather kernel exactly as before (no GPU: functions and launches are
+    stand-ins that record what would run)."""
+    from cupyconv._depthwise import launch
+
+    monkeypatch.setattr(launch.jit, "get_function", lambda module, name, *a: name)
+    monkeypatch.setattr(launch, "Launch", lambda fn, *a, **k: fn)
+    monkeypatch.setattr(cl, "pass_launch", lambda *a: "depthwise_cl")
+    route = launch._pass_launch.__wrapped__
+    g = _geom((9, 9), c=16, padding=1)
+    strides = element_strides(_fake(g.input_shape), True)
+    for transposed in (False, True):
+        assert route(g, transposed, True, strides, False, True, 4, 0) == "depthwise_cl"
+        assert route(g, transposed, True, strides, False, True, 0, 0) == "depthwise_gather"
+    huge = _geom((40, 40), c=16, k=61, padding=30, dtype="float16")
+    assert route(huge, False, False, element_strides(_fake(huge.input_shape, "float16"), True),
+                 False, True, 8, 0) == "depthwise_gather"

@@ -699,3 +699,22 @@ def test_channels_last_adjoint_identity(case):
     rhs = float(cupy.vdot(w, cupyconv.conv_backward_weight(x, dy, ws, **opts)))
     assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
     assert rhs == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_channels_last_prepared_calls_take_each_calls_arrays(dtype):
+    """Warm calls (the recorded launches replayed) of the channels-last kernels compute each
+    call from that call's arrays, in all three passes."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(CL_CASES[4], dtype)
+    for call in range(3):
+        rng = rng_for("dw-cl-prepared", dtype, call)
+        xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+        x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
+        for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
+                         (cupyconv.conv_backward_data(dy, w, xs, **opts),
+                          reference.conv_backward_data(dyh, wh, xs, **opts)),
+                         (cupyconv.conv_backward_weight(x, dy, ws, **opts),
+                          reference.conv_backward_weight(xh, dyh, ws, **opts))):
+            assert rel_error(got, ref) <= tolerance(dtype, ref), call
