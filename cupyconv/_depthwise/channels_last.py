@@ -30,13 +30,16 @@ GRID_X_MAX = 2 ** 31 - 1
 # Dynamic shared memory for the staged filters (as the tile kernels': the 48 KB a launch gets
 # without opting in, less room for static arrays).
 SMEM_LIMIT = 48 * 1024 - 1024
-# Forward/backward-data: runs per thread where the grid is large (the filters are staged once
-# per block); below this many blocks each thread takes one run.
-MIN_BLOCKS = 4096
+# Forward/backward-data: runs per thread (rounds) where the grid is large, since each block
+# stages its filters once; rounds double while the grid keeps MIN_BLOCKS blocks (about four
+# waves of two resident 256-thread blocks on a 132-SM H100: an estimate, not yet measured).
+MIN_BLOCKS = 1024
 MAX_ROUNDS = 4
 # Backward-weight: blocks the chunks aim for (an H100/H200 several times over); more chunks
-# mean a larger partial-sum workspace for the reduce.
+# mean a larger partial-sum workspace for the reduce.  Each thread takes at least
+# WGRAD_MIN_RUNS runs, so a block's fixed-order sum stays a small part of its work.
 WGRAD_TARGET_BLOCKS = 4 * 132
+WGRAD_MIN_RUNS = 4
 
 
 def _acc_bytes(dtype: str) -> int:
@@ -224,7 +227,8 @@ def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
         passes = math.ceil(kd * kh / max(1, tp // kf))
     else:
         passes = math.ceil(math.prod(geom.kernel) / tp)
-    chunks = max(1, min(runs, math.ceil(WGRAD_TARGET_BLOCKS / (cblocks * passes))))
+    chunks = max(1, min(math.ceil(runs / (plan.by * WGRAD_MIN_RUNS)),
+                         math.ceil(WGRAD_TARGET_BLOCKS / (cblocks * passes))))
     runs_per_chunk = math.ceil(runs / chunks)
     chunks = math.ceil(runs / runs_per_chunk)
     if passes > GRID_YZ_MAX:

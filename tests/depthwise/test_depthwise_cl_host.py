@@ -156,10 +156,31 @@ def test_host_kernels_read_views(case):
         _run_passes(g, make(x), w, b, make(dy))
 
 
-def test_host_kernels_with_several_runs_per_thread(monkeypatch):
-    """Rounds > 1 (large grids) with a run count that leaves the last block part-empty."""
+@pytest.fixture
+def small_grids(monkeypatch):
+    """Plans for large grids on small problems: several runs per forward thread, one run per
+    backward-weight thread (so several chunks); the memoized plans are dropped around it."""
     monkeypatch.setattr(cl, "MIN_BLOCKS", 1)
-    g, x, w, b, dy, vec = _problem(CASES[1])
+    monkeypatch.setattr(cl, "WGRAD_MIN_RUNS", 1)
+    cl.wgrad_plan.cache_clear()
+    yield
+    cl.wgrad_plan.cache_clear()
+
+
+# Problems with more runs than a block has rows of threads.
+LARGE_GRID_CASES = [
+    ("float32", 2, 16, (12, 30), 3, dict(padding=1), 4),
+    ("float32", 2, 16, (10, 30), 4, dict(padding="same"), 4),
+    ("float16", 2, 64, (12, 33), 5, dict(stride=2, padding=2), 8),
+]
+
+
+@pytest.mark.parametrize("case", LARGE_GRID_CASES, ids=_case_id)
+def test_host_kernels_with_large_grid_plans(case, small_grids):
+    """Rounds > 1 with a run count that leaves the last block part-empty; backward-weight over
+    several chunks."""
+    g, x, w, b, dy, vec = _problem(case)
     plan = cl.pass_plan(g, False, vec)
-    assert cl._rounds(plan) == cl.MAX_ROUNDS and plan.runs % (plan.by * cl.MAX_ROUNDS)
+    assert cl._rounds(plan) == cl.MAX_ROUNDS
+    assert cl.wgrad_plan(g, min(vec, 4)).chunks > 1
     _run_passes(g, x, w, b, dy, vec)

@@ -361,12 +361,13 @@ def test_emulated_kernels_match_reference(sp, k, opts, vec):
                                reference.conv_backward_weight(x, dy, g.weight_shape, **kw), atol=1e-12)
 
 
-def test_emulated_wgrad_with_several_passes_and_chunks():
+def test_emulated_wgrad_with_several_passes_and_chunks(monkeypatch):
     """A 7x7 float64 filter at VEC = 2 takes several passes of kernel rows; a 6x6 filter at VEC = 4
-    several passes of taps."""
+    several passes of taps; one run per thread gives several chunks."""
+    monkeypatch.setattr(cl, "WGRAD_MIN_RUNS", 1)
     for k, dtype, vec in ((7, "float64", 2), (6, "float32", 4)):
-        g = _geom((9, 10), c=4, k=k, padding=3, dtype=dtype)
-        wp = cl.wgrad_plan(g, vec)
+        g = _geom((9, 60), c=4, k=k, padding=3, dtype=dtype)
+        wp = cl.wgrad_plan.__wrapped__(g, vec)
         assert wp.passes > 1 and wp.chunks > 1
         rng = np.random.default_rng(k)
         x, dy = rng.uniform(-1, 1, g.input_shape), rng.uniform(-1, 1, g.output_shape)

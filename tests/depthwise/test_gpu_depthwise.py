@@ -510,6 +510,8 @@ CL_CASES = [
     (2, 16, (29,), 5, dict(stride=2, padding=2)),
     (1, 8, (4, 5, 7), 3, dict(padding=1, stride=(1, 2, 2))),
     (1, 520, (4, 5), 3, dict(padding=1)),
+    # enough runs for several backward-weight chunks
+    (4, 32, (16, 20), 3, dict(padding=1)),
 ]
 
 
