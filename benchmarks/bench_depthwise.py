@@ -3,7 +3,9 @@
     python3 benchmarks/bench_depthwise.py [--repeat 30]
 
 MobileNetV2's depthwise 3x3 layers (144 ch, 56^2) and (960 ch, 7^2), batch 32: forward,
-backward-data and backward-weight against cuDNN through PyTorch (TF32 off); the separable layer
+backward-data and backward-weight against cuDNN through PyTorch (TF32 off); the same passes in
+channels-last (NHWC) for (144 ch, 56^2) with 3x3 and 5x5 filters at stride 1 and 2 in float32,
+float16 and bfloat16, against PyTorch's channels-last memory format; the separable layer
 depthwise 3x3 -> pointwise 1x1 (144 -> 24, 56^2, batch 32) fused, unfused, and as cuDNN's two
 calls, in float32 and float16.  Each result is checked against cuDNN's.  GB/s counts the bytes a
 perfect kernel must move (inputs read once, outputs written once) against the measured
@@ -31,8 +33,13 @@ from cupyconv._core.verify import rel_error  # noqa: E402
 from bench import git_commit  # noqa: E402
 
 DEPTHWISE = {"dw 3x3 144 56^2": (32, 144, 56), "dw 3x3 960 7^2": (32, 960, 7)}
+# channels-last: (n, c, hw, kernel, stride), padding kernel // 2
+CHANNELS_LAST = {"nhwc dw 3x3 144 56^2": (32, 144, 56, 3, 1),
+                 "nhwc dw 3x3 s2 144 56^2": (32, 144, 56, 3, 2),
+                 "nhwc dw 5x5 144 56^2": (32, 144, 56, 5, 1),
+                 "nhwc dw 5x5 s2 144 56^2": (32, 144, 56, 5, 2)}
 SEPARABLE = {"sep 3x3 144->24 56^2": (32, 144, 56, 24)}
-ITEM = {"float32": 4, "float16": 2}
+ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def copy_bandwidth() -> float:
@@ -94,6 +101,51 @@ def depthwise_rows(repeat, torch, bw):
     return rows
 
 
+def channels_last_rows(repeat, torch, bw):
+    """The depthwise passes on NHWC arrays; PyTorch gets the same memory as NCHW-shaped tensors
+    in its channels-last format (cuDNN's NHWC kernels)."""
+    import cupy
+    import torch.nn.functional as F
+
+    from cupyconv._core.dtypes import numpy_dtype
+
+    rows = []
+    for name, (n, c, hw, k, s) in CHANNELS_LAST.items():
+        for dtype in ("float32", "float16", "bfloat16"):
+            opts = dict(stride=s, padding=k // 2, groups=c)
+            geom = ConvGeometry.from_shapes((n, hw, hw, c), (c, k, k, 1), layout="NHWC",
+                                            dtype=dtype, **opts)
+            rng = cupy.random.default_rng(3)
+            try:  # NHWC memory seen as (N, C, H, W) tensors in channels-last format
+                x, w, dy = (rng.uniform(-1, 1, shape, dtype=cupy.float32).astype(numpy_dtype(dtype))
+                            for shape in (geom.input_shape, geom.weight_shape, geom.output_shape))
+                xt, wt, dyt = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w, dy))
+            except Exception as exc:  # (a CuPy or PyTorch without bfloat16 arrays or DLPack exchange)
+                print(f"{name:24s} {dtype:8s} skipped: {exc}", flush=True)
+                continue
+            nhwc = lambda t: cupy.from_dlpack(t.permute(0, 2, 3, 1).contiguous())  # noqa: E731
+            act_in = n * c * hw * hw * ITEM[dtype]
+            act_out = math.prod(geom.output_shape) * ITEM[dtype]
+            passes = {
+                "forward": (lambda: cupyconv.conv(x, w, layout="NHWC", **opts),
+                            lambda: F.conv2d(xt, wt, **opts), act_in + act_out),
+                "backward-data": (lambda: cupyconv.conv_backward_data(dy, w, x.shape, layout="NHWC", **opts),
+                                  lambda: torch.nn.grad.conv2d_input(xt.shape, wt, dyt, **opts),
+                                  act_in + act_out),
+                "backward-weight": (lambda: cupyconv.conv_backward_weight(x, dy, w.shape, layout="NHWC", **opts),
+                                    lambda: torch.nn.grad.conv2d_weight(xt, wt.shape, dyt, **opts),
+                                    act_in + act_out),
+            }
+            for kind, (ours, peer, nbytes) in passes.items():
+                err = rel_error(ours(), nhwc(peer()).astype(cupy.float64))
+                row = {"problem": name, "pass": kind, "dtype": dtype, "bytes": nbytes, "err": err,
+                       "ms": {"ours": time_gpu(ours, repeat=repeat), "cudnn": time_gpu(peer, repeat=repeat)},
+                       "host_us": host_overhead_us(ours)}
+                _report(name, kind, row, bw)
+                rows.append(row)
+    return rows
+
+
 def separable_rows(repeat, torch, bw):
     import cupy
     import torch.nn.functional as F
@@ -139,7 +191,8 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     print(f"GPU {gpu}; cupy {cupy.__version__}; torch {torch.__version__}; cuDNN "
           f"{torch.backends.cudnn.version()}; commit {git_commit()}; copy {bw / 1e12:.2f} TB/s", flush=True)
-    rows = depthwise_rows(args.repeat, torch, bw) + separable_rows(args.repeat, torch, bw)
+    rows = (depthwise_rows(args.repeat, torch, bw) + channels_last_rows(args.repeat, torch, bw)
+            + separable_rows(args.repeat, torch, bw))
     targets = {}
     for r in rows:
         key = f"{r['problem']} {r['pass']} {r['dtype']}"

@@ -156,7 +156,8 @@ _DESCRIPTIONS = {
     ("data", "implicit_gemm"): _PHASES,
     ("weight", "implicit_gemm"): "implicit-GEMM backward-weight (channels-last im2col view, "
                                  "deterministic split-K)",
-    ("data", "depthwise"): "depthwise transposed tile/gather kernel (each dx element gathered once)",
+    ("data", "depthwise"): "depthwise transposed tile/channels-last/gather kernel (each dx element "
+                           "gathered once)",
     ("weight", "depthwise"): "depthwise per-chunk partial sums + fixed-order reduce",
 }
 

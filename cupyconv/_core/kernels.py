@@ -37,6 +37,9 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DW_ROWS": 8,           # ... most output rows per thread (register accumulators)
     "DW_TAPS": 16,          # ... taps per backward-weight pass (register accumulators)
     "DW_MAX_Z": 64,         # ... most planes per block
+    "DWCL_RX": 4,           # channels-last depthwise: destination pixels per run (row walk)
+    "DWCL_ACC": 36,         # ... backward-weight accumulators per thread (compute type)
+    "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
     "SEP_THREADS": 256,     # fused separable kernel: threads per block
     "SEP_CC": 16,           # ... most intermediate channels per chunk
     "FP_WARPS": 8,          # signal plane kernel: warps per block
@@ -160,6 +163,36 @@ def depthwise_wgrad_module(dtype: str) -> KernelModule:
 
 
 DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise/depthwise.cu", ("depthwise_wgrad_gather",))
+# Channels-last depthwise kernels (depthwise_cl.cu), mult == 1: one binary per (dtype, KF) and
+# pass kind.  KF = 3, 5, 7 run the row walk for W strides S = 1, 2; KF = 0 any shape (S = 0).
+# VEC: channels per thread, the widest of DEPTHWISE_CL_VECS[dtype] that C and the alignment allow
+# (16 bytes first; the narrower ones for odd channel counts and misaligned views).  Backward-weight
+# keeps a 3x3 filter's taps of its channels in DWCL_ACC registers: at most DWCL_ACC // 9 channels.
+DEPTHWISE_CL_KF = (0, 3, 5, 7)
+DEPTHWISE_CL_STRIDES = (1, 2)
+DEPTHWISE_CL_VECS = {"float16": (8, 4, 1), "bfloat16": (8, 4, 1), "float32": (4, 1), "float64": (2, 1)}
+DEPTHWISE_CL_WGRAD_VEC = KERNEL_CONSTANTS["DWCL_ACC"] // 9
+
+
+def _cl_strides(kf: int) -> tuple[int, ...]:
+    return DEPTHWISE_CL_STRIDES if kf else (0,)
+
+
+def depthwise_cl_module(dtype: str, kf: int) -> KernelModule:
+    """Forward and backward-data (TRANSPOSED = 0, 1) of the channels-last kernels for ``kf``."""
+    return KernelModule("depthwise/depthwise_cl.cu", ("depthwise_cl",), (dtype,), tile=(kf,),
+                        variants=tuple((s, v, t) for s in _cl_strides(kf)
+                                       for v in DEPTHWISE_CL_VECS[dtype] for t in (0, 1)))
+
+
+def depthwise_cl_wgrad_module(dtype: str, kf: int) -> KernelModule:
+    """Backward-weight of the channels-last kernels for ``kf``."""
+    return KernelModule("depthwise/depthwise_cl.cu", ("depthwise_cl_wgrad",), (dtype,), tile=(kf,),
+                        variants=tuple((s, v) for s in _cl_strides(kf)
+                                       for v in DEPTHWISE_CL_VECS[dtype]
+                                       if v <= DEPTHWISE_CL_WGRAD_VEC))
+
+
 # Fused depthwise -> pointwise: one instantiation per pointwise outputs per thread (KT; a block
 # computes 8 * KT outputs), so small pointwise layers do not pay for idle accumulators.
 SEPARABLE_KT = (1, 2, 3, 4, 6, 8)
@@ -326,5 +359,6 @@ REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTE
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))
-) + tuple(m for dtype in DTYPES for m in _gemm_family(dtype, MATH_SIMT)) + tuple(
+) + tuple(m for dtype in DTYPES for kf in DEPTHWISE_CL_KF
+          for m in (depthwise_cl_module(dtype, kf), depthwise_cl_wgrad_module(dtype, kf))) + tuple(m for dtype in DTYPES for m in _gemm_family(dtype, MATH_SIMT)) + tuple(
     m for math, dtypes in MMA_DTYPES.items() for dtype in dtypes for m in _gemm_family(dtype, math))

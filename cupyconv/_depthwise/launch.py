@@ -3,8 +3,10 @@
 Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
 3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation runs on
 the plane kernels (the row walk of the signal API's image filter); other channels-first problems
-run on the tile kernels when their window fits in shared memory, everything else on the gather
-kernels (one thread per output element, coalesced across channels for channels-last).  Shapes,
+run on the tile kernels when their window fits in shared memory.  Channels-last problems without
+a channel multiplier whose activations have unit channel stride run on the channels-last kernels
+(:mod:`cupyconv._depthwise.channels_last`).  Everything else runs on the gather kernels (one
+thread per output element, coalesced across channels for channels-last).  Shapes,
 strides, paddings and dilations are runtime arguments: one binary per (dtype, kernel family)
 serves every problem.
 """
@@ -30,6 +32,7 @@ from cupyconv._core.kernels import (DEPTHWISE_KF, DEPTHWISE_PLANE, DEPTHWISE_PLA
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
                                    spatial_args)
 from cupyconv._core.program import scratch
+from cupyconv._depthwise import channels_last as cl
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
 # kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
@@ -271,9 +274,15 @@ def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: b
 
 @memoized(2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
-                 vec: bool, dst_aligned: bool, device: int) -> Launch:
-    """Forward (or backward-data) launch: the plane kernel where it applies (forward), else the
-    tile kernel where its window fits, else gather."""
+                 vec: bool, dst_aligned: bool, cl_vec: int, device: int) -> Launch:
+    """Forward (or backward-data) launch: the channels-last kernel where ``cl_vec`` (its channels
+    per thread, 0: it does not apply) and its plan allow; the plane kernel where it applies
+    (forward), else the tile kernel where its window fits, else gather."""
+    if cl_vec:
+        plan = cl.pass_plan(geom, transposed, cl_vec)
+        launch = plan and cl.pass_launch(geom, plan, transposed, has_bias, src_strides)
+        if launch is not None:
+            return launch
     mult = geom.out_channels // geom.in_channels
     chans = geom.in_channels if transposed else geom.out_channels
     plane = None if transposed or not contiguous_planes(geom, src_strides) else plane_plan(
@@ -304,7 +313,9 @@ def run_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
     strides = _strides(src, geom)
     launch = _pass_launch(geom, transposed, bias is not None, strides,
                           not geom.channels_last and vector_rows(src, strides),
-                          dst.data.ptr % 16 == 0, dst.data.device_id)
+                          dst.data.ptr % 16 == 0,
+                          cl.vector_width(geom, ((src, strides), (dst, _strides(dst, geom)))),
+                          dst.data.device_id)
     # (K, taps) in memory for both layouts (one channel per group)
     launch(src, contiguous(w), bias if bias is not None else dst, dst)
 
@@ -398,6 +409,30 @@ def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in:
                   smem, packed=True)
 
 
+def _chunk_reduce(geom: ConvGeometry, chunks: int) -> Launch:
+    """Sum the backward-weight partial sums (chunks, K, taps) over the chunks, in order, into dw
+    viewed as a (K, taps) matrix (the split-K reduce kernel)."""
+    k, taps = geom.out_channels, math.prod(geom.kernel)
+    fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
+    grid, block = launch_grid(k * taps)
+    # (no bias, residual or activation: the reduce's epilogue arguments are placeholders)
+    return Launch(fn, grid, block,
+                  ints((False, False, NO_ACTIVATION, chunks, 1, k, taps, True, 1))
+                  + int64s((0, 0, 0, 1, taps, 0, 1)))
+
+
+@memoized(2048)
+def _cl_wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: int,
+                       device: int) -> tuple[Launch, Launch, int] | None:
+    """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight on the
+    channels-last kernel at ``vec`` channels per thread, or None where its plan does not fit."""
+    wp = cl.wgrad_plan(geom, vec)
+    if wp is None:
+        return None
+    return (cl.wgrad_launch(geom, wp, x_strides, dy_strides), _chunk_reduce(geom, wp.chunks),
+            wp.chunks * geom.out_channels * math.prod(geom.kernel))
+
+
 @memoized(2048)
 def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec: bool,
                     plane: bool, device: int) -> tuple[Launch, Launch, int]:
@@ -424,20 +459,24 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec
         grid, block = launch_grid(chunks * k)
         main = Launch(fn, grid, block, ints((chunks, per_chunk, geom.batch, k, mult))
                       + _common_args(geom, x_strides) + int64s(dy_strides), packed=True)
-    # Sum the chunks in order into dw viewed as a (K, taps) matrix (the split-K reduce kernel).
-    fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
-    grid, block = launch_grid(k * taps)
-    # (no bias, residual or activation: the reduce's epilogue arguments are placeholders)
-    reduce = Launch(fn, grid, block,
-                    ints((False, False, NO_ACTIVATION, chunks, 1, k, taps, True, 1))
-                    + int64s((0, 0, 0, 1, taps, 0, 1)))
-    return main, reduce, chunks * k * taps
+    return main, _chunk_reduce(geom, chunks), chunks * k * taps
 
 
 def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
     sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
     xs = _strides(x, geom)
+    if geom.channels_last:
+        dys = _strides(dy, geom)
+        vec = cl.vector_width(geom, ((x, xs), (dy, dys)), wgrad=True)
+        launches = vec and _cl_wgrad_launches(geom, xs, dys, vec, dw.data.device_id)
+        if launches:
+            main, reduce, count = launches
+            with dw.device:
+                partial = scratch(count, compute_dtype(geom.dtype))
+                main(x, dy, partial)
+                reduce(partial, dw, dw, dw)
+            return
     plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
     tiled = plane or wgrad_plan(geom)[0] is not None
     main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),

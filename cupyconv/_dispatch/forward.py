@@ -25,6 +25,7 @@ from cupyconv._core.dtypes import HALF_DTYPES, itemsize
 from cupyconv._core.epilogue import residual_like
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import gemm_math
+from cupyconv._depthwise.channels_last import applies as channels_last_applies
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.launch import run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
@@ -95,6 +96,8 @@ _IM2COL_GEMM_FACTOR = 1.1
 _DIRECT_BANDWIDTH = 1.7e11     # depthwise 3x3 through the direct kernel: it re-reads per tap
 _DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles (benchmarks/NOTES.md)
 _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
+# channels-last kernels (depthwise_cl.cu): an estimate below the tile kernel's, not yet measured
+_DEPTHWISE_CL_BANDWIDTH = 2e12
 
 
 def _bytes(g: ConvGeometry) -> int:
@@ -114,6 +117,8 @@ def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
         # idle lanes: columns past the plane in the last strip, rows past it in the last item
         fill = (oh * ow * p.gw * p.qw) / (math.ceil(oh / p.ry) * p.ry * p.strips * 4 * p.qw * 32)
         return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
+    if channels_last_applies(g):
+        return _bytes(g) / _DEPTHWISE_CL_BANDWIDTH
     t = tile_plan(g, False)
     if t is None:
         return _bytes(g) / _DEPTHWISE_GATHER_BANDWIDTH
@@ -160,7 +165,8 @@ FORWARD: dict[str, Algorithm] = {
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
                            "groups == channels: row walk per plane (channels-first, unit stride), "
                            "halo windows in shared memory (other channels-first), "
-                           "channel-parallel gather (channels-last)"),
+                           "channel vectors with a row walk (channels-last), "
+                           "channel-parallel gather (channels-last with a channel multiplier)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }

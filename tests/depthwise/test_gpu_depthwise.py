@@ -1,7 +1,8 @@
 """Depthwise kernels (forward, backward-data, backward-weight) and the separable layer (fused and
 unfused) on the GPU: against the float64 reference, composed cupyconv calls, the adjoint identity
 and bitwise repeatability.  Channel counts that are not multiples of any tile, multipliers > 1,
-kernel sizes 3/5/7, strides, dilations, every padding form, both layouts, all dtypes."""
+kernel sizes 3/5/7, strides, dilations, every padding form, both layouts, all dtypes; the
+channels-last kernels with views, misaligned outputs and the inference epilogue."""
 
 import dataclasses
 import math
@@ -11,6 +12,7 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
+from cupyconv._depthwise import channels_last
 from cupyconv._depthwise.launch import (contiguous_planes, plane_launch, plane_plan,
                                  plane_wgrad_launch, plane_wgrad_plan, tile_plan, vector_rows,
                                  wgrad_plan)
@@ -483,3 +485,238 @@ def test_transposed_tiles_that_no_source_row_reaches_are_not_staged():
     ref = reference.conv_transpose(xh, wh, **opts)
     got = cupyconv.conv_transpose(cupy.asarray(xh), cupy.asarray(wh), method="depthwise", **opts)
     assert rel_error(got, ref) <= tolerance("float64", ref)
+
+
+# ---- channels-last kernels (depthwise_cl.cu) -------------------------------------------------
+# (n, c, spatial, kernel, options), one filter per channel.  The row walk (3, 5, 7 at W stride 1
+# and 2, any H stride and dilation) and the any-shape variant (4x4, stride 3, W dilation,
+# rectangular filters); C a multiple of 8 (16-byte vectors in every dtype), 12 (pairs in the 2-byte
+# types), odd (scalars); odd widths, planes of 1-3 rows, every padding form; 1-d and 3-d; more
+# channels than one block holds.
+CL_CASES = [
+    (2, 16, (9, 11), 3, dict(padding=1)),
+    (2, 12, (8, 13), 3, dict(stride=2, padding="same")),
+    (1, 8, (6, 7), 3, dict(stride=2, padding=1)),
+    (1, 24, (7, 9), 5, dict(padding=2)),
+    (2, 8, (10, 7), 5, dict(stride=2, padding=[(2, 1), (0, 3)])),
+    (1, 17, (9, 15), 7, dict(padding=3)),
+    (1, 8, (12, 17), 7, dict(stride=2, padding="same_lower")),
+    (2, 10, (6, 9), 4, dict(padding="same")),
+    (1, 8, (11, 12), 3, dict(stride=3, padding=1)),
+    (1, 16, (9, 14), 3, dict(padding=2, dilation=2)),
+    (2, 6, (5, 21), 3, dict(stride=(1, 2), dilation=(2, 1), padding=[(2, 2), (1, 0)])),
+    (1, 8, (3, 5), 3, dict(padding="valid")),
+    (3, 8, (1, 13), (1, 5), dict(padding=(0, 2))),
+    (2, 16, (29,), 5, dict(stride=2, padding=2)),
+    (1, 8, (4, 5, 7), 3, dict(padding=1, stride=(1, 2, 2))),
+    (1, 520, (4, 5), 3, dict(padding=1)),
+    # enough runs for several backward-weight chunks
+    (4, 32, (16, 20), 3, dict(padding=1)),
+]
+
+
+def _cl_id(case):
+    n, c, sp, k, o = case
+    return f"{len(sp)}d-c{c}-{'x'.join(map(str, sp))}-k{k}-" + "-".join(f"{a}{v}" for a, v in o.items())
+
+
+def _cl_problem(case, dtype):
+    """(x shape, w shape, y shape, conv options, geometry) of a channels-last case."""
+    n, c, sp, k, o = case
+    ks = k if isinstance(k, tuple) else (k,) * len(sp)
+    xs, ws = (n, *sp, c), (c, *ks, 1)
+    opts = dict(o, groups=c, layout="NHWC")
+    g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+    return xs, ws, g.output_shape, opts, g
+
+
+def _takes_cl_kernels(g, *pairs):
+    """The arrays (activation, dst) select the channels-last kernels (a width and a plan)."""
+    vec = channels_last.vector_width(g, tuple((a, element_strides(a, True)) for a in pairs))
+    return vec > 0 and channels_last.pass_plan(g, False, vec) is not None
+
+
+@pytest.mark.parametrize("case", CL_CASES, ids=_cl_id)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_channels_last_kernels_match_reference(case, dtype):
+    """Forward with and without bias, backward-data and backward-weight on the channels-last
+    kernels, into NaN-poisoned outputs, against the float64 reference; backward-weight bitwise
+    repeatable."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(case, dtype)
+    rng = rng_for("dw-cl", _cl_id(case), dtype)
+    xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+    bh = random_array(rng, (ws[0],), dtype)
+    x, w, dy, b = (cupy.asarray(a) for a in (xh, wh, dyh, bh))
+    y = poison(cupy.empty(ys, dtype))
+    assert _takes_cl_kernels(g, x, y) and _takes_cl_kernels(g, dy, x)
+    for bias, bias_h in ((b, bh), (None, None)):
+        ref = reference.conv(xh, wh, bias_h, **opts)
+        cupyconv.conv(x, w, bias, method="depthwise", out=poison(y), **opts)
+        assert rel_error(y, ref) <= tolerance(dtype, ref), bias is None
+
+    ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+    dx = poison(cupy.empty(xs, dtype))
+    cupyconv.conv_backward_data(dy, w, xs, method="depthwise", out=dx, **opts)
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+
+    ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
+    dws = []
+    for _ in range(2):
+        dw = poison(cupy.empty(ws, dtype))
+        cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", out=dw, **opts)
+        assert rel_error(dw, ref) <= tolerance(dtype, ref)
+        dws.append(dw)
+    assert cupy.array_equal(dws[0], dws[1])
+
+
+@pytest.mark.parametrize("act", [None, "relu", "silu"])
+@pytest.mark.parametrize("case", [CL_CASES[0], CL_CASES[4], CL_CASES[7]], ids=_cl_id)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_channels_last_epilogue(case, dtype, act):
+    """bias, z and the activation after the channels-last forward kernel (the epilogue pass),
+    "auto" and "depthwise" alike."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(case, dtype)
+    rng = rng_for("dw-cl-epilogue", _cl_id(case), dtype, act)
+    xh, wh = random_array(rng, xs, dtype), random_array(rng, ws, dtype)
+    bh, zh = random_array(rng, (ws[0],), dtype), random_array(rng, ys, dtype)
+    x, w, b, z = (cupy.asarray(a) for a in (xh, wh, bh, zh))
+    ref = reference.conv(xh, wh, bh, activation=act, z=zh, **opts)
+    for method in ("auto", "depthwise"):
+        y = poison(cupy.empty(ys, dtype))
+        cupyconv.conv(x, w, b, method=method, out=y, activation=act, z=z, **opts)
+        assert rel_error(y, ref) <= tolerance(dtype, ref), method
+
+
+def _cl_views(cupy, big):
+    """Views of a (n, h + 2, w + 3, 3 c) array as (n, h, w, c) activations: channel-contiguous with
+    an aligned offset (16-byte vectors), with an odd offset (scalars), with negative H and W
+    strides (still the channels-last kernels); and two the channels-last kernels refuse: a
+    negative channel stride and an NCHW array permuted to NHWC (the gather kernels)."""
+    c = big.shape[-1] // 3
+    h, w = big.shape[1] - 2, big.shape[2] - 3
+    nchw = cupy.ascontiguousarray(big[:, 1:h + 1, 2:w + 2, c:2 * c].transpose(0, 3, 1, 2))
+    return {"aligned offset": (big[:, 1:h + 1, 2:w + 2, c:2 * c], True),
+            "odd offset": (big[:, 1:h + 1, 2:w + 2, 1:c + 1], True),
+            "negative H, W": (big[:, h:0:-1, w + 1:1:-1, c:2 * c], True),
+            "negative C": (big[:, 1:h + 1, 2:w + 2, 2 * c - 1:c - 1:-1], False),
+            "permuted NCHW": (nchw.transpose(0, 2, 3, 1), False)}
+
+
+@pytest.mark.parametrize("case", [CL_CASES[0], CL_CASES[4], CL_CASES[7]], ids=_cl_id)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_channels_last_views(case, dtype):
+    """Views as x (forward, backward-weight) and dy (backward-data, backward-weight) give the
+    reference's results; the ones with unit channel stride take the channels-last kernels, the
+    others the gather kernels."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(case, dtype)
+    rng = rng_for("dw-cl-views", _cl_id(case), dtype)
+    wh = random_array(rng, ws, dtype)
+    w = cupy.asarray(wh)
+    n, *sp, c = xs
+    xbig = cupy.asarray(random_array(rng, (n, *(s + 2 for s in sp[:-1]), sp[-1] + 3, 3 * c), dtype))
+    ybig = cupy.asarray(random_array(rng, (n, *(s + 2 for s in ys[1:-2]), ys[-2] + 3, 3 * c), dtype))
+    for (name, (x, fast)), (_, (dy, dy_fast)) in zip(_cl_views(cupy, xbig).items(),
+                                                     _cl_views(cupy, ybig).items()):
+        assert x.shape == xs and dy.shape == ys, name
+        xh, dyh = cupy.asnumpy(x), cupy.asnumpy(dy)
+        y = poison(cupy.empty(ys, dtype))
+        assert _takes_cl_kernels(g, x, y) == fast and _takes_cl_kernels(g, dy, y) == dy_fast, name
+        ref = reference.conv(xh, wh, **opts)
+        cupyconv.conv(x, w, method="depthwise", out=y, **opts)
+        assert rel_error(y, ref) <= tolerance(dtype, ref), name
+        ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+        got = cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts)
+        assert rel_error(got, ref) <= tolerance(dtype, ref), name
+        ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
+        got = cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", **opts)
+        assert rel_error(got, ref) <= tolerance(dtype, ref), name
+
+
+@pytest.mark.parametrize("case", [CL_CASES[0], CL_CASES[6]], ids=_cl_id)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_channels_last_misaligned_outputs(case, dtype):
+    """Outputs one element past a 16-byte boundary: narrower vectors (scalars), every element
+    written."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(case, dtype)
+    rng = rng_for("dw-cl-misaligned", _cl_id(case), dtype)
+    xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+    x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
+    y = poison(_misaligned(cupy, cupy.empty(ys, dtype)))
+    assert _takes_cl_kernels(g, x, y)
+    ref = reference.conv(xh, wh, **opts)
+    cupyconv.conv(x, w, method="depthwise", out=y, **opts)
+    assert rel_error(y, ref) <= tolerance(dtype, ref)
+    dx = poison(_misaligned(cupy, cupy.empty(xs, dtype)))
+    ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+    cupyconv.conv_backward_data(dy, w, xs, method="depthwise", out=dx, **opts)
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+    ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
+    got = cupyconv.conv_backward_weight(_misaligned(cupy, x), _misaligned(cupy, dy), ws,
+                                        method="depthwise", **opts)
+    assert rel_error(got, ref) <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_channels_last_multiplier_and_transpose(dtype):
+    """A channel multiplier of 2 in channels-last (the gather kernels) and a depthwise transposed
+    conv with stride 2 and output padding (backward-data's kernel with a bias after it)."""
+    import cupy
+
+    rng = rng_for("dw-cl-mult", dtype)
+    xs, ws = (2, 7, 9, 8), (16, 3, 3, 1)
+    opts = dict(padding=1, stride=2, groups=8, layout="NHWC")
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+    x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
+    for got, ref in ((cupyconv.conv(x, w, method="depthwise", **opts), reference.conv(xh, wh, **opts)),
+                     (cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts),
+                      reference.conv_backward_data(dyh, wh, xs, **opts)),
+                     (cupyconv.conv_backward_weight(x, dy, ws, method="depthwise", **opts),
+                      reference.conv_backward_weight(xh, dyh, ws, **opts))):
+        assert rel_error(got, ref) <= tolerance(dtype, ref)
+    topts = dict(stride=2, padding=1, output_padding=1, groups=8, layout="NHWC")
+    wt, bt = random_array(rng, (8, 3, 3, 1), dtype), random_array(rng, (8,), dtype)
+    ref = reference.conv_transpose(xh, wt, bt, **topts)
+    got = cupyconv.conv_transpose(x, cupy.asarray(wt), cupy.asarray(bt), method="depthwise", **topts)
+    assert rel_error(got, ref) <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("case", [CL_CASES[0], CL_CASES[7]], ids=_cl_id)
+def test_channels_last_adjoint_identity(case):
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(case, "float64")
+    rng = rng_for("dw-cl-adjoint", _cl_id(case))
+    x, w, dy = (cupy.asarray(random_array(rng, s, "float64")) for s in (xs, ws, ys))
+    lhs = float(cupy.vdot(cupyconv.conv(x, w, **opts), dy))
+    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, **opts)))
+    rhs = float(cupy.vdot(w, cupyconv.conv_backward_weight(x, dy, ws, **opts)))
+    assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+    assert rhs == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_channels_last_prepared_calls_take_each_calls_arrays(dtype):
+    """Warm calls (the recorded launches replayed) of the channels-last kernels compute each
+    call from that call's arrays, in all three passes."""
+    import cupy
+
+    xs, ws, ys, opts, g = _cl_problem(CL_CASES[4], dtype)
+    for call in range(3):
+        rng = rng_for("dw-cl-prepared", dtype, call)
+        xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+        x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
+        for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
+                         (cupyconv.conv_backward_data(dy, w, xs, **opts),
+                          reference.conv_backward_data(dyh, wh, xs, **opts)),
+                         (cupyconv.conv_backward_weight(x, dy, ws, **opts),
+                          reference.conv_backward_weight(xh, dyh, ws, **opts))):
+            assert rel_error(got, ref) <= tolerance(dtype, ref), call

@@ -17,6 +17,7 @@
 // the split-K reduce kernel: bitwise reproducible, no atomics.
 #include "common.cuh"
 #include "stage.cuh"
+#include "src_coord.cuh"
 
 // DW_THREADS, DW_ROWS (most rows per thread in the tile kernels), DW_TAPS (taps per pass of the
 // backward-weight kernels) and DW_MAX_Z (most planes per block) come from KERNEL_CONSTANTS.
@@ -34,21 +35,6 @@
 #endif
 
 namespace dw {
-
-// Source coordinate of destination coordinate o through tap t along one dim, or -1 if none.
-// Forward: the input pixel read by tap t of output o.  Transposed (backward-data): the output
-// pixel whose tap t reads input o, when the stride divides.
-template <bool TRANSPOSED>
-__device__ __forceinline__ int src_coord(int o, int t, int S, int Dl, int P, int n) {
-  if (!TRANSPOSED) {
-    const int i = o * S - P + t * Dl;
-    return (unsigned)i < (unsigned)n ? i : -1;
-  }
-  const int q = o + P - t * Dl;
-  if (q < 0) return -1;
-  const int i = q / S;
-  return (i * S == q && i < n) ? i : -1;
-}
 
 // First source coordinate of the window of a destination tile that starts at o0 (may lie outside
 // the source: those rows are staged as zeros).  Host and device agree on the window's extent.

@@ -1,0 +1,264 @@
+"""Channels-last depthwise plans and launches (``kernel_src/depthwise/depthwise_cl.cu``).
+
+Problems in the channels-last layout with one filter per channel (no channel multiplier) whose
+source activations have unit channel stride run here: a thread owns VEC consecutive channels (a
+16-byte vector where C and the arrays' alignment allow) and walks a run of ``DWCL_RX`` pixels
+along W.  Everything else in channels-last (a channel multiplier, a channel stride other than 1,
+filters too large for shared memory) keeps the gather kernels of :mod:`cupyconv._depthwise.launch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cupyconv._core import jit
+from cupyconv._core.caches import memoized
+from cupyconv._core.dtypes import compute_dtype, itemsize
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import (DEPTHWISE_CL_KF, DEPTHWISE_CL_STRIDES, DEPTHWISE_CL_VECS,
+                                    DEPTHWISE_CL_WGRAD_VEC, KERNEL_CONSTANTS,
+                                    depthwise_cl_module, depthwise_cl_wgrad_module)
+from cupyconv._core.launch import GRID_YZ_MAX, Launch, spatial_args
+
+THREADS = KERNEL_CONSTANTS["DW_THREADS"]
+RX = KERNEL_CONSTANTS["DWCL_RX"]        # destination pixels per run
+WGRAD_ACC = KERNEL_CONSTANTS["DWCL_ACC"]  # backward-weight accumulators per thread
+WGRAD_TAPS = KERNEL_CONSTANTS["DWCL_TAPS"]  # ... most taps per pass
+MAX_CGB = 64        # channel vectors per block: 64 x 16 B = 1 KB of each pixel per block row
+GRID_X_MAX = 2 ** 31 - 1
+# Dynamic shared memory for the staged filters (as the tile kernels': the 48 KB a launch gets
+# without opting in, less room for static arrays).
+SMEM_LIMIT = 48 * 1024 - 1024
+# Forward/backward-data: runs per thread (rounds) where the grid is large, since each block
+# stages its filters once; rounds double while the grid keeps MIN_BLOCKS blocks (about four
+# waves of two resident 256-thread blocks on a 132-SM H100: an estimate, not yet measured).
+MIN_BLOCKS = 1024
+MAX_ROUNDS = 4
+# Backward-weight: blocks the chunks aim for (an H100/H200 several times over); more chunks
+# mean a larger partial-sum workspace for the reduce.  Each thread takes at least
+# WGRAD_MIN_RUNS runs, so a block's fixed-order sum stays a small part of its work.
+WGRAD_TARGET_BLOCKS = 4 * 132
+WGRAD_MIN_RUNS = 4
+
+
+def _acc_bytes(dtype: str) -> int:
+    return itemsize(compute_dtype(dtype))
+
+
+def walk_variant(geom: ConvGeometry) -> tuple[int, int]:
+    """(KF, S) of the kernel for ``geom``: the row walk (KF = KH = KW in 3, 5, 7; W stride S in 1,
+    2; W dilation 1) or the any-shape variant (0, 0)."""
+    g3 = geom.as_3d()
+    _, kh, kw = g3["kernel"]
+    sw, dw_ = g3["stride"][2], g3["dilation"][2]
+    if kh == kw and kh in DEPTHWISE_CL_KF[1:] and sw in DEPTHWISE_CL_STRIDES and dw_ == 1:
+        return kh, sw
+    return 0, 0
+
+
+def vector_width(geom: ConvGeometry, operands, wgrad: bool = False) -> int:
+    """Channels per thread for ``operands`` ((array, element_strides) pairs: the activations a
+    kernel reads or writes), or 0 where the channels-last kernels do not apply: not channels-last,
+    a channel multiplier, or a channel stride other than 1.  The widest of the dtype's
+    instantiated widths that divides C, every base address (in elements) and every other stride
+    (for backward-weight, ``wgrad``, at most DEPTHWISE_CL_WGRAD_VEC)."""
+    if not geom.channels_last or geom.out_channels != geom.in_channels:
+        return 0
+    c = geom.in_channels
+    if any(strides[1] != 1 and c > 1 for _, strides in operands):
+        return 0
+    item = itemsize(geom.dtype)
+    for vec in DEPTHWISE_CL_VECS[geom.dtype]:
+        if wgrad and vec > DEPTHWISE_CL_WGRAD_VEC:
+            continue
+        if c % vec == 0 and all(a.data.ptr % (vec * item) == 0
+                                and all(s % vec == 0 for i, s in enumerate(strides) if i != 1)
+                                for a, strides in operands):
+            return vec
+    return 0  # (unreachable: every dtype instantiates VEC = 1)
+
+
+@dataclass(frozen=True)
+class ClPlan:
+    """Work split of a channels-last launch: blocks of cgb channel vectors (threadIdx.x) by ``by``
+    runs (threadIdx.y), ``cblocks`` blocks across the channels (grid y).  A run is RX destination
+    pixels along W; rows (n, d, h) hold runs_per_row runs each, the first starting ``lead``
+    columns before column 0."""
+
+    kf: int
+    s: int
+    vec: int
+    cgb: int
+    by: int
+    cblocks: int
+    runs_per_row: int
+    runs: int
+    lead: int
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return (self.cgb, self.by)
+
+
+def _channel_blocks(channels: int, vec: int, most: int) -> tuple[int, int] | None:
+    """(cgb, cblocks): channel vectors per block (at most ``most``), split evenly over the
+    fewest blocks; None if that grid is too tall or no vector fits."""
+    groups = channels // vec
+    most = min(most, MAX_CGB, groups)
+    if most < 1:
+        return None
+    cblocks = math.ceil(groups / most)
+    if cblocks > GRID_YZ_MAX:
+        return None
+    return math.ceil(groups / cblocks), cblocks
+
+
+def _runs(dst_rows: int, dst_w: int, lead: int) -> tuple[int, int]:
+    """(runs per row, runs) over ``dst_rows`` rows of ``dst_w`` pixels."""
+    runs_per_row = math.ceil((dst_w + lead) / RX)
+    return runs_per_row, dst_rows * runs_per_row
+
+
+@memoized(2048)
+def pass_plan(geom: ConvGeometry, transposed: bool, vec: int) -> ClPlan | None:
+    """The forward (or, ``transposed``, backward-data) split for ``geom`` at ``vec`` channels per
+    thread, or None where the block's filters do not fit in shared memory."""
+    kf, s = walk_variant(geom)
+    taps = math.prod(geom.kernel)
+    fit = _channel_blocks(geom.in_channels, vec,
+                          SMEM_LIMIT // (taps * vec * _acc_bytes(geom.dtype)))
+    if fit is None:
+        return None
+    cgb, cblocks = fit
+    g3 = geom.as_3d()
+    dd, dh, dw_ = g3["spatial" if transposed else "out_spatial"]
+    # backward-data's row walk starts runs where (x0 + PW) % S == 0 (depthwise_cl.cu: dwcl::walk)
+    lead = g3["pad_lo"][2] % s if (transposed and kf) else 0
+    runs_per_row, runs = _runs(geom.batch * dd * dh, dw_, lead)
+    return ClPlan(kf, s, vec, cgb, THREADS // cgb, cblocks, runs_per_row, runs, lead)
+
+
+def _rounds(plan: ClPlan) -> int:
+    """Runs per thread: one, or up to MAX_ROUNDS on grids of many blocks."""
+    rounds = 1
+    while rounds < MAX_ROUNDS and math.ceil(plan.runs / (plan.by * rounds * 2)) >= MIN_BLOCKS:
+        rounds *= 2
+    return rounds
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What a channels-last launch needs besides its function and arrays: the template variant
+    (after the dtype and KF), grid, block, dynamic shared bytes and the packed scalars."""
+
+    variant: tuple[int, ...]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    scalars: tuple[int, ...]
+
+
+def pass_shape(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: bool,
+               src_strides: tuple[int, ...]) -> LaunchShape | None:
+    """The forward (backward-data) launch of ``plan``; src read through ``src_strides``
+    (element_strides, channel stride 1).  None if the grid is too large."""
+    rounds = _rounds(plan)
+    blocks = math.ceil(plan.runs / (plan.by * rounds))
+    if blocks > GRID_X_MAX:
+        return None
+    smem = math.prod(geom.kernel) * plan.cgb * plan.vec * _acc_bytes(geom.dtype)
+    scalars = ((int(has_bias), geom.in_channels, plan.runs_per_row, rounds, plan.lead, plan.runs)
+               + _spatial(geom) + tuple(src_strides))
+    return LaunchShape((plan.s, plan.vec, int(transposed)), (blocks, plan.cblocks), plan.block,
+                       smem, scalars)
+
+
+def _spatial(geom: ConvGeometry) -> tuple[int, ...]:
+    """The spatial block of the kernels' scalars, as :func:`cupyconv._core.launch.spatial_args`."""
+    return tuple(int(v) for v in spatial_args(geom))
+
+
+def pass_launch(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: bool,
+                src_strides: tuple[int, ...]) -> Launch | None:
+    """The :class:`Launch` of :func:`pass_shape` (None if the grid is too large)."""
+    shape = pass_shape(geom, plan, transposed, has_bias, src_strides)
+    if shape is None:
+        return None
+    fn = jit.get_function(depthwise_cl_module(geom.dtype, plan.kf), "depthwise_cl", geom.dtype,
+                          shape.variant)
+    return Launch(fn, shape.grid, shape.block, shape.scalars, shape.smem, packed=True)
+
+
+@dataclass(frozen=True)
+class ClWgradPlan:
+    """Backward-weight split: ``plan``'s blocks over the forward output's runs, ``chunks`` chunks
+    of runs_per_chunk runs (grid x), ``passes`` passes of taps (grid z)."""
+
+    plan: ClPlan
+    chunks: int
+    runs_per_chunk: int
+    passes: int
+
+
+def wgrad_taps_per_pass(vec: int) -> int:
+    """Taps a backward-weight thread accumulates at once (TP in depthwise_cl_wgrad)."""
+    return min(WGRAD_ACC // vec, WGRAD_TAPS)
+
+
+@memoized(2048)
+def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
+    """The backward-weight split for ``geom`` at ``vec`` (at most DEPTHWISE_CL_WGRAD_VEC)
+    channels per thread, or None where its grid does not fit."""
+    if vec > DEPTHWISE_CL_WGRAD_VEC:
+        raise ValueError(f"backward-weight takes at most {DEPTHWISE_CL_WGRAD_VEC} channels per thread")
+    kf, s = walk_variant(geom)
+    fit = _channel_blocks(geom.in_channels, vec, MAX_CGB)
+    if fit is None:
+        return None
+    cgb, cblocks = fit
+    g3 = geom.as_3d()
+    od, oh, ow = g3["out_spatial"]
+    runs_per_row, runs = _runs(geom.batch * od * oh, ow, 0)
+    plan = ClPlan(kf, s, vec, cgb, THREADS // cgb, cblocks, runs_per_row, runs, 0)
+    tp = wgrad_taps_per_pass(vec)
+    kd, kh, _ = g3["kernel"]
+    if kf:  # whole kernel rows per pass (PR in the kernel)
+        passes = math.ceil(kd * kh / max(1, tp // kf))
+    else:
+        passes = math.ceil(math.prod(geom.kernel) / tp)
+    chunks = max(1, min(math.ceil(runs / (plan.by * WGRAD_MIN_RUNS)),
+                         math.ceil(WGRAD_TARGET_BLOCKS / (cblocks * passes))))
+    runs_per_chunk = math.ceil(runs / chunks)
+    chunks = math.ceil(runs / runs_per_chunk)
+    if passes > GRID_YZ_MAX:
+        return None
+    return ClWgradPlan(plan, chunks, runs_per_chunk, passes)
+
+
+def wgrad_shape(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
+                dy_strides: tuple[int, ...]) -> LaunchShape:
+    """The partial-sum launch of ``wp``: writes (chunks, C, taps) sums in the compute type."""
+    p = wp.plan
+    smem = p.cgb * p.by * p.vec * _acc_bytes(geom.dtype)
+    scalars = ((geom.in_channels, p.runs_per_row, p.runs, wp.runs_per_chunk) + _spatial(geom)
+               + tuple(x_strides) + tuple(dy_strides))
+    return LaunchShape((p.s, p.vec), (wp.chunks, p.cblocks, wp.passes), p.block, smem, scalars)
+
+
+def wgrad_launch(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
+                 dy_strides: tuple[int, ...]) -> Launch:
+    """The :class:`Launch` of :func:`wgrad_shape`."""
+    shape = wgrad_shape(geom, wp, x_strides, dy_strides)
+    fn = jit.get_function(depthwise_cl_wgrad_module(geom.dtype, wp.plan.kf), "depthwise_cl_wgrad",
+                          geom.dtype, shape.variant)
+    return Launch(fn, shape.grid, shape.block, shape.scalars, shape.smem, packed=True)
+
+
+def applies(geom: ConvGeometry) -> bool:
+    """Whether the channels-last kernels take ``geom`` when its arrays are laid out as conv makes
+    them (C-contiguous, aligned): for the cost model, which sees no arrays."""
+    if not geom.channels_last or geom.out_channels != geom.in_channels:
+        return False
+    vec = next(v for v in DEPTHWISE_CL_VECS[geom.dtype] if geom.in_channels % v == 0)
+    return pass_plan(geom, False, vec) is not None

@@ -1,0 +1,345 @@
+// Depthwise convolution, channels-last: activations (N, D, H, W, C) with unit channel stride, one
+// filter per channel (K == C, no channel multiplier).  Forward, backward-data and backward-weight.
+//
+// Channels sit on lanes: a thread owns VEC consecutive channels (one 16-byte vector where C and
+// the alignment allow, else narrower; the host picks VEC) and walks a run of RX consecutive
+// destination pixels along W.  Neighbouring threads own neighbouring channel vectors of the same
+// pixel, so a warp's loads and stores are contiguous segments.  A block is CGB x BY threads: CGB
+// channel vectors (threadIdx.x) by BY runs (threadIdx.y); grid y walks the channel blocks.
+//
+// Forward and backward-data are one kernel, as in depthwise.cu: backward-data of a depthwise conv
+// is a transposed depthwise conv of dy (each dx pixel gathers from the dy pixels whose taps reach
+// it), so the two differ in how a destination coordinate maps to a source one (dw::src_coord).
+// KF > 0 (KH == KW == KF, W stride S in {1, 2}, W dilation 1; H and D any): the row walk.  For each
+// kernel row a thread loads the window of source columns its run needs once (NJ vectors instead of
+// RX * KF) and feeds every (output, tap) pair that reads each one; which pairs those are is known
+// at compile time.  KF == 0: any size, stride and dilation, every tap loaded (L1 serves the
+// reuse).  The block's filters are staged in shared memory tap-major in the compute type, so a
+// thread reads its channels' taps as vectors.
+//
+// Backward-weight: the same runs over the forward output; each thread accumulates dy * x for a pass
+// of taps (grid z) over the runs of one chunk of the batch (grid x), the block sums its BY rows of
+// threads in a fixed order and writes partial[(chunk * C + c) * taps + tap], which the split-K
+// reduce kernel sums over chunks in order: bitwise reproducible, no atomics.
+#include "common.cuh"
+#include "src_coord.cuh"
+
+// DWCL_RX (destination pixels per run), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
+// thread and most taps per pass) come from KERNEL_CONSTANTS; the host's plans mirror them.
+#if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS)
+#error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
+#endif
+
+namespace dwcl {
+
+// One load or store instruction of BYTES bytes.
+template <int BYTES> struct raw;
+template <> struct raw<2> { typedef unsigned short type; };
+template <> struct raw<4> { typedef unsigned type; };
+template <> struct raw<8> { typedef uint2 type; };
+template <> struct raw<16> { typedef uint4 type; };
+
+// v[0..VEC) = p[0..VEC) in the compute type, in loads of up to 16 bytes; p aligned to VEC
+// elements or 16 bytes, whichever is less (the host checks global arrays; the staged filters are
+// laid out so).
+template <int VEC, typename T, typename A>
+__device__ __forceinline__ void load_vec(const T* p, A* v) {
+  constexpr int BYTES = VEC * (int)sizeof(T), CHUNK = BYTES < 16 ? BYTES : 16;
+  constexpr int PER = CHUNK / (int)sizeof(T);
+  typedef typename raw<CHUNK>::type R;
+#pragma unroll
+  for (int c = 0; c < VEC / PER; ++c) {
+    const R r = reinterpret_cast<const R*>(p)[c];
+    const T* e = reinterpret_cast<const T*>(&r);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) v[c * PER + i] = cc::load_as<A>(e[i]);
+  }
+}
+
+template <int VEC, typename T, typename A>
+__device__ __forceinline__ void store_vec(T* p, const A* v) {
+  typedef typename raw<VEC * sizeof(T)>::type R;
+  R r;
+  T* e = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) e[i] = cc::store_as<T>(v[i]);
+  *reinterpret_cast<R*>(p) = r;
+}
+
+// Source vector of column `col` of the row at `row` (W stride sw), zero outside [0, n).
+template <int VEC, typename T, typename A>
+__device__ __forceinline__ void load_col(const T* row, int col, int n, cc::index_t sw, A* v) {
+  if ((unsigned)col < (unsigned)n) {
+    load_vec<VEC>(row + col * sw, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = A(0);
+  }
+}
+
+// Row walk geometry along W, fixed at compile time.  A run's destination pixels are r = 0..RX-1
+// (column x0 + r); tap kw of pixel r reads window entry j(r, kw), or none.
+//   Forward: the window starts at source column x0 * S - P; j = r * S + kw.
+//   Transposed: the host aligns runs so that (x0 + P) % S == 0; pixel r reads source column
+//   (x0 + P + r - kw) / S when S divides r - kw; the window starts OFF / S columns before
+//   (x0 + P) / S, OFF the smallest multiple of S >= KF - 1, so j = (r - kw + OFF) / S.
+template <int KF, int S, int TRANSPOSED>
+struct walk {
+  static constexpr int RX = DWCL_RX;
+  static_assert(!TRANSPOSED || RX % S == 0, "transposed runs start at a multiple of S");
+  static constexpr int OFF = S * ((KF - 1 + S - 1) / S);
+  static constexpr int NJ = TRANSPOSED ? (RX - 1 + OFF) / S + 1 : (RX - 1) * S + KF;
+  static __device__ __forceinline__ constexpr int entry(int r, int kw) {
+    return TRANSPOSED ? ((r - kw + OFF) % S == 0 ? (r - kw + OFF) / S : -1) : r * S + kw;
+  }
+  // First source column of the window of the run starting at destination column x0.
+  static __device__ __forceinline__ int first(int x0, int P) {
+    return TRANSPOSED ? (x0 + P) / S - OFF / S : x0 * S - P;
+  }
+};
+
+// Stage w[c, tap] of channels [cbase, cbase + cb) as wsm[tap * cb + (c - cbase)] in the compute
+// type (zero past C), read in w's own (C, taps) order so the global loads coalesce.
+template <typename T, typename A>
+__device__ __forceinline__ void stage_filters(const T* __restrict__ w, A* wsm, int cbase, int cb,
+                                              int C, int taps, int tid, int nt) {
+  for (int i = tid; i < cb * taps; i += nt) {
+    const int cl = i / taps, t = i - cl * taps;
+    wsm[t * cb + cl] = cbase + cl < C ? cc::load_as<A>(w[(cc::index_t)(cbase + cl) * taps + t]) : A(0);
+  }
+}
+
+}  // namespace dwcl
+
+// Forward (TRANSPOSED = 0: src = x, dst = y) or backward-data (1: src = dy, dst = dx) pass.
+// dst: contiguous (N, DD, DH, DW, C).  src: read through strides (n, d, h, w), channel stride 1.
+// (SD, SH, SW, ...) are the forward convolution's stride, dilation and leading pad throughout.
+// Grid: x = ceil(runs / (BY * rounds)), y = channel blocks.  Shared memory: taps * CGB * VEC of A.
+template <typename T, int KF, int S, int VEC, int TRANSPOSED>
+__global__ void __launch_bounds__(DW_THREADS)
+depthwise_cl(const T* __restrict__ src,
+             const T* __restrict__ w,
+             const T* __restrict__ bias,
+             T* __restrict__ dst,
+             const cc::index_t* __restrict__ prm) {
+  // Scalar arguments, packed by the host into one array (launch cost: one argument).
+  const int has_bias = (int)prm[0], C = (int)prm[1], runs_per_row = (int)prm[2],
+      rounds = (int)prm[3], lead = (int)prm[4];
+  const cc::index_t runs = prm[5];
+  const int ID = (int)prm[6], IH = (int)prm[7], IW = (int)prm[8], OD = (int)prm[9],
+      OH = (int)prm[10], OW = (int)prm[11], KD = (int)prm[12], KH = (int)prm[13],
+      KW = (int)prm[14], SD = (int)prm[15], SH = (int)prm[16], SW = (int)prm[17],
+      DD = (int)prm[18], DH = (int)prm[19], DW = (int)prm[20], PD = (int)prm[21],
+      PH = (int)prm[22], PW = (int)prm[23];
+  const cc::index_t ssn = prm[24], ssd = prm[26], ssh = prm[27], ssw = prm[28];  // prm[25]: C's, 1
+  typedef typename cc::acc_type<T>::type A;
+  typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), TRANSPOSED> Walk;
+  constexpr int RX = DWCL_RX;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* const wsm = reinterpret_cast<A*>(smem_raw);
+  // Channels of this block's filters in shared memory: rows of cb values, a thread's VEC at
+  // threadIdx.x * VEC, so its vectors are 16-byte aligned where VEC * sizeof(A) >= 16.
+  const int cb = blockDim.x * VEC;
+  const int cbase = blockIdx.y * cb;
+  const int c0 = cbase + threadIdx.x * VEC;
+  const int taps = KD * KH * KW;
+  const int tid = threadIdx.x + blockDim.x * threadIdx.y;
+  dwcl::stage_filters(w, wsm, cbase, cb, C, taps, tid, blockDim.x * blockDim.y);
+  __syncthreads();
+  if (c0 >= C) return;  // (no barrier follows)
+  const int SDs = TRANSPOSED ? OD : ID, SHs = TRANSPOSED ? OH : IH, SWs = TRANSPOSED ? OW : IW;
+  const int DDd = TRANSPOSED ? ID : OD, DHd = TRANSPOSED ? IH : OH, DWd = TRANSPOSED ? IW : OW;
+  A b[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) b[i] = (!TRANSPOSED && has_bias) ? cc::load_as<A>(bias[c0 + i]) : A(0);
+  const A* wthr = wsm + threadIdx.x * VEC;  // this thread's channels of tap 0
+  const bool narrow = runs <= 0xffffffffLL;  // 32-bit index divisions suffice
+  for (int round = 0; round < rounds; ++round) {
+    const cc::index_t run = ((cc::index_t)blockIdx.x * rounds + round) * blockDim.y + threadIdx.y;
+    if (run >= runs) break;
+    cc::index_t row = run;
+    const int x0 = cc::divmod(row, runs_per_row, narrow) * RX - lead;  // first destination column
+    const int h = cc::divmod(row, DHd, narrow), d = cc::divmod(row, DDd, narrow), n = (int)row;
+    A acc[RX][VEC];
+#pragma unroll
+    for (int r = 0; r < RX; ++r)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[r][i] = A(0);
+    for (int kd = 0; kd < KD; ++kd) {
+      const int sd = dw::src_coord<TRANSPOSED>(d, kd, SD, DD, PD, SDs);
+      if (sd < 0) continue;
+      for (int kh = 0; kh < KH; ++kh) {
+        const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
+        if (sh < 0) continue;
+        const T* srow = src + n * ssn + sd * ssd + sh * ssh + c0;
+        const A* wrow = wthr + (kd * KH + kh) * KW * cb;
+        if (KF > 0) {
+          A wk[KF > 0 ? KF : 1][VEC];
+#pragma unroll
+          for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[kw]);
+          const int f = Walk::first(x0, PW);
+#pragma unroll
+          for (int j = 0; j < Walk::NJ; ++j) {
+            A v[VEC];
+            dwcl::load_col<VEC>(srow, f + j, SWs, ssw, v);
+#pragma unroll
+            for (int r = 0; r < RX; ++r)
+#pragma unroll
+              for (int kw = 0; kw < KF; ++kw)
+                if (Walk::entry(r, kw) == j)
+#pragma unroll
+                  for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wk[kw][i];
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < RX; ++r) {
+            for (int kw = 0; kw < KW; ++kw) {
+              const int sw = dw::src_coord<TRANSPOSED>(x0 + r, kw, SW, DW, PW, SWs);
+              if (sw < 0) continue;
+              A v[VEC], wv[VEC];
+              dwcl::load_vec<VEC>(srow + sw * ssw, v);
+              dwcl::load_vec<VEC>(wrow + kw * cb, wv);
+#pragma unroll
+              for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wv[i];
+            }
+          }
+        }
+      }
+    }
+    T* out = dst + (((cc::index_t)n * DDd + d) * DHd + h) * DWd * C + c0;
+#pragma unroll
+    for (int r = 0; r < RX; ++r) {
+      const int col = x0 + r;
+      if (col < 0 || col >= DWd) continue;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[r][i] += b[i];
+      dwcl::store_vec<VEC>(out + (cc::index_t)col * C, acc[r]);
+    }
+  }
+}
+
+// Backward-weight.  Block (chunk, channel block, pass) sums dy * x over the runs [chunk *
+// runs_per_chunk, ...) of the forward output for the taps of its pass: KF > 0, kernel rows
+// [pass * PR, pass * PR + PR) of the KD * KH rows (row walk as in depthwise_cl); KF == 0, taps
+// [pass * TP, pass * TP + TP).  x and dy read through strides, channel stride 1.
+// Grid: (chunks, channel blocks, passes).  Shared memory: BY * CGB * VEC of A.
+template <typename T, int KF, int S, int VEC>
+__global__ void __launch_bounds__(DW_THREADS)
+depthwise_cl_wgrad(const T* __restrict__ x,
+                   const T* __restrict__ dy,
+                   typename cc::acc_type<T>::type* __restrict__ partial,
+                   const cc::index_t* __restrict__ prm) {
+  const int C = (int)prm[0], runs_per_row = (int)prm[1];
+  const cc::index_t runs = prm[2], runs_per_chunk = prm[3];
+  const int ID = (int)prm[4], IH = (int)prm[5], IW = (int)prm[6], OD = (int)prm[7],
+      OH = (int)prm[8], OW = (int)prm[9], KD = (int)prm[10], KH = (int)prm[11],
+      KW = (int)prm[12], SD = (int)prm[13], SH = (int)prm[14], SW = (int)prm[15],
+      DD = (int)prm[16], DH = (int)prm[17], DW = (int)prm[18], PD = (int)prm[19],
+      PH = (int)prm[20], PW = (int)prm[21];
+  const cc::index_t xsn = prm[22], xsd = prm[24], xsh = prm[25], xsw = prm[26];  // prm[23]: 1
+  const cc::index_t gsn = prm[27], gsd = prm[29], gsh = prm[30], gsw = prm[31];  // prm[28]: 1
+  typedef typename cc::acc_type<T>::type A;
+  typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), 0> Walk;
+  constexpr int RX = DWCL_RX;
+  // Taps per pass: DWCL_ACC accumulators, at most DWCL_TAPS taps; KF > 0 takes whole kernel rows.
+  constexpr int TP = DWCL_ACC / VEC < DWCL_TAPS ? DWCL_ACC / VEC : DWCL_TAPS;
+  constexpr int PR = KF > 0 ? (TP / KF > 0 ? TP / KF : 1) : 1;
+  constexpr int NA = KF > 0 ? PR * KF : TP;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* const red = reinterpret_cast<A*>(smem_raw);
+  const int cb = blockDim.x * VEC;
+  const int c0 = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
+  const bool live = c0 < C;  // (dead threads still take part in the block sums)
+  const int chunk = blockIdx.x, pass = blockIdx.z;
+  const int taps = KD * KH * KW, rows_k = KD * KH;
+  A acc[NA][VEC];
+#pragma unroll
+  for (int t = 0; t < NA; ++t)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[t][i] = A(0);
+  // Generic path: (kd, kh, kw) of each tap of this pass.
+  int tkd[KF > 0 ? 1 : NA], tkh[KF > 0 ? 1 : NA], tkw[KF > 0 ? 1 : NA];
+  if (KF == 0) {
+#pragma unroll
+    for (int t = 0; t < (KF > 0 ? 1 : NA); ++t) {
+      const int tap = min(pass * TP + t, taps - 1);
+      tkw[t] = tap % KW; tkh[t] = (tap / KW) % KH; tkd[t] = tap / (KW * KH);
+    }
+  }
+  const cc::index_t r_begin = (cc::index_t)chunk * runs_per_chunk;
+  const cc::index_t r_end = min(runs, r_begin + runs_per_chunk);
+  const bool narrow = runs <= 0xffffffffLL;  // 32-bit index divisions suffice
+  for (cc::index_t run = r_begin + threadIdx.y; live && run < r_end; run += blockDim.y) {
+    cc::index_t row = run;
+    const int x0 = cc::divmod(row, runs_per_row, narrow) * RX;
+    const int oh = cc::divmod(row, OH, narrow), od = cc::divmod(row, OD, narrow), n = (int)row;
+    const T* grow = dy + n * gsn + od * gsd + oh * gsh + c0;
+    // Pixels past the row end take no part (their zero dy times an infinite x would be NaN).
+    const int valid = OW - x0;
+    A g[RX][VEC];
+#pragma unroll
+    for (int r = 0; r < RX; ++r) dwcl::load_col<VEC>(grow, x0 + r, OW, gsw, g[r]);
+    const T* xn = x + n * xsn + c0;
+    if (KF > 0) {
+#pragma unroll
+      for (int p = 0; p < PR; ++p) {
+        const int kr = pass * PR + p;  // kernel row: kd * KH + kh
+        if (kr >= rows_k) break;
+        const int id = dw::src_coord<false>(od, kr / KH, SD, DD, PD, ID);
+        const int ih = dw::src_coord<false>(oh, kr % KH, SH, DH, PH, IH);
+        if ((id | ih) < 0) continue;
+        const T* xrow = xn + id * xsd + ih * xsh;
+        const int f = Walk::first(x0, PW);
+#pragma unroll
+        for (int j = 0; j < Walk::NJ; ++j) {
+          A v[VEC];
+          dwcl::load_col<VEC>(xrow, f + j, IW, xsw, v);
+#pragma unroll
+          for (int r = 0; r < RX; ++r)
+#pragma unroll
+            for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw)
+              if (Walk::entry(r, kw) == j && r < valid)
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) acc[p * KF + kw][i] += g[r][i] * v[i];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < NA; ++t) {
+        if (pass * TP + t >= taps) break;
+        const int id = dw::src_coord<false>(od, tkd[t], SD, DD, PD, ID);
+        const int ih = dw::src_coord<false>(oh, tkh[t], SH, DH, PH, IH);
+        if ((id | ih) < 0) continue;
+        const T* xrow = xn + id * xsd + ih * xsh;
+#pragma unroll
+        for (int r = 0; r < RX; ++r) {
+          const int iw = dw::src_coord<false>(x0 + r, tkw[t], SW, DW, PW, IW);
+          if (iw < 0 || r >= valid) continue;
+          A v[VEC];
+          dwcl::load_vec<VEC>(xrow + iw * xsw, v);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc[t][i] += g[r][i] * v[i];
+        }
+      }
+    }
+  }
+  // Block sum over threadIdx.y in a fixed order, one tap at a time (constant indices keep acc in
+  // registers); row 0 of threads writes the chunk's partial sums.
+  const int first_tap = KF > 0 ? pass * PR * KW : pass * TP;
+#pragma unroll
+  for (int t = 0; t < NA; ++t) {
+    if (first_tap + t >= taps) break;
+    __syncthreads();  // the previous tap's sums are read
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) red[threadIdx.y * cb + threadIdx.x * VEC + i] = acc[t][i];
+    __syncthreads();
+    if (threadIdx.y == 0 && live) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        A s = A(0);
+        for (int y = 0; y < (int)blockDim.y; ++y) s += red[y * cb + threadIdx.x * VEC + i];
+        partial[((cc::index_t)chunk * C + c0 + i) * taps + first_tap + t] = s;
+      }
+    }
+  }
+}

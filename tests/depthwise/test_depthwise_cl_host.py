@@ -1,0 +1,186 @@
+"""The channels-last depthwise kernels (depthwise_cl.cu) executed on the CPU through
+``host_kernels``: their own source, launched with the plans and packed scalars the GPU path uses,
+against the float64 reference.  Forward with bias, backward-data and backward-weight; the row
+walk at W stride 1 and 2 and the any-shape variant; every vector width; views with offsets and
+negative strides.  Skipped without a host C++20 compiler."""
+
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cupyconv import reference
+from cupyconv._core.dtypes import compute_dtype, numpy_dtype
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import depthwise_cl_module, depthwise_cl_wgrad_module
+from cupyconv._core.launch import element_strides
+from cupyconv._core.verify import random_array, rel_error, tolerance
+from cupyconv._depthwise import channels_last as cl
+
+from host_kernels import HostModule, compiler
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler")
+
+_MODULES: dict = {}
+
+
+def _host(module) -> HostModule:
+    if module not in _MODULES:
+        _MODULES[module] = HostModule(module)
+    return _MODULES[module]
+
+
+def _view(a):
+    """What vector_width reads of an array: shape, strides, itemsize, base address."""
+    return SimpleNamespace(shape=a.shape, strides=a.strides, itemsize=a.itemsize,
+                           data=SimpleNamespace(ptr=a.__array_interface__["data"][0]))
+
+
+def _operands(*arrays):
+    return tuple((_view(a), element_strides(a, True)) for a in arrays)
+
+
+def _aligned_empty(shape, dtype, offset_elements=0):
+    """A NaN-filled C-contiguous array whose base is 64-byte aligned plus ``offset_elements``."""
+    dt = numpy_dtype(dtype)
+    n = int(np.prod(shape))
+    buf = np.empty(n * dt.itemsize + 64 + offset_elements * dt.itemsize, np.uint8)
+    start = -buf.ctypes.data % 64 + offset_elements * dt.itemsize
+    out = buf[start:start + n * dt.itemsize].view(dt).reshape(shape)
+    out[...] = np.nan
+    return out
+
+
+def _run_passes(g, x, w, b, dy, expect_vec=None):
+    """Forward (with bias), backward-data and backward-weight on the host; checked against the
+    reference for x, w, b, dy (any views)."""
+    dtype = g.dtype
+    opts = dict(stride=g.stride, dilation=g.dilation, groups=g.groups, layout="NHWC",
+                padding=tuple(zip(g.pad_lo, g.pad_hi)))
+    wc = np.ascontiguousarray(w)
+    # forward
+    y = _aligned_empty(g.output_shape, dtype)
+    vec = cl.vector_width(g, _operands(x, y))
+    assert vec and (expect_vec is None or vec == expect_vec)
+    plan = cl.pass_plan(g, False, vec)
+    shape = cl.pass_shape(g, plan, False, True, element_strides(x, True))
+    module = depthwise_cl_module(dtype, plan.kf)
+    _host(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant), shape,
+                         (x, wc, b, y))
+    ref = reference.conv(x, w, b, **opts)
+    assert rel_error(y, ref) <= tolerance(dtype, ref), "forward"
+    # backward-data
+    dx = _aligned_empty(g.input_shape, dtype)
+    vec = cl.vector_width(g, _operands(dy, dx))
+    plan = cl.pass_plan(g, True, vec)
+    shape = cl.pass_shape(g, plan, True, False, element_strides(dy, True))
+    _host(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant), shape,
+                         (dy, wc, dx, dx))
+    ref = reference.conv_backward_data(dy, w, g.input_shape, **opts)
+    assert rel_error(dx, ref) <= tolerance(dtype, ref), "backward-data"
+    # backward-weight: partial sums per chunk, summed here in chunk order (the reduce kernel's)
+    vec = cl.vector_width(g, _operands(x, dy), wgrad=True)
+    wp = cl.wgrad_plan(g, vec)
+    shape = cl.wgrad_shape(g, wp, element_strides(x, True), element_strides(dy, True))
+    partial = np.full((wp.chunks, g.out_channels, int(np.prod(g.kernel))), np.nan,
+                      compute_dtype(dtype))
+    wmod = depthwise_cl_wgrad_module(dtype, wp.plan.kf)
+    _host(wmod).launch(wmod.name_expression("depthwise_cl_wgrad", dtype, shape.variant), shape,
+                       (x, dy, partial))
+    assert not np.isnan(partial).any(), "unwritten partial sums"
+    dw = partial.sum(axis=0).astype(numpy_dtype(dtype)).reshape(g.weight_shape)
+    ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
+    assert rel_error(dw, ref) <= tolerance(dtype, ref), "backward-weight"
+
+
+# (dtype, n, c, spatial, kernel, options, expected VEC)
+CASES = [
+    ("float32", 2, 8, (6, 11), 3, dict(padding=1), 4),
+    ("float32", 1, 16, (6, 13), 5, dict(stride=2, padding=[(2, 1), (0, 3)]), 4),
+    ("float32", 1, 8, (7, 9), 3, dict(stride=2, padding=1), 4),
+    ("float32", 2, 5, (5, 9), 4, dict(padding="same"), 1),
+    ("float32", 1, 8, (8, 10), 3, dict(stride=3, dilation=2, padding=2), 4),
+    ("float32", 1, 4, (4, 5, 7), 3, dict(padding=1, stride=(1, 2, 2)), 4),
+    ("float32", 2, 8, (13,), 3, dict(padding="same_lower", stride=2), 4),
+    ("float16", 1, 16, (5, 10), 3, dict(padding=1), 8),
+    ("float16", 1, 12, (7, 9), 3, dict(stride=2, padding="same"), 4),
+    ("bfloat16", 1, 8, (5, 11), 3, dict(padding=[(0, 2), (1, 1)]), 8),
+    ("float64", 1, 6, (6, 9), 3, dict(stride=2, padding=1), 2),
+    # 7x7: backward-weight in 7 passes of kernel rows; 4x4 in 2 passes of taps
+    ("float32", 1, 8, (9, 10), 7, dict(padding=3), 4),
+    ("float32", 1, 8, (6, 9), 4, dict(padding=[(1, 2), (2, 1)]), 4),
+    ("float16", 1, 8, (9, 12), 7, dict(stride=2, padding=3), 8),
+    ("float64", 1, 4, (5, 8), 5, dict(padding=2), 2),
+    # 130 channel vectors: 3 blocks across the channels, the last with 2 idle threads
+    ("float32", 1, 520, (3, 5), 3, dict(padding=1), 4),
+]
+
+
+def _case_id(case):
+    dtype, n, c, sp, k, o, _ = case
+    return f"{dtype}-c{c}-{'x'.join(map(str, sp))}-k{k}-" + "-".join(f"{a}{v}" for a, v in o.items())
+
+
+def _problem(case):
+    dtype, n, c, sp, k, o, vec = case
+    ks = (k,) * len(sp)
+    g = ConvGeometry.from_shapes((n, *sp, c), (c, *ks, 1), groups=c, layout="NHWC", dtype=dtype, **o)
+    rng = np.random.default_rng(zlib.crc32(_case_id(case).encode()))
+    x, w, dy = (random_array(rng, s, dtype) for s in (g.input_shape, g.weight_shape, g.output_shape))
+    b = random_array(rng, (c,), dtype)
+    return g, x, w, b, dy, vec
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_host_kernels_match_reference(case):
+    g, x, w, b, dy, vec = _problem(case)
+    _run_passes(g, x, w, b, dy, vec)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[7]], ids=_case_id)
+def test_host_kernels_read_views(case):
+    """Offset slices (narrower vectors) and negative H and W strides."""
+    g, x, w, b, dy, _ = _problem(case)
+    n, *sp, c = x.shape
+
+    def offset(a, k):  # a copy of ``a`` inside a wider array, k channels in
+        big = np.zeros(a.shape[:-1] + (a.shape[-1] + 8,), a.dtype)
+        big[..., k:k + a.shape[-1]] = a
+        return big[..., k:k + a.shape[-1]]
+
+    def flipped(a):  # a copy of ``a`` read through negative H and W strides
+        return np.ascontiguousarray(a[:, ::-1, ::-1])[:, ::-1, ::-1]
+
+    for make in (lambda a: offset(a, 1), lambda a: offset(a, 8), flipped):
+        _run_passes(g, make(x), w, b, make(dy))
+
+
+@pytest.fixture
+def small_grids(monkeypatch):
+    """Plans for large grids on small problems: several runs per forward thread, one run per
+    backward-weight thread (so several chunks); the memoized plans are dropped around it."""
+    monkeypatch.setattr(cl, "MIN_BLOCKS", 1)
+    monkeypatch.setattr(cl, "WGRAD_MIN_RUNS", 1)
+    cl.wgrad_plan.cache_clear()
+    yield
+    cl.wgrad_plan.cache_clear()
+
+
+# Problems with more runs than a block has rows of threads.
+LARGE_GRID_CASES = [
+    ("float32", 2, 16, (12, 30), 3, dict(padding=1), 4),
+    ("float32", 2, 16, (10, 30), 4, dict(padding="same"), 4),
+    ("float16", 2, 64, (12, 33), 5, dict(stride=2, padding=2), 8),
+]
+
+
+@pytest.mark.parametrize("case", LARGE_GRID_CASES, ids=_case_id)
+def test_host_kernels_with_large_grid_plans(case, small_grids):
+    """Rounds > 1 with a run count that leaves the last block part-empty; backward-weight over
+    several chunks."""
+    g, x, w, b, dy, vec = _problem(case)
+    plan = cl.pass_plan(g, False, vec)
+    assert cl._rounds(plan) == cl.MAX_ROUNDS
+    assert cl.wgrad_plan(g, min(vec, 4)).chunks > 1
+    _run_passes(g, x, w, b, dy, vec)
