@@ -606,11 +606,12 @@ struct MainLoop {
   static constexpr bool ROW_K = MATH != MATH_SIMT;
   static constexpr int LDA = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDA;
   static constexpr int LDB = ROW_K ? MmaTile<Cfg, Smem>::LDS : Cfg::LDB;
-  // Static shared memory of the SIMT loop; the tensor-core loops take MmaTile::SMEM_BYTES of
-  // dynamic shared memory (the host's mma_smem_bytes).
+  // Static shared memory of the SIMT loop; the tensor-core loops take dynamic shared memory
+  // (MmaTile / WgmmaTile / HandOff SMEM_BYTES: the host's mma_smem_bytes).
   static constexpr int SMEM_BYTES = ROW_K ? 16 : (Cfg::SMEM_A + Cfg::SMEM_B) * (int)sizeof(Reg);
 
-  // The loop for these loaders: the multistage one where both operands allow 16-byte copies.
+  // The loop for these loaders: a multistage one (wgmma on Hopper, else cp.async + mma.sync for
+  // k-major chunks) where both operands allow 16-byte copies, else the register-staged one.
   template <typename ALoader, typename BLoader, typename Acc>
   static __device__ __forceinline__ void run(ALoader& la, BLoader& lb, int kb, int ke,
                                              Acc (&acc)[Cfg::TM][Cfg::TN], void* smem,
