@@ -65,6 +65,22 @@ def _report(name, kind, row, bw):
           + f"  err {row['err']:.1e}", flush=True)
 
 
+def _measure(name, dtype, passes, to_ours, bw, repeat) -> list[dict]:
+    """One row per pass of ``passes`` (kind -> (ours, peer, bytes moved)): the error of ours
+    against the peer's result (seen through ``to_ours``), both device times, our host overhead."""
+    import cupy
+
+    rows = []
+    for kind, (ours, peer, nbytes) in passes.items():
+        err = rel_error(ours(), to_ours(peer()).astype(cupy.float64))
+        row = {"problem": name, "pass": kind, "dtype": dtype, "bytes": nbytes, "err": err,
+               "ms": {"ours": time_gpu(ours, repeat=repeat), "cudnn": time_gpu(peer, repeat=repeat)},
+               "host_us": host_overhead_us(ours)}
+        _report(name, kind, row, bw)
+        rows.append(row)
+    return rows
+
+
 def depthwise_rows(repeat, torch, bw):
     import cupy
     import torch.nn.functional as F
@@ -91,13 +107,7 @@ def depthwise_rows(repeat, torch, bw):
                                     lambda: torch.nn.grad.conv2d_weight(xt, wt.shape, dyt, padding=1, groups=c),
                                     2 * act),
             }
-            for kind, (ours, peer, nbytes) in passes.items():
-                err = rel_error(ours(), cupy.from_dlpack(peer()).astype(cupy.float64))
-                row = {"problem": name, "pass": kind, "dtype": dtype, "bytes": nbytes, "err": err,
-                       "ms": {"ours": time_gpu(ours, repeat=repeat), "cudnn": time_gpu(peer, repeat=repeat)},
-                       "host_us": host_overhead_us(ours)}
-                _report(name, kind, row, bw)
-                rows.append(row)
+            rows += _measure(name, dtype, passes, cupy.from_dlpack, bw, repeat)
     return rows
 
 
@@ -136,13 +146,7 @@ def channels_last_rows(repeat, torch, bw):
                                     lambda: torch.nn.grad.conv2d_weight(xt, wt.shape, dyt, **opts),
                                     act_in + act_out),
             }
-            for kind, (ours, peer, nbytes) in passes.items():
-                err = rel_error(ours(), nhwc(peer()).astype(cupy.float64))
-                row = {"problem": name, "pass": kind, "dtype": dtype, "bytes": nbytes, "err": err,
-                       "ms": {"ours": time_gpu(ours, repeat=repeat), "cudnn": time_gpu(peer, repeat=repeat)},
-                       "host_us": host_overhead_us(ours)}
-                _report(name, kind, row, bw)
-                rows.append(row)
+            rows += _measure(name, dtype, passes, nhwc, bw, repeat)
     return rows
 
 

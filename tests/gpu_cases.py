@@ -64,3 +64,35 @@ def shapes(case, layout):
 def rng_for(*parts):
     """A generator seeded from the test's identity: fresh data per test, reproducible per run."""
     return np.random.default_rng(zlib.crc32(repr(parts).encode()))
+
+
+def assert_adjoint(x, w, dy, opts, rel=1e-10):
+    """<conv(x, w), dy> == <x, conv_backward_data(dy, w)> == <w, conv_backward_weight(x, dy)>
+    (float64 operands): the backward passes are the forward's adjoints."""
+    import cupy
+    import pytest
+
+    import cupyconv
+
+    lhs = float(cupy.vdot(cupyconv.conv(x, w, **opts), dy))
+    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, x.shape, **opts)))
+    rhs = float(cupy.vdot(w, cupyconv.conv_backward_weight(x, dy, w.shape, **opts)))
+    assert mid == pytest.approx(lhs, rel=rel, abs=rel)
+    assert rhs == pytest.approx(lhs, rel=rel, abs=rel)
+
+
+def assert_three_passes(x, w, dy, hosts, opts, dtype, note=""):
+    """Forward, backward-data and backward-weight of (x, w, dy) against the float64 reference on
+    their host copies ``hosts`` = (xh, wh, dyh), each within ``tolerance(dtype)``."""
+    from cupyconv import reference
+    from cupyconv._core.verify import rel_error, tolerance
+
+    import cupyconv
+
+    xh, wh, dyh = hosts
+    for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
+                     (cupyconv.conv_backward_data(dy, w, xh.shape, **opts),
+                      reference.conv_backward_data(dyh, wh, xh.shape, **opts)),
+                     (cupyconv.conv_backward_weight(x, dy, wh.shape, **opts),
+                      reference.conv_backward_weight(xh, dyh, wh.shape, **opts))):
+        assert rel_error(got, ref) <= tolerance(dtype, ref), note

@@ -21,7 +21,8 @@ from cupyconv._core.launch import element_strides
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 
-from gpu_cases import ALL_DTYPES, LAYOUTS, rng_for, with_dtypes
+from gpu_cases import (ALL_DTYPES, LAYOUTS, assert_adjoint, assert_three_passes, rng_for,
+                       with_dtypes)
 
 pytestmark = pytest.mark.gpu
 
@@ -273,12 +274,7 @@ def test_prepared_runners_take_each_calls_arrays(case, dtype):
         w = cupy.asarray(np.ascontiguousarray(wh.swapaxes(-1, -2))).swapaxes(-1, -2)
         dy = cupy.asarray(np.concatenate([dyh, dyh], axis=-1))[..., :ys[-1]]  # non-contiguous
         assert not w.flags.c_contiguous and not dy.flags.c_contiguous
-        for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
-                         (cupyconv.conv_backward_data(dy, w, xs, **opts),
-                          reference.conv_backward_data(dyh, wh, xs, **opts)),
-                         (cupyconv.conv_backward_weight(x, dy, ws, **opts),
-                          reference.conv_backward_weight(xh, dyh, ws, **opts))):
-            assert rel_error(got, ref) <= tolerance(dtype, ref), call
+        assert_three_passes(x, w, dy, (xh, wh, dyh), opts, dtype, call)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -696,11 +692,7 @@ def test_channels_last_adjoint_identity(case):
     xs, ws, ys, opts, g = _cl_problem(case, "float64")
     rng = rng_for("dw-cl-adjoint", _cl_id(case))
     x, w, dy = (cupy.asarray(random_array(rng, s, "float64")) for s in (xs, ws, ys))
-    lhs = float(cupy.vdot(cupyconv.conv(x, w, **opts), dy))
-    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, **opts)))
-    rhs = float(cupy.vdot(w, cupyconv.conv_backward_weight(x, dy, ws, **opts)))
-    assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
-    assert rhs == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+    assert_adjoint(x, w, dy, opts)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -714,9 +706,4 @@ def test_channels_last_prepared_calls_take_each_calls_arrays(dtype):
         rng = rng_for("dw-cl-prepared", dtype, call)
         xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
         x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
-        for got, ref in ((cupyconv.conv(x, w, **opts), reference.conv(xh, wh, None, **opts)),
-                         (cupyconv.conv_backward_data(dy, w, xs, **opts),
-                          reference.conv_backward_data(dyh, wh, xs, **opts)),
-                         (cupyconv.conv_backward_weight(x, dy, ws, **opts),
-                          reference.conv_backward_weight(xh, dyh, ws, **opts))):
-            assert rel_error(got, ref) <= tolerance(dtype, ref), call
+        assert_three_passes(x, w, dy, (xh, wh, dyh), opts, dtype, call)
