@@ -205,8 +205,10 @@ def separable_module(dtype: str, kt: int) -> KernelModule:
 
 # GEMM main-loop kinds (the kernels' MATH template argument, gemm_mma.cuh): the SIMT loop, the
 # tensor-core loop on the storage type (float16, bfloat16), the tensor-core loop on float32
-# rounded to TF32, and the Hopper loop (wgmma on float16 and bfloat16; compute capability 9.0).
-MATH_SIMT, MATH_MMA, MATH_TF32, MATH_WGMMA = 0, 1, 2, 3
+# rounded to TF32, and the Hopper loop (wgmma; compute capability 9.0) on float16 and bfloat16 or
+# on float32 rounded to TF32.
+MATH_SIMT, MATH_MMA, MATH_TF32, MATH_WGMMA, MATH_WGMMA_TF32 = 0, 1, 2, 3, 4
+WGMMA_KINDS = (MATH_WGMMA, MATH_WGMMA_TF32)
 
 # GEMM tile configurations (BM, BN, BK, TM, TN), 256 threads each; on the SIMT loop float16 and
 # bfloat16 run on the float32 tiles (they accumulate and stage in float32).  Which one runs is the
@@ -221,12 +223,13 @@ GEMM_TILES["float16"] = GEMM_TILES["bfloat16"] = GEMM_TILES["float32"]
 MMA_TILES = {
     MATH_MMA: ((128, 128, 32, 8, 8), (128, 64, 32, 8, 4), (64, 64, 32, 4, 4)),
     MATH_TF32: ((128, 128, 16, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4)),
-    # wgmma reads k-slices of exactly 128 bytes (the swizzle width): 64 16-bit values
+    # wgmma reads k-slices of exactly 128 bytes (the swizzle width): 64 16-bit values, 32 floats
     MATH_WGMMA: ((128, 128, 64, 8, 8), (128, 64, 64, 8, 4), (64, 64, 64, 4, 4)),
+    MATH_WGMMA_TF32: ((128, 128, 32, 8, 8), (128, 64, 32, 8, 4), (64, 64, 32, 4, 4)),
 }
 # Dtypes each tensor-core kind serves.
 MMA_DTYPES = {MATH_MMA: ("float16", "bfloat16"), MATH_TF32: ("float32",),
-              MATH_WGMMA: ("float16", "bfloat16")}
+              MATH_WGMMA: ("float16", "bfloat16"), MATH_WGMMA_TF32: ("float32",)}
 
 
 def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
@@ -244,10 +247,10 @@ def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool, blocks: int = 1)
     if math == MATH_SIMT:
         return 0
     bm, bn, bk, tm, _ = tile
-    item = 4 if math == MATH_TF32 else 2
+    item = 4 if math in (MATH_TF32, MATH_WGMMA_TF32) else 2
     stages = KERNEL_CONSTANTS["MMA_STAGES_AMD" if hip else "MMA_STAGES"]
     hand_off = bm // (tm // 4) * (bn + 4) * 4
-    if math == MATH_WGMMA:
+    if math in WGMMA_KINDS:
         return max(WGMMA_STAGES[blocks] * (bm + bn) * bk * item + 1024,
                    2 * (bm + bn) * (bk * item + 16), hand_off)
     return max(stages * (bm + bn) * (bk * item + 16), hand_off)
@@ -283,7 +286,7 @@ def _build(math: int, simt_blocks: int, blocks: int) -> dict:
     run on NVIDIA compute capability 9.0 only; the AMD compile check skips them)."""
     if math == MATH_SIMT:
         return {"defines": (("CC_MIN_BLOCKS", simt_blocks),)}
-    if math == MATH_WGMMA:
+    if math in WGMMA_KINDS:
         return {"defines": (("CC_MIN_BLOCKS", blocks), ("CC_WGMMA_STAGES", WGMMA_STAGES[blocks])),
                 "vendors": ("nvidia",)}
     return {"defines": (("CC_MIN_BLOCKS", 1),)}
@@ -310,7 +313,7 @@ def conv_wgrad_module(dtype: str, tile: tuple[int, ...], math: int = MATH_SIMT,
 def _gemm_family(dtype: str, math: int):
     """Every GEMM-family module of ``dtype`` on main loop ``math``."""
     for tile in gemm_tiles(dtype, math):
-        for blocks in (1, 2) if math == MATH_WGMMA else (1,):
+        for blocks in (1, 2) if math in WGMMA_KINDS else (1,):
             yield from (gemm_module(dtype, tile, v, math, blocks) for v in GEMM_VARIANTS)
             yield from (conv_fprop_module(dtype, tile, v, math, blocks) for v in CONV_FPROP_VARIANTS)
             yield conv_wgrad_module(dtype, tile, math, blocks)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import MATH_MMA, MATH_SIMT, MATH_TF32, MATH_WGMMA, MMA_DTYPES
+from cupyconv._core.kernels import (MATH_MMA, MATH_SIMT, MATH_TF32, MATH_WGMMA, MATH_WGMMA_TF32,
+                                    MMA_DTYPES)
 
 PRECISIONS = ("exact", "tf32")
 ALLOW_TF32_ENV = "CUPYCONV_ALLOW_TF32"
@@ -63,13 +64,13 @@ def gemm_math(dtype: str, precision: str, device_id: int) -> int:
     if dtype in MMA_DTYPES[MATH_MMA] and dtype in have:
         return MATH_WGMMA if "wgmma" in have else MATH_MMA
     if dtype == "float32" and precision == "tf32" and "tf32" in have:
-        return MATH_TF32
+        return MATH_WGMMA_TF32 if "wgmma" in have else MATH_TF32
     return MATH_SIMT
 
 
 # Main loops that a device whose default for a launch is the key also runs, for an explicit plan
 # (tests and benchmarks compare them): Hopper still has mma.sync.
-_ALSO_RUNS = {MATH_WGMMA: (MATH_MMA,)}
+_ALSO_RUNS = {MATH_WGMMA: (MATH_MMA,), MATH_WGMMA_TF32: (MATH_TF32,)}
 
 
 def runs_instead(math: int, default: int) -> bool:

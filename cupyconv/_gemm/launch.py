@@ -21,15 +21,17 @@ from dataclasses import dataclass, replace
 from cupyconv._core import jit
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
-from cupyconv._core.copy import contiguous
+from cupyconv._core.copy import contiguous, copy_into
+from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT,
-                                    MATH_TF32, MATH_WGMMA, MMA_TILES, SPLITK_REDUCE, conv_fprop_module,
+                                    MATH_TF32, MATH_WGMMA, MATH_WGMMA_TF32, MMA_TILES, SPLITK_REDUCE,
+                                    WGMMA_KINDS, conv_fprop_module,
                                     conv_wgrad_module, gemm_module, gemm_tiles, mma_smem_bytes)
 from cupyconv._core.precision import gemm_math, runs_instead
 from cupyconv._core.launch import (DEFAULT_SMEM, GRID_YZ_MAX, element_strides, int64s, ints,
                                    launch_grid)
-from cupyconv._core.program import not_preparable, scratch
+from cupyconv._core.program import not_preparable, scratch, zero_fill
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -104,7 +106,8 @@ def sm_count(device_id: int) -> int:
 # bandwidth that the split-K workspace round trip costs.  The tensor-core loops' rates per kind
 # (H100, benchmarks/NOTES.md) drive the same plan.
 GEMM_RATE = 40e12
-MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 500e12}
+MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 500e12,
+             MATH_WGMMA_TF32: 250e12}
 BANDWIDTH = 3e12
 # One more launch: the driver call, the workspace allocation and the gap on the device (the host
 # side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
@@ -178,7 +181,7 @@ def with_build(plan: GemmPlan, k: int) -> GemmPlan:
     """``plan`` with the build its main loop takes for a k range of ``k``: the Hopper loop's
     two-block build for at most WGMMA_SHORT_K k-slices per block, else one block."""
     short = math.ceil(k / plan.splits / plan.tile[2]) <= WGMMA_SHORT_K
-    blocks = 2 if plan.math == MATH_WGMMA and short else 1
+    blocks = 2 if plan.math in WGMMA_KINDS and short else 1
     return plan if plan.blocks == blocks else replace(plan, blocks=blocks)
 
 
@@ -348,6 +351,12 @@ class ImplicitConv:
     dilation: tuple[int, int, int]
     pad_lo: tuple[int, int, int]
     precision: str = "exact"
+    # y's layout where it differs from x's (channels-first y from a channels-last staged x)
+    out_channels_last: bool | None = None
+
+    @property
+    def y_channels_last(self) -> bool:
+        return self.channels_last if self.out_channels_last is None else self.out_channels_last
 
     @classmethod
     def from_geometry(cls, geom: ConvGeometry) -> "ImplicitConv":
@@ -463,7 +472,7 @@ def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
     """The implicit kernel's output row map and per-group offset (as conv_fprop.cu computes them)
     for an output with element strides ``ys`` (``element_strides``)."""
     m, n, _, _ = prob.gemm
-    if prob.channels_last:
+    if prob.y_channels_last:
         return OutMap(m, 0, prob.out_channels, 1), n
     return OutMap(math.prod(prob.out_spatial), ys[0], 1, ys[1]), n * ys[1]
 
@@ -475,11 +484,65 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
     calls skip converting some 40 Python ints.  flags = (has_bias, has_z, act, w_vec, w_cf, x_vec,
     c_vec)."""
     has_bias, has_z, act, w_vec, w_cf, x_vec, c_vec = flags
-    return (*ints((has_bias, has_z, act, prob.batch, prob.out_channels, w_vec, w_cf, x_vec, c_vec,
-                   prob.in_channels // prob.groups)),
+    return (*ints((has_bias, has_z, act, prob.batch, prob.out_channels, w_vec, w_cf, x_vec,
+                   prob.y_channels_last, c_vec, prob.in_channels // prob.groups)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
             *int64s(xs + ys[:2]), *ints((prob.groups, splits)))
+
+
+def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -> int:
+    """The channels per group of the channels-last copy of x that ``prob`` runs on (y keeps its
+    layout), or 0 where it runs on x as it is.  The tensor-core loops' multistage copies move
+    16-byte channel chunks straight to shared memory: channels-first x has none, nor has
+    channels-last x whose groups' channels are not whole chunks (ResNet's 3-channel conv1), and
+    there the register-staged loop gathers elements, 2-4x slower (benchmarks/NOTES.md).  The copy
+    (zero-padded to whole chunks, zero weights for the padding) costs one pass over x."""
+    math_kind = plan.math if plan is not None else gemm_math(prob.dtype, prob.precision, device_id)
+    if math_kind == MATH_SIMT:
+        return 0
+    cg = prob.in_channels // prob.groups
+    chunk = 16 // itemsize(prob.dtype)
+    padded = -(-cg // chunk) * chunk
+    return padded if padded != cg or not prob.channels_last else 0
+
+
+def channels_last_copy(x, channels_last: bool, groups: int, cg_to: int):
+    """x (channels-first or channels-last) as a C-contiguous channels-last copy whose groups'
+    channels are zero-padded to ``cg_to`` each."""
+    import cupy
+
+    x_l = x if channels_last else cupy.moveaxis(x, 1, -1)
+    cg = x_l.shape[-1] // groups
+    if cg == cg_to:
+        return contiguous(x_l)
+    out = scratch(x_l.shape[:-1] + (groups * cg_to,), x.dtype)
+    zero_fill(out)
+    copy_into(x_l.reshape(x_l.shape[:-1] + (groups, cg)),
+              out.reshape(out.shape[:-1] + (groups, cg_to))[..., :cg])
+    return out
+
+
+def padded_last_dim(a, size: int):
+    """C-contiguous ``a`` with its last dim zero-padded to ``size`` (itself where it has it)."""
+    if a.shape[-1] == size:
+        return contiguous(a)
+    out = scratch(a.shape[:-1] + (size,), a.dtype)
+    zero_fill(out)
+    copy_into(a, out[..., :a.shape[-1]])
+    return out
+
+
+def _staged(prob: ImplicitConv, x, wt, w_cf: bool, cg_to: int):
+    """``prob`` on the channels-last copy of x with ``cg_to`` channels per group, and its
+    weights as (K, taps, cg_to), zero for the padding channels."""
+    if w_cf:
+        k_out, cg = wt.shape[:2]
+        wt = wt.reshape(k_out, cg, -1).transpose(0, 2, 1)
+    x_l = channels_last_copy(x, prob.channels_last, prob.groups, cg_to)
+    staged = replace(prob, channels_last=True, in_channels=prob.groups * cg_to,
+                     out_channels_last=prob.y_channels_last)
+    return staged, x_l, padded_last_dim(wt, cg_to), False
 
 
 def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None,
@@ -491,13 +554,17 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     strides."""
     m, n, k, groups = prob.gemm
     if m > MAX_GEMM_ROWS:
-        cl = prob.channels_last
+        cl, y_cl = prob.channels_last, prob.y_channels_last
         for sub, index in row_slabs(prob):
             launch_implicit_conv(sub, slab_view(x, index[:1], cl), wt, bias,
-                                 slab_view(y, index, cl), plan, w_cf,
-                                 z=None if z is None else slab_view(z, index, cl), act=act)
+                                 slab_view(y, index, y_cl), plan, w_cf,
+                                 z=None if z is None else slab_view(z, index, y_cl), act=act)
         return
     device_id = y.data.device_id
+    cg_to = staged_channels(prob, plan, device_id)
+    if cg_to:
+        prob, x, wt, w_cf = _staged(prob, x, wt, w_cf, cg_to)
+        m, n, k, groups = prob.gemm
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
                     "conv_fprop", (m, n, k, groups), prob.dtype,
                     gemm_math(prob.dtype, prob.precision, device_id))
@@ -505,7 +572,7 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math, plan.blocks),
                              "conv_fprop", prob.dtype, variant + (plan.math,), plan)
     xs = element_strides(x, prob.channels_last)
-    ys = element_strides(y, prob.channels_last)
+    ys = element_strides(y, prob.y_channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
     out, group_stride = _fprop_out_map(prob, ys)

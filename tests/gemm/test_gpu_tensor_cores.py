@@ -12,7 +12,8 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._core.kernels import GEMM_VARIANTS, MATH_MMA, MATH_TF32, MATH_WGMMA, MMA_TILES
+from cupyconv._core.kernels import (GEMM_VARIANTS, MATH_MMA, MATH_TF32, MATH_WGMMA,
+                                    MATH_WGMMA_TF32, MMA_TILES, WGMMA_KINDS)
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.verify import (poison, random_array, rel_error, round_tf32, tf32_tolerance,
                                    tolerance)
@@ -52,7 +53,7 @@ def test_device_has_tensor_cores():
     half = MATH_WGMMA if _has_wgmma() else MATH_MMA
     assert gemm_math("float16", "exact", dev) == half
     assert gemm_math("bfloat16", "exact", dev) == half
-    assert gemm_math("float32", "tf32", dev) == MATH_TF32
+    assert gemm_math("float32", "tf32", dev) == (MATH_WGMMA_TF32 if _has_wgmma() else MATH_TF32)
     assert gemm_math("float32", "exact", dev) == 0
 
 
@@ -67,16 +68,16 @@ KINDS = [("float16", "exact"), ("bfloat16", "exact"), ("float32", "tf32")]
 # 16-bit types also the mma.sync loop forced on a device whose default is wgmma.
 LOOPS = [(MATH_MMA, "float16", "exact"), (MATH_MMA, "bfloat16", "exact"),
          (MATH_TF32, "float32", "tf32"), (MATH_WGMMA, "float16", "exact"),
-         (MATH_WGMMA, "bfloat16", "exact")]
-CONV_KINDS = [(d, p, "default") for d, p in KINDS] + [("float16", "exact", "mma"),
-                                                      ("bfloat16", "exact", "mma")]
+         (MATH_WGMMA, "bfloat16", "exact"), (MATH_WGMMA_TF32, "float32", "tf32")]
+CONV_KINDS = [(d, p, "default") for d, p in KINDS] + [(d, p, "mma") for d, p in KINDS]
 
 
-def _loop(name: str):
+def _loop(name: str, dtype: str):
     """The context a conv test runs in: the launches' default loop, or mma.sync forced."""
     if name == "default":
         return contextlib.nullcontext()
-    return forced_plan(GemmPlan(MMA_TILES[MATH_MMA][0], 1, 0.0, MATH_MMA))
+    math = MATH_TF32 if dtype == "float32" else MATH_MMA
+    return forced_plan(GemmPlan(MMA_TILES[math][0], 1, 0.0, math))
 
 
 @pytest.mark.parametrize("math_kind,dtype,precision", LOOPS, ids=lambda v: str(v))
@@ -87,7 +88,7 @@ def test_every_tile_loader_mapping_and_split(math_kind, dtype, precision, tile_i
                                              splits):
     import cupy
 
-    if math_kind == MATH_WGMMA and not _has_wgmma():
+    if math_kind in WGMMA_KINDS and not _has_wgmma():
         pytest.skip("wgmma needs compute capability 9.0")
     tile = MMA_TILES[math_kind][tile_index]
     rng = rng_for("mma-tile", dtype, tile, variant, splits)
@@ -174,7 +175,7 @@ def test_forward(case, layout, dtype, precision, loop, method):
     opts = dict(case["opts"], layout=layout)
     y = poison(cupy.empty(reference.conv(np.asarray(xh, np.float64), np.asarray(wh, np.float64),
                                          **opts).shape, dtype))
-    with _loop(loop):
+    with _loop(loop, dtype):
         cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(bh), method=method,
                       precision=precision, out=y, **opts)
     # the bias is exact in the epilogue: not rounded to TF32
@@ -194,14 +195,14 @@ def test_backward_data_and_weight(case, layout, dtype, precision, loop):
     yshape = reference.conv(np.asarray(xh, np.float64), np.asarray(wh, np.float64), **opts).shape
     dyh = random_array(rng, yshape, dtype)
     dx = poison(cupy.empty(xh.shape, dtype))
-    with _loop(loop):
+    with _loop(loop, dtype):
         cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), xh.shape, out=dx,
                                     precision=precision, **opts)
     ref, rounded = _refs(lambda dy, w: reference.conv_backward_data(dy, w, xh.shape, **opts),
                          (dyh, wh), precision)
     _check(dx, ref, dtype, rounded)
     dw = poison(cupy.empty(wh.shape, dtype))
-    with _loop(loop):
+    with _loop(loop, dtype):
         cupyconv.conv_backward_weight(cupy.asarray(xh), cupy.asarray(dyh), wh.shape, out=dw,
                                       precision=precision, **opts)
     ref, rounded = _refs(lambda x, dy: reference.conv_backward_weight(x, dy, wh.shape, **opts),

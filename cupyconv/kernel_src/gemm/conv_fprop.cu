@@ -7,7 +7,9 @@
 // (activation.cuh) before the single store; with split-K the reduction does (splitk_reduce.cu).
 // y's output rows are contiguous pixels: channels-last y is (M, K) row-major; channels-first y
 // has image stride ysn and channel stride ysc (a slab of rows of a larger output when the host
-// splits a problem of more than 2^30 rows into launches).
+// splits a problem of more than 2^30 rows into launches).  y's layout (y_cl) is x's, or
+// channels-first from channels-last x: the host stages channels-first problems through a
+// channels-last copy of x where that feeds the tensor cores' multistage copies.
 #include "loaders.cuh"
 #include "gemm_mma.cuh"
 #include "epilogue.cuh"
@@ -17,7 +19,7 @@ template <typename T, int BM, int BN, int BK, int TM, int TN, int CL, int MATH>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), CC_MIN_BLOCKS)
 conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            const T* __restrict__ bias, const T* __restrict__ z, int has_bias, int has_z, int act,
-           int N, int K, int w_vec, int w_cf, int x_vec,
+           int N, int K, int w_vec, int w_cf, int x_vec, int y_cl,
            int c_vec, int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
@@ -49,12 +51,12 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   Acc acc[TM][TN];
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
-    const cc::OutMap map = CL ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
-    const cc::index_t y_off = CL ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc;
+    const cc::OutMap map = y_cl ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
+    const cc::index_t y_off = y_cl ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc;
     const cc::Epilogue<T> ep = {z + y_off, has_z, act};
     cc::store_tile<Cfg>(acc, y + y_off, bias + g * Kg, has_bias, ep, m0, n0, M, Kg, map, c_vec);
   } else {
-    cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, CL,
-                          CL ? Kg % 4 == 0 : M % 4 == 0);
+    cc::store_partial<Cfg>(acc, ws, part, g, groups, m0, n0, M, Kg, y_cl,
+                          y_cl ? Kg % 4 == 0 : M % 4 == 0);
   }
 }

@@ -47,9 +47,10 @@ template <> __device__ __forceinline__ tf32 store_as<tf32, float>(const float x)
 }
 
 // Main-loop kinds, the kernels' MATH template argument: SIMT; mma.sync (or MFMA) on 16-bit
-// storage; mma.sync on float32 rounded to TF32; and the Hopper loop (wgmma on 16-bit storage where
-// the operands allow 16-byte copies, the mma.sync register-staged loop for the others).
-enum MathKind { MATH_SIMT = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_WGMMA = 3 };
+// storage; mma.sync on float32 rounded to TF32; and the Hopper loop, on 16-bit storage or on
+// float32 rounded to TF32 (wgmma where the operands allow 16-byte copies -- k-major ones only for
+// TF32 --, the mma.sync register-staged loop for the others).
+enum MathKind { MATH_SIMT = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_WGMMA = 3, MATH_WGMMA_TF32 = 4 };
 
 // Registers and shared-memory element type of each kind: SIMT widens to the accumulator type;
 // MMA keeps 16-bit storage; TF32 loads floats and stores rounded tf32.
@@ -67,6 +68,7 @@ template <typename T> struct MathTypes<T, MATH_TF32> {
   typedef float Reg;
   typedef tf32 Smem;
 };
+template <typename T> struct MathTypes<T, MATH_WGMMA_TF32> : MathTypes<T, MATH_TF32> {};
 
 // The hand-off of accumulator fragments to the SIMT register layout acc[TM][TN], through shared
 // memory in TM / 4 passes, one per 4-row chunk of the SIMT layout (PASS_ROWS = BM / (TM / 4) rows
@@ -387,8 +389,8 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
   S* Bs = As + STAGES * A_STAGE;
   MmaWarp<Cfg, S> w;
   const int ktiles = (ke - kb + L::BK - 1) / L::BK;
-  la.begin(kb);
-  lb.begin(kb);
+  la.begin_async(kb);
+  lb.begin_async(kb);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < ktiles) {
@@ -418,10 +420,11 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 //
 // Warpgroups (4 warps, 128 threads) tile the block as WG_M x WG_N, each owning a 64 x WN
 // accumulator tile in registers (WN = BN / WG_N, the instruction's n).  Slices are lines of
-// exactly 128 bytes (BK = 64 halves) in the 128-byte swizzled layouts (loaders.cuh), k-contiguous
-// rows or, for operands whose rows are contiguous (backward-weight, a row-major B), row-contiguous
-// k (wgmma's transposed operands), which wgmma reads straight from shared memory through matrix
-// descriptors: no ldmatrix, no operand registers.  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
+// exactly 128 bytes (BK = 64 halves, or 32 floats under TF32) in the 128-byte swizzled layouts
+// (loaders.cuh), k-contiguous rows or, for 16-bit operands whose rows are contiguous
+// (backward-weight, a row-major B), row-contiguous k (wgmma's transposed operands), which wgmma
+// reads straight from shared memory through matrix descriptors: no ldmatrix, no operand
+// registers.  TF32 slices are rounded in place once landed (one more barrier per slice).  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
 // wgmma (a slice: BK / 16 instructions) stays in flight across the next slice's barrier, so the
 // tensor cores never wait for the copies' issue.  Slice kt is written to the buffer that batch
 // kt - 2 read: every warpgroup finished that batch (wait_group 1 in iteration kt - 1) before the
@@ -501,6 +504,37 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NF][4]) {
                  CC_D4(14), CC_D4(15)                                                      \
                : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB))
 
+// TF32 (k = 8 per instruction, the same 32 bytes of k): K-major operands only, so the PTX form
+// has no transpose immediates.
+#define CC_WGMMA_TF32_N32                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {"                     \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"      \
+               "}, %16, %17, p, 1, 1;\n}\n"                                                  \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3)                                    \
+               : "l"(da), "l"(db), "r"(1))
+#define CC_WGMMA_TF32_N64                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"                     \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
+               "%31}, %32, %33, p, 1, 1;\n}\n"                                               \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
+                 CC_D4(7)                                                                  \
+               : "l"(da), "l"(db), "r"(1))
+#define CC_WGMMA_TF32_N128                                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"                    \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, " \
+               "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
+               "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, " \
+               "%61, %62, %63}, %64, %65, p, 1, 1;\n}\n"                                     \
+               : CC_D4(0), CC_D4(1), CC_D4(2), CC_D4(3), CC_D4(4), CC_D4(5), CC_D4(6),     \
+                 CC_D4(7), CC_D4(8), CC_D4(9), CC_D4(10), CC_D4(11), CC_D4(12), CC_D4(13), \
+                 CC_D4(14), CC_D4(15)                                                      \
+               : "l"(da), "l"(db), "r"(1))
+
 template <int N, typename S> struct Wgmma;
 #define CC_WGMMA_SPECIALIZE(N, S, TY)                                                        \
   template <> struct Wgmma<N, S> {                                                           \
@@ -517,13 +551,27 @@ CC_WGMMA_SPECIALIZE(32, bf16, "bf16")
 CC_WGMMA_SPECIALIZE(64, bf16, "bf16")
 CC_WGMMA_SPECIALIZE(128, bf16, "bf16")
 #undef CC_WGMMA_SPECIALIZE
+#define CC_WGMMA_SPECIALIZE_TF32(N)                                                          \
+  template <> struct Wgmma<N, tf32> {                                                        \
+    template <int TA, int TB>                                                                \
+    static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da,  \
+                                               unsigned long long db) {                     \
+      static_assert(TA == 0 && TB == 0, "TF32 wgmma reads K-major operands only");           \
+      CC_WGMMA_TF32_N##N;                                                                    \
+    }                                                                                        \
+  };
+CC_WGMMA_SPECIALIZE_TF32(32)
+CC_WGMMA_SPECIALIZE_TF32(64)
+CC_WGMMA_SPECIALIZE_TF32(128)
+#undef CC_WGMMA_SPECIALIZE_TF32
 #undef CC_D4
 
 template <typename Cfg, typename S>
 struct WgmmaTile {
   static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   static constexpr int WG = Cfg::THREADS / 128, WG_M = BM / 64, WG_N = WG / WG_M, WN = BN / WG_N;
-  static constexpr int STAGES = CC_WGMMA_STAGES, KSTEP = 16;
+  static constexpr int STAGES = CC_WGMMA_STAGES, KSTEP = 32 / (int)sizeof(S);  // k per instruction
+  static constexpr bool TF32 = sizeof(S) == 4;
   static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   // the stages from a 1024-byte aligned base (up to 1008 bytes of it skipped), or the hand-off
   static constexpr int SMEM_BYTES =
@@ -533,10 +581,27 @@ struct WgmmaTile {
                 "warpgroup layout");
   static_assert(STAGES >= 3, "two slices in flight behind one batch of wgmma");
   // Whether loaders of these orientations can feed it: an MN-major tile of a warpgroup must
-  // start on a 64-row atom (A's always do: 64 rows per warpgroup).
+  // start on a 64-row atom (A's always do: 64 rows per warpgroup); TF32 takes K-major only.
   template <typename ALoader, typename BLoader>
-  static constexpr bool feeds() { return BLoader::KMAJOR || WN % 64 == 0; }
+  static constexpr bool feeds() {
+    return TF32 ? ALoader::KMAJOR && BLoader::KMAJOR : BLoader::KMAJOR || WN % 64 == 0;
+  }
 };
+
+// TF32: round the floats of a landed stage (n of them, a multiple of 4 * THREADS) to nearest in
+// place, as the mma.sync loop rounds its fragments: the tensor cores would read them as they are.
+template <int N, int THREADS>
+__device__ __forceinline__ void round_tf32_stage(tf32* s) {
+  static_assert(N % (4 * THREADS) == 0, "stage of whole 16-byte chunks per thread");
+  uint4* v = reinterpret_cast<uint4*>(s);
+#pragma unroll
+  for (int i = 0; i < N / (4 * THREADS); ++i) {
+    uint4 u = v[threadIdx.x + i * THREADS];
+    u.x = round_tf32_bits(u.x); u.y = round_tf32_bits(u.y);
+    u.z = round_tf32_bits(u.z); u.w = round_tf32_bits(u.w);
+    v[threadIdx.x + i * THREADS] = u;
+  }
+}
 
 template <typename Cfg, typename S, typename ALoader, typename BLoader>
 __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, int kb, int ke,
@@ -557,8 +622,8 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[0][j][e] = 0.0f;
   const int ktiles = (ke - kb + L::BK - 1) / L::BK;
-  la.begin(kb);
-  lb.begin(kb);
+  la.begin_async(kb);
+  lb.begin_async(kb);
 #pragma unroll
   for (int s = 0; s < STAGES - 2; ++s) {
     if (s < ktiles) {
@@ -569,6 +634,11 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
   }
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<STAGES - 3>();  // slice kt has landed (this thread's copies) ...
+    if constexpr (L::TF32) {      // (... every thread's: rounded in place, a second barrier)
+      __syncthreads();
+      round_tf32_stage<L::A_STAGE, Cfg::THREADS>(As + (kt % STAGES) * L::A_STAGE);
+      round_tf32_stage<L::B_STAGE, Cfg::THREADS>(Bs + (kt % STAGES) * L::B_STAGE);
+    }
     fence_proxy_async();          // ... is visible to the tensor cores' reads ...
     __syncthreads();              // ... for every thread's copies; batch kt - 2 is done
     const int next = kt + STAGES - 2;
@@ -618,7 +688,7 @@ struct MainLoop {
                                              void* dsmem) {
     if constexpr (MATH == MATH_SIMT) {
       gemm_mainloop<Cfg>(la, lb, kb, ke, acc, reinterpret_cast<Acc*>(smem));
-    } else if constexpr (MATH == MATH_WGMMA) {
+    } else if constexpr (MATH == MATH_WGMMA || MATH == MATH_WGMMA_TF32) {
 #if defined(CC_WGMMA)
       if constexpr (WgmmaTile<Cfg, Smem>::template feeds<ALoader, BLoader>()) {
         if (la.async_ok() && lb.async_ok()) {

@@ -7,8 +7,10 @@
 // s[k * LD + row], for the SIMT loop, or with ROW_K row-major in k, s[row * LD + k], for the
 // tensor-core loop (gemm_mma.cuh), where each group of 4 consecutive k of one row is one vector
 // store.  Loaders whose operand allows it (`async_ok`) also `issue<Slot>(s)` the slice as 16-byte
-// copies straight to shared memory, each chunk where the multistage loop's Slot puts it.  Rows are M rows for the A operand and N columns for the B operand; K is where k ends (a
-// split-K block ends before the matrix does).
+// copies straight to shared memory, each chunk where the multistage loop's Slot puts it; that
+// loop starts them with `begin_async(k0)` (a loader may map its rows to threads differently in
+// that mode).  Rows are M rows for the A operand and N columns for the B operand; K is where k
+// ends (a split-K block ends before the matrix does).
 #pragma once
 #include "common.cuh"
 
@@ -140,6 +142,7 @@ struct DenseLoader {
   A regs[VECS][4];
 
   __device__ __forceinline__ void begin(int k0) { kc = k0; }
+  __device__ __forceinline__ void begin_async(int k0) { kc = k0; }  // (one row mapping)
 
   __device__ __forceinline__ void coords(int v, int& r, int& kk) const {
     const int idx = threadIdx.x + v * THREADS;
@@ -246,10 +249,14 @@ struct Im2colLoader {
   static constexpr int CH = 16 / (int)sizeof(T), CPR = BK / CH, NCH = ROWS * BK / (CH * THREADS);
   static_assert(!(CL && ROW_K) || (NCH >= 1 && NCH <= NROWS && THREADS % CPR == 0), "chunk mapping");
   const ConvShape* sh;
+  const T* x;
+  int m0, M;  // the block's first row, and the rows
   int K, taps;
-  bool tap_uniform, async_mode;
+  bool tap_uniform, async_mode;  // (async_mode: the multistage loop runs, `begin_async`)
   int vec;  // 0: element loads; 1: 4-channel vectors; 2: also aligned 16-byte channel chunks
-  int kc, c0, kd, kh, kw;  // cursor: first k of the next slice, and its channel and tap
+  // cursor: first k of the next slice, and its channel and tap (in the multistage mode, the
+  // channel and tap of this thread's chunk of it, k + chunk_k)
+  int kc, c0, kd, kh, kw;
   const T* rowbase[NROWS];
   int id0[NROWS], ih0[NROWS], iw0[NROWS];
   A regs[GROUPS][4];
@@ -264,24 +271,30 @@ struct Im2colLoader {
   __device__ __forceinline__ int async_row(int i) const {
     return (int)(threadIdx.x / CPR) + i * (THREADS / CPR);
   }
+  // ... and the k of its chunks within a slice, the same for all of them (THREADS % CPR == 0)
+  static __device__ __forceinline__ int chunk_k() { return (int)(threadIdx.x % CPR) * CH; }
 
   static constexpr bool KMAJOR = true;
-  __device__ __forceinline__ bool async_ok() const { return async_mode; }
+  // (the multistage mode: channels-last, chunk-aligned channels, so a chunk never straddles taps)
+  __device__ __forceinline__ bool async_ok() const { return CL && ROW_K && vec >= 2; }
 
-  // Decompose this thread's rows once; the k loop then only decodes taps.  In the multistage
-  // mode (channels-last, one tap per slice, chunk-aligned channels) the rows are those of its
-  // chunks.
-  __device__ __forceinline__ void init(const T* x, const ConvShape* s, int m0, int M, int vec_) {
+  __device__ __forceinline__ void init(const T* x_, const ConvShape* s, int m0_, int M_, int vec_) {
     sh = s;
+    x = x_; m0 = m0_; M = M_;
     taps = s->KD * s->KH * s->KW;
     K = s->Cg * taps;
     tap_uniform = s->Cg % BK == 0;
     vec = vec_;
-    async_mode = CL && ROW_K && tap_uniform && vec >= 2;
+  }
+
+  // Decompose this thread's rows once (the k loop then only decodes taps): the rows of its groups
+  // (`load`), or in the multistage mode those of its chunks (`issue`).
+  __device__ __forceinline__ void decode_rows(bool chunks) {
+    const ConvShape* s = sh;
 #pragma unroll
     for (int r = 0; r < NROWS; ++r) {
-      if (async_mode && r >= NCH) break;
-      int m = m0 + (async_mode ? async_row(r) : row_of(r));
+      if (chunks && r >= NCH) break;
+      int m = m0 + (chunks ? async_row(r) : row_of(r));
       if (m < M) {
         const int ow = m % s->OW; m /= s->OW;
         const int oh = m % s->OH; m /= s->OH;
@@ -313,17 +326,28 @@ struct Im2colLoader {
   }
 
   __device__ __forceinline__ void begin(int k0) {
+    async_mode = false;
+    start(k0);
+  }
+  __device__ __forceinline__ void begin_async(int k0) {
+    async_mode = true;
+    start(k0);
+  }
+  __device__ __forceinline__ void start(int k0) {
+    decode_rows(async_mode);
     kc = k0;
-    const int t = k0 / sh->Cg;
-    c0 = k0 - t * sh->Cg;
+    const int k = k0 + (async_mode ? chunk_k() : 0);
+    const int t = k / sh->Cg;
+    c0 = k - t * sh->Cg;
     split_tap(t, kd, kh, kw);
   }
 
-  // Step the tap-uniform cursor to the next slice: channels first, then kw, kh, kd (no division).
+  // Step the cursor to the next slice: channels first, then kw, kh, kd (no division).  A slice
+  // spans BK / Cg taps where Cg < BK (only the multistage mode's per-chunk cursor does that).
   __device__ __forceinline__ void step_slice() {
     c0 += BK;
-    if (c0 >= sh->Cg) {
-      c0 = 0;
+    while (c0 >= sh->Cg) {
+      c0 -= sh->Cg;
       if (++kw == sh->KW) {
         kw = 0;
         if (++kh == sh->KH) { kh = 0; ++kd; }
@@ -333,14 +357,13 @@ struct Im2colLoader {
 
   template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* smem) {
-    const int k0 = kc;
+    const int kk = chunk_k();
+    const bool kin = kc + kk < K;
     kc += BK;
-    const bool kin = k0 < K;
 #pragma unroll
     for (int i = 0; i < NCH; ++i) {
-      const int kk = (int)((threadIdx.x + i * THREADS) % CPR) * CH;
       index_t off = 0;
-      const bool ok = kin && offset(i, c0 + kk, kd, kh, kw, off);
+      const bool ok = kin && offset(i, c0, kd, kh, kw, off);
       cp_async16(smem + Slot::at(async_row(i), kk), rowbase[i] + (ok ? off : 0), ok);
     }
     step_slice();
@@ -366,6 +389,18 @@ struct Im2colLoader {
         }
       }
       step_slice();
+    } else if (vec) {  // (Cg % 4 == 0: a group of 4 channels lies within one tap)
+#pragma unroll
+      for (int j = 0; j < GROUPS; ++j) {
+        const int r = CL ? j : 0;
+        const int k = k0 + kq_of(j);
+        const int t = k / s.Cg;
+        int a, b, d;
+        split_tap(t, a, b, d);
+        index_t off;
+        if (k < K && offset(r, k - t * s.Cg, a, b, d, off)) ldg4(rowbase[r] + off, regs[j]);
+        else regs[j][0] = regs[j][1] = regs[j][2] = regs[j][3] = zero<A>();
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < GROUPS; ++j) {
@@ -480,6 +515,7 @@ struct Im2colTLoader {
   }
 
   __device__ __forceinline__ void begin(int k0) { kc = k0; }
+  __device__ __forceinline__ void begin_async(int k0) { kc = k0; }  // (one row mapping)
 
   __device__ __forceinline__ void load() {
     const ConvShape& s = *sh;
