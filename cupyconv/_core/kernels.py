@@ -54,6 +54,7 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "MMA_STAGES": 4,        # tensor-core GEMM loop: k-slices resident (NVIDIA, cp.async)
     "MMA_STAGES_AMD": 2,    # ... on AMD (synchronous copies; 64 KB of LDS)
     "GEMM_RASTER_M": 8,     # GEMM-family kernels: m tiles per band of the block order (block_tile)
+    "TF32_ROUND_STAGE": 1,  # Hopper loop: round TF32 slices in place (0: as they land; experiments)
     # Activation codes of the fused epilogues (common/activation.cuh; names in _core/activation.py)
     "CC_ACT_NONE": 0,
     "CC_ACT_RELU": 1,

@@ -22,8 +22,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.program import scratch, zero_fill
-from cupyconv._gemm.launch import (ImplicitConv, channels_last_copy, launch_conv_wgrad,
-                                  launch_implicit_conv, staged_channels)
+from cupyconv._gemm.launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
 
 
 @dataclass(frozen=True)
@@ -161,24 +160,14 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
 
 def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  The caller
-    holds the arrays' device.  One kernel formulation, channels-last: channels-first operands go
-    through channels-last views (dy a copy), or, where the tensor-core loops want 16-byte channel
-    chunks, x through the padded channels-last copy that the forward pass stages
-    (:func:`staged_channels`; the padding channels' gradients are computed and dropped)."""
+    holds the arrays' device."""
     import cupy
 
-    prob = ImplicitConv.from_geometry(geom)
-    cg = geom.in_channels // geom.groups
-    cg_to = staged_channels(prob, None, dw.data.device_id)
-    if cg_to:
-        x_l = channels_last_copy(x, geom.channels_last, geom.groups, cg_to)
-    else:
-        x_l = x if geom.channels_last else cupy.moveaxis(x, 1, -1)
-    dy_l = dy if geom.channels_last else cupy.moveaxis(dy, 1, -1)
-    prob_l = replace(prob, channels_last=True, in_channels=geom.groups * (cg_to or cg))
-    in_place = geom.channels_last and not cg_to  # dw is the kernel's (K, *kernel, Cg) output
-    dw_l = dw if in_place else scratch((geom.out_channels, *geom.kernel, cg_to or cg), geom.dtype)
-    launch_conv_wgrad(prob_l, x_l, contiguous(dy_l), dw_l)
-    if not in_place:
-        dw_cg = dw_l[..., :cg]
-        copy_into(dw_cg if geom.channels_last else cupy.moveaxis(dw_cg, -1, 1), dw)
+    if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
+        geom_l = replace(geom, layout="NHWC")
+        dw_l = scratch(geom_l.weight_shape, geom.dtype)
+        launch_conv_wgrad(ImplicitConv.from_geometry(geom_l), cupy.moveaxis(x, 1, -1),
+                          contiguous(cupy.moveaxis(dy, 1, -1)), dw_l)
+        copy_into(cupy.moveaxis(dw_l, -1, 1), dw)
+        return
+    launch_conv_wgrad(ImplicitConv.from_geometry(geom), x, contiguous(dy), dw)

@@ -494,17 +494,19 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
 def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -> int:
     """The channels per group of the channels-last copy of x that ``prob`` runs on (y keeps its
     layout), or 0 where it runs on x as it is.  The tensor-core loops' multistage copies move
-    16-byte channel chunks straight to shared memory: channels-first x has none, nor has
-    channels-last x whose groups' channels are not whole chunks (ResNet's 3-channel conv1), and
-    there the register-staged loop gathers elements, 2-4x slower (benchmarks/NOTES.md).  The copy
-    (zero-padded to whole chunks, zero weights for the padding) costs one pass over x."""
+    16-byte chunks of channels straight to shared memory; where a group's channels are not whole
+    chunks (ResNet's 3-channel conv1) the register-staged loop gathers single elements across
+    taps, and a copy of x zero-padded to whole chunks (zero weights for the padding) pays for its
+    pass over x: conv1 TF32 0.53 -> 0.35 ms, fp16 0.33 -> 0.29 ms (H100, benchmarks/NOTES.md).
+    Channels-first x with whole chunks is read as it is: a channels-last copy lost on most of
+    ResNet-50's layers (the copy of a large x costs more than the faster loop saves)."""
     math_kind = plan.math if plan is not None else gemm_math(prob.dtype, prob.precision, device_id)
     if math_kind == MATH_SIMT:
         return 0
     cg = prob.in_channels // prob.groups
     chunk = 16 // itemsize(prob.dtype)
     padded = -(-cg // chunk) * chunk
-    return padded if padded != cg or not prob.channels_last else 0
+    return padded if padded != cg else 0
 
 
 def channels_last_copy(x, channels_last: bool, groups: int, cg_to: int):

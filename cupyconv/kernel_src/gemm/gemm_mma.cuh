@@ -634,7 +634,7 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
   }
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<STAGES - 3>();  // slice kt has landed (this thread's copies) ...
-    if constexpr (L::TF32) {      // (... every thread's: rounded in place, a second barrier)
+    if constexpr (L::TF32 && TF32_ROUND_STAGE) {  // (every thread's: rounded in place)
       __syncthreads();
       round_tf32_stage<L::A_STAGE, Cfg::THREADS>(As + (kt % STAGES) * L::A_STAGE);
       round_tf32_stage<L::B_STAGE, Cfg::THREADS>(Bs + (kt % STAGES) * L::B_STAGE);
