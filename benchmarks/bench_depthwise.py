@@ -31,6 +31,7 @@ from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
 from cupyconv._core.verify import rel_error  # noqa: E402
 
 from bench import git_commit  # noqa: E402
+from measure import copy_bandwidth  # noqa: E402
 
 DEPTHWISE = {"dw 3x3 144 56^2": (32, 144, 56), "dw 3x3 960 7^2": (32, 960, 7)}
 # channels-last: (n, c, hw, kernel, stride), padding kernel // 2
@@ -40,16 +41,6 @@ CHANNELS_LAST = {"nhwc dw 3x3 144 56^2": (32, 144, 56, 3, 1),
                  "nhwc dw 5x5 s2 144 56^2": (32, 144, 56, 5, 2)}
 SEPARABLE = {"sep 3x3 144->24 56^2": (32, 144, 56, 24)}
 ITEM = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy, bytes read + written per second (256 MiB buffers)."""
-    import cupy
-
-    a = cupy.ones(64 * 2 ** 20, cupy.float32)
-    b = cupy.empty_like(a)
-    ms = time_gpu(lambda: cupy.copyto(b, a), repeat=20)
-    return 2 * a.nbytes / (ms * 1e-3)
 
 
 def _report(name, kind, row, bw):

@@ -212,17 +212,6 @@ def run_config(net: str, batch: int, dtype: str, l2: int, torch, args) -> dict:
     return row
 
 
-def release_memory(torch) -> None:
-    """Hand the pools' cached blocks back between configurations (each holds gigabytes at
-    batch 32), so CuPy's and PyTorch's caches do not both grow to the largest of them."""
-    import cupy
-
-    measure.synchronize()
-    cupy.get_default_memory_pool().free_all_blocks()
-    if torch is not None:
-        torch.cuda.empty_cache()
-
-
 def _fmt(v) -> str:
     return "—" if v is None else f"{v:.2f}x"
 
@@ -257,7 +246,7 @@ def main(argv=None) -> int:
         for batch in batches:
             for dtype in dtypes:
                 rows.append(run_config(net, batch, dtype, facts["l2_bytes"], torch, args))
-                release_memory(torch)  # this configuration's arrays are gone now
+                measure.release_memory(torch)  # this configuration's arrays are gone now
     result = {"benchmark": "network", **facts, "python": platform.python_version(),
               "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "settings": {"repeat": args.repeat, "target_ms": args.target_ms,

@@ -39,10 +39,6 @@ PRECISIONS = (("fp16", "float16", "exact", "NHWC"), ("bf16", "bfloat16", "exact"
 PASSES = ("forward", "data", "weight")
 
 
-def _torch_dtype(torch, dtype: str):
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
-
-
 def layer_rows(torch, l2_bytes: int, repeat: int, only: str) -> list[dict]:
     """One row per (layer, precision): ms of each pass for cupyconv and cuDNN, and the ratios."""
     import cupy
@@ -55,7 +51,7 @@ def layer_rows(torch, l2_bytes: int, repeat: int, only: str) -> list[dict]:
         n, c, h, w, k, r, s, p, d, g = SUITE[name]
         opts = dict(stride=s, padding=p, dilation=d, groups=g)
         for label, dtype, precision, layout in PRECISIONS:
-            tdt = _torch_dtype(torch, dtype)
+            tdt = measure.torch_dtype(torch, dtype)
             cl = layout == "NHWC"
             fmt = torch.channels_last if cl else torch.contiguous_format
             gen = torch.Generator(device="cuda").manual_seed(0)
@@ -115,7 +111,8 @@ def gemm_rows(torch, sizes, repeat: int) -> list[dict]:
             gen = torch.Generator(device="cuda").manual_seed(size)
             at = torch.empty((size, size), device="cuda").uniform_(-1, 1, generator=gen)
             bt = torch.empty((size, size), device="cuda").uniform_(-1, 1, generator=gen)
-            at, bt = at.to(_torch_dtype(torch, dtype)), bt.to(_torch_dtype(torch, dtype))
+            tdt = measure.torch_dtype(torch, dtype)
+            at, bt = at.to(tdt), bt.to(tdt)
             a, b = cupy.from_dlpack(at), cupy.from_dlpack(bt)
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
             ours = time_gpu(lambda: cupyconv.gemm(a, b, precision=precision), repeat=repeat)

@@ -1,4 +1,5 @@
-"""Measurement shared by bench.py, bench_network.py and bench_host.py.
+"""Measurement shared by the benchmark scripts (bench.py, bench_network.py, bench_host.py,
+bench_precision.py, bench_depthwise.py, bench_depthwise_nets.py, sweep_auto.py).
 
 - device time per call: ``time_gpu`` (CUDA events around back-to-back calls, median of samples);
 - wall time per call: :func:`wall_ms` (``perf_counter`` around a loop of calls that ends in a
@@ -8,11 +9,15 @@
 - CUDA-graph replay time: :func:`cupy_graph_ms` (calls captured on a non-blocking CuPy stream)
   and :func:`torch_graph_ms` (``torch.cuda.CUDAGraph``), timed with events around replays;
 - input rotation: :func:`rotation_copies` copies of the operands, used in turn, so that the
-  working set exceeds ``L2_FACTOR`` times the L2 cache and no call finds its inputs there.
+  working set exceeds ``L2_FACTOR`` times the L2 cache and no call finds its inputs there;
+  :func:`rotated_graph_ms` times calls over such copies as a replayed CUDA graph (device time
+  of calls shorter than their own host overhead), :func:`torch_operand_copies` makes the copies
+  as PyTorch tensors and :func:`cupy_view` shows them to cupyconv in its layout;
+- the device's copy rate (:func:`copy_bandwidth`), the yardstick of bandwidth-bound kernels.
 
-The package's timing helpers are imported here and nowhere else among these three scripts (one
-line to change when they move).  Everything that touches the GPU imports CuPy/PyTorch inside the
-function, so the pure parts (rotation, loop sizes, ratios) import and test without a GPU.
+The package's timing helpers are imported here, for the scripts to take from this module (one
+line to change when they move).  Everything that touches the GPU imports CuPy/PyTorch inside
+the function, so the pure parts (rotation, loop sizes, ratios) import and test without a GPU.
 """
 
 from __future__ import annotations
@@ -34,10 +39,15 @@ from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402  (the
 __all__ = ["time_gpu", "host_overhead_us", "rotation_copies", "loop_count", "ratio", "geomean",
            "rotating", "synchronize", "device_facts", "load_torch", "torch_facts",
            "set_cudnn_tf32", "host_us", "wall_ms", "cupy_graph_ms", "torch_graph_ms",
-           "rel_err_gpu", "L2_FACTOR", "MAX_COPIES"]
+           "rel_err_gpu", "L2_FACTOR", "MAX_COPIES", "copy_bandwidth", "release_memory",
+           "torch_dtype", "torch_operand_copies", "cupy_view", "graph_rounds", "rotated_graph_ms",
+           "device_times", "GRAPH_MIN_MS"]
 
 L2_FACTOR = 3      # rotated operands span at least this many times the L2 cache
 MAX_COPIES = 8     # ... with at most this many copies of them
+# Device work one replay of a timed graph should hold: a graph launch costs a few µs of host and
+# device time, which must stay small beside the work it launches.
+GRAPH_MIN_MS = 0.2
 
 
 # ------------------------------------------------------------------------------- pure helpers
@@ -77,6 +87,13 @@ def rotating(call, copies):
     return lambda: call(next(it))
 
 
+def graph_rounds(round_ms: float, *, min_ms: float = GRAPH_MIN_MS, cap: int = 64) -> int:
+    """How many rounds over the rotated copies one timed graph holds so that it carries at least
+    ``min_ms`` of work, given ``round_ms``, the wall time of one eager round (an over-estimate
+    of its device time where the calls are bound by their host time: never too many rounds)."""
+    return max(1, min(cap, math.ceil(min_ms / max(round_ms, 1e-3))))
+
+
 # ------------------------------------------------------------------------------------- device
 def synchronize() -> None:
     import cupy
@@ -91,6 +108,27 @@ def device_facts() -> dict:
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return {"gpu": name, "l2_bytes": int(props["l2CacheSize"]), "cupy": cupy.__version__}
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read + written per second (256 MiB buffers)."""
+    import cupy
+
+    a = cupy.ones(64 * 2 ** 20, cupy.float32)
+    b = cupy.empty_like(a)
+    ms = time_gpu(lambda: cupy.copyto(b, a), repeat=20)
+    return 2 * a.nbytes / (ms * 1e-3)
+
+
+def release_memory(torch) -> None:
+    """Hand the pools' cached blocks back between configurations (each can hold gigabytes at
+    batch 32), so CuPy's and PyTorch's caches do not both grow to the largest of them."""
+    import cupy
+
+    synchronize()
+    cupy.get_default_memory_pool().free_all_blocks()
+    if torch is not None:
+        torch.cuda.empty_cache()
 
 
 def load_torch():
@@ -109,6 +147,33 @@ def torch_facts(torch) -> dict:
     if torch is None:
         return {"torch": None, "cudnn": None}
     return {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+
+
+def torch_dtype(torch, dtype: str):
+    """The PyTorch dtype of a cupyconv dtype name."""
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+            "float64": torch.float64}[dtype]
+
+
+def torch_operand_copies(torch, shapes, dtype: str, channels_last: bool, copies: int,
+                         seed: int = 0) -> list[tuple]:
+    """``copies`` tuples of CUDA tensors of ``shapes`` (NCHW shapes), uniform(-1, 1) from one
+    seeded generator, rounded to ``dtype``, 4-d ones in ``torch.channels_last`` memory where
+    asked (the peer's fast layout; :func:`cupy_view` shows the same memory to cupyconv as NHWC)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    return [tuple(torch.empty(shape, device="cuda").uniform_(-1, 1, generator=gen).to(
+        torch_dtype(torch, dtype), memory_format=fmt) for shape in shapes)
+        for _ in range(copies)]
+
+
+def cupy_view(tensor, channels_last: bool):
+    """A CuPy array over a tensor's memory (no copy), in cupyconv's layout: NCHW as it is, or a
+    channels_last tensor's NHWC view (C-contiguous: (N, H, W, C) for data, (K, kh, kw, C/g) for
+    weights)."""
+    import cupy
+
+    return cupy.from_dlpack(tensor.permute(0, 2, 3, 1) if channels_last else tensor)
 
 
 def set_cudnn_tf32(torch, on: bool) -> bool:
@@ -246,6 +311,46 @@ def torch_graph_ms(torch, body, *, per_graph: int = 1, repeat: int = 5,
     torch.cuda.synchronize()
     del keep
     return ms / per_graph
+
+
+def rotated_graph_ms(call, copies, graph_ms, *, repeat: int = 5, target_ms: float = 10.0) -> float:
+    """Device ms per call of ``call(c)`` over ``copies`` used in turn.
+
+    One eager round over the copies warms up (compiles, prepares, autotunes); a second, timed by
+    wall clock, sizes the graph (:func:`graph_rounds`); then ``graph_ms`` (:func:`cupy_graph_ms`,
+    or :func:`torch_graph_ms` bound to torch) captures that many rounds, each call reading
+    operands that the calls before it pushed out of L2, and times their replays.  Back-to-back
+    eager calls of a layer that takes less device time than a call's Python would measure the
+    host instead."""
+    def one_round():
+        return [call(c) for c in copies]
+
+    one_round()
+    synchronize()
+    t = time.perf_counter()
+    one_round()
+    synchronize()
+    rounds = graph_rounds((time.perf_counter() - t) * 1e3)
+    return graph_ms(lambda: [call(c) for _ in range(rounds) for c in copies],
+                    per_graph=rounds * len(copies), repeat=repeat, target_ms=target_ms)
+
+
+def device_times(calls: dict, *, repeat: int = 5, target_ms: float = 10.0,
+                 log=print) -> tuple[dict, str, str | None]:
+    """({name: device ms per call}, how, why) for ``calls`` (name -> (call, copies, graph_ms)),
+    each timed by :func:`rotated_graph_ms` (how = "graph").  Where any of them cannot be
+    captured (a call that synchronizes, say), all are timed again as eager back-to-back calls
+    between events (:func:`time_gpu`, how = "events", why = the capture's error), so that ratios
+    between them never mix the two kinds of time."""
+    try:
+        return {name: rotated_graph_ms(call, copies, graph_ms, repeat=repeat, target_ms=target_ms)
+                for name, (call, copies, graph_ms) in calls.items()}, "graph", None
+    except Exception as exc:  # (CuPy and PyTorch raise their own types for a failed capture)
+        why = f"{type(exc).__name__}: {exc}"
+        log(f"    graph capture failed ({why}); timing eager calls between events instead")
+        synchronize()
+        return {name: time_gpu(rotating(call, copies), repeat=4 * repeat)
+                for name, (call, copies, _) in calls.items()}, "events", why
 
 
 def rel_err_gpu(out, ref) -> float:

@@ -8,8 +8,9 @@ device ceilings and the ratio to each peer (cuDNN fp32 / TF32, im2col + cupy.mat
 cupyconv faster); backward-data and backward-weight against cuDNN; the GEMM against cuBLAS.
 Results of bench_depthwise.py (GB/s of the copy rate, ratios to cuDNN), bench_signal.py (ratios
 to CuPy's routines), calibrate_signal.py, bench_network.py (whole-network passes: wall and
-CUDA-graph ms against cuDNN fp32 / TF32 / fp16 NCHW / fp16 channels_last) and bench_host.py
-(host µs per warm call against the 15 µs target) render too.  bench.py's float16 columns and
+CUDA-graph ms against cuDNN fp32 / TF32 / fp16 NCHW / fp16 channels_last), bench_host.py
+(host µs per warm call against the 15 µs target), and bench_precision.py,
+bench_depthwise_nets.py and sweep_auto.py (through those scripts' own tables) render too.  bench.py's float16 columns and
 wall times, where the run has them, get a table and a column of their own.
 Plots (``DIR``, default: next to the JSON): ``<name>-peers.png`` (ratio to each peer per problem)
 and ``<name>-ceilings.png`` (achieved fraction of the FLOP and copy-bandwidth ceilings).
@@ -40,10 +41,12 @@ PEERS = {"cudnn_fp32": "cuDNN fp32", "cudnn_tf32": "cuDNN TF32", "im2col_matmul"
 def kind_of(data) -> str | None:
     """Which benchmark wrote ``data``: "bench" (bench.py), "depthwise" (bench_depthwise.py),
     "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
-    (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py), or None."""
+    (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py),
+    "depthwise_nets" (bench_depthwise_nets.py), "auto_sweep" (sweep_auto.py), or None."""
     if not isinstance(data, dict):
         return None
-    if data.get("benchmark") in ("network", "host") and isinstance(data.get("rows"), list):
+    if data.get("benchmark") in ("network", "host", "depthwise_nets", "auto_sweep") and \
+            isinstance(data.get("rows"), list):
         return data["benchmark"]
     if isinstance(data.get("layers"), list) and "summary" in data:
         return "precision"
@@ -261,15 +264,20 @@ def _ratio(peer, ours):
     return peer / ours if peer and ours else None
 
 
-def _precision_markdown(data: dict, name: str):
-    """bench_precision.py's tables (rendered by that script's own function), no plot metrics."""
-    import importlib.util
+def _script_markdown(script: str):
+    """A renderer of the results of ``script`` (bench_precision.py, bench_depthwise_nets.py,
+    sweep_auto.py): the tables of that script's own ``markdown``, no plot metrics."""
 
-    spec = importlib.util.spec_from_file_location(
-        "bench_precision", Path(__file__).resolve().parent / "bench_precision.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return f"### {name}\n\n" + module.markdown(data), [], []
+    def render(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            script, Path(__file__).resolve().parent / f"{script}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return f"### {name}\n\n" + module.markdown(data), [], []
+
+    return render
 
 
 def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
@@ -279,7 +287,9 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
     if kind != "bench":
         return {"depthwise": _depthwise_markdown, "signal": _signal_markdown,
                 "calibration": _calibration_markdown, "network": _network_markdown,
-                "host": _host_markdown, "precision": _precision_markdown}[kind](data, name)
+                "host": _host_markdown, "precision": _script_markdown("bench_precision"),
+                "depthwise_nets": _script_markdown("bench_depthwise_nets"),
+                "auto_sweep": _script_markdown("sweep_auto")}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "

@@ -1,4 +1,5 @@
-"""benchmarks/networks.py: the ResNet-50 and MobileNetV2 conv layers (CPU only)."""
+"""benchmarks/networks.py: the conv layers of ResNet-50, ResNeXt-50, MobileNetV2 and EfficientNet-B0
+(CPU only)."""
 
 import importlib.util
 import sys
@@ -141,3 +142,101 @@ def test_shapes_and_pass_bytes(networks):
     assert networks.pass_bytes(both, 2, 4) == 4 * (2 * 144 * 56 * 56 + 144 * 9 + 2 * 3 * 100 + 24)
     for name, build in networks.NETWORKS.items():
         assert build() == build(224), name
+
+
+def _torchvision_parameters(layers, classifier_in, *, conv_bias=lambda layer: False):
+    """Parameters of the whole torchvision model, from its conv layers: conv weights, a batch
+    norm (weight and bias) after every conv without a bias, the biased convs' biases, and the
+    classifier (``classifier_in`` x 1000 and its bias)."""
+    total = classifier_in * 1000 + 1000
+    for layer in layers:
+        total += layer.weight_elements()
+        total += layer.out_channels if conv_bias(layer) else 2 * layer.out_channels
+    return total
+
+
+def test_parameter_counts_are_torchvision_s(networks):
+    # torchvision's published totals: every conv of the tables, nothing more, nothing less
+    assert _torchvision_parameters(networks.resnet50(), 2048) == 25_557_032
+    assert _torchvision_parameters(networks.resnext50_32x4d(), 2048) == 25_028_904
+    assert _torchvision_parameters(networks.mobilenetv2(), 1280) == 3_504_872
+    # EfficientNet-B0's squeeze-excitation convs carry biases and no batch norm
+    assert _torchvision_parameters(networks.efficientnet_b0(), 1280,
+                                   conv_bias=lambda layer: ".se." in layer.name) == 5_288_548
+
+
+def test_resnext50_grouped_convs(networks):
+    layers = networks.resnext50_32x4d()
+    assert len(layers) == 53
+    _check_chain(layers)
+    grouped = [layer for layer in layers if layer.groups > 1]
+    assert len(grouped) == 16 and all(g.groups == 32 and not g.depthwise for g in grouped)
+    assert all(g.kernel == 3 and g.padding == 1 and g.name.endswith("conv2") for g in grouped)
+    # width 128/256/512/1024 (4 channels per group in the first stage), spatial 56/28/14/7; the
+    # first block of stages 2-4 strides in its grouped conv, at the previous stage's size
+    assert [(g.in_channels, g.H, g.stride, g.out_H) for g in grouped] == (
+        [(128, 56, 1, 56)] * 3 + [(256, 56, 2, 28)] + [(256, 28, 1, 28)] * 3
+        + [(512, 28, 2, 14)] + [(512, 14, 1, 14)] * 5 + [(1024, 14, 2, 7)]
+        + [(1024, 7, 1, 7)] * 2)
+    assert grouped[0].weight_shape() == (128, 4, 3, 3)
+    # the rest is ResNet-50's: the same stem, projections and output channels
+    resnet = networks.resnet50()
+    assert [(r.out_channels, r.out_H) for r in resnet if "conv3" in r.name] == [
+        (x.out_channels, x.out_H) for x in layers if "conv3" in x.name]
+    # torchvision's 4.23 GFLOPS (multiply-adds) include the 2048x1000 classifier
+    assert networks.total_macs(layers) == pytest.approx(4.23e9 - 2048 * 1000, rel=0.005)
+
+
+def test_mobilenetv2_depthwise_channels(networks):
+    dw = [layer for layer in networks.mobilenetv2() if layer.depthwise]
+    assert [d.in_channels for d in dw] == [32, 96, 144, 144, 192, 192, 192, 384, 384, 384, 384,
+                                           576, 576, 576, 960, 960, 960]
+    assert [d.H for d in dw] == [112, 112, 56, 56, 28, 28, 28, 14, 14, 14, 14, 14, 14, 14, 7, 7, 7]
+    assert all(d.out_H == -(-d.H // d.stride) for d in dw)
+
+
+def test_efficientnet_b0_has_81_convs_and_16_depthwise(networks):
+    layers = networks.efficientnet_b0()
+    # stem + first block (depthwise, SE pair, project) + 15 blocks x (expand, depthwise, SE pair,
+    # project) + last
+    assert len(layers) == 1 + 4 + 15 * 5 + 1 == 81
+    _check_chain(layers)
+    # only the stem and the squeeze-excitation's first convs (on the pooled map) have no source
+    assert sorted(layer.name for layer in layers if layer.source is None) == sorted(
+        ["features.0"] + [layer.name for layer in layers if layer.name.endswith("se.fc1")])
+    dw = [layer for layer in layers if layer.depthwise]
+    assert len(dw) == 16
+    assert [d.in_channels for d in dw] == [32, 96, 144, 144, 240, 240, 480, 480, 480, 672, 672,
+                                           672, 1152, 1152, 1152, 1152]
+    assert [d.kernel for d in dw] == [3, 3, 3, 5, 5, 3, 3, 3, 5, 5, 5, 5, 5, 5, 5, 3]
+    assert [d.stride for d in dw] == [1, 2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1]
+    assert [d.H for d in dw] == [112, 112, 56, 56, 28, 28, 14, 14, 14, 14, 14, 14, 7, 7, 7, 7]
+    assert all(d.padding == d.kernel // 2 and d.out_H == -(-d.H // d.stride) for d in dw)
+    se = [layer for layer in layers if ".se." in layer.name]
+    assert len(se) == 32 and all(s.H == 1 and s.kernel == 1 for s in se)
+    # the squeeze is a quarter of the block's input channels: 32 // 4 in the first block
+    assert (se[0].in_channels, se[0].out_channels) == (32, 8)
+    last = layers[-1]
+    assert (last.in_channels, last.out_channels, last.H) == (320, 1280, 7)
+    # torchvision's 0.39 GFLOPS (multiply-adds) include the 1280x1000 classifier
+    assert networks.total_macs(layers) == pytest.approx(0.386e9 - 1280 * 1000, rel=0.01)
+
+
+def test_distinct_layers_count_each_shape_per_network(networks):
+    nets = {"mobilenetv2": networks.mobilenetv2(), "efficientnet_b0": networks.efficientnet_b0()}
+    dw = networks.distinct_layers(nets, lambda layer: layer.depthwise)
+    # 10 shapes in MobileNetV2, 12 in EfficientNet-B0, 3 of them shared (the 3x3 layers at 112^2
+    # and 144 channels at 56^2 stride 1)
+    assert len(dw) == 19
+    assert sum(counts.get("mobilenetv2", 0) for _, counts in dw) == 17
+    assert sum(counts.get("efficientnet_b0", 0) for _, counts in dw) == 16
+    shared = [(layer.in_channels, layer.H, layer.stride) for layer, counts in dw
+              if len(counts) == 2]
+    assert shared == [(32, 112, 1), (96, 112, 2), (144, 56, 1)]
+    first, counts = dw[6]
+    assert (first.name, first.in_channels, counts) == ("features.8.depthwise", 384,
+                                                       {"mobilenetv2": 4})
+    grouped = networks.distinct_layers({"resnext50_32x4d": networks.resnext50_32x4d()},
+                                       lambda layer: layer.groups > 1)
+    assert [counts["resnext50_32x4d"] for _, counts in grouped] == [3, 1, 3, 1, 5, 1, 2]
+    assert networks.distinct_layers(nets, lambda layer: False) == []
