@@ -152,14 +152,7 @@ def mobilenetv2(image: int = 224) -> tuple[Layer, ...]:
         for i in range(n):
             p = f"features.{block}"
             hidden = channels * t
-            src = last
-            if t != 1:
-                expand = Layer(channels, hidden, size, size, 1, 1, 0, name=f"{p}.expand",
-                               source=src)
-                layers.append(expand)
-                src = expand.name
-            dw = Layer(hidden, hidden, size, size, 3, s if i == 0 else 1, 1, groups=hidden,
-                       name=f"{p}.depthwise", source=src)
+            dw = _expand_depthwise(layers, p, channels, hidden, size, 3, s if i == 0 else 1, last)
             project = Layer(hidden, c, dw.out_H, dw.out_W, 1, 1, 0, name=f"{p}.project",
                             source=dw.name)
             layers += [dw, project]
@@ -168,6 +161,19 @@ def mobilenetv2(image: int = 224) -> tuple[Layer, ...]:
     layers.append(Layer(channels, 1280, size, size, 1, 1, 0, name=f"features.{block}",
                         source=last))
     return tuple(layers)
+
+
+def _expand_depthwise(layers: list, p: str, channels: int, hidden: int, size: int, k: int,
+                      stride: int, source: str) -> Layer:
+    """The head of an inverted-residual block (MobileNetV2, EfficientNet's MBConv): the 1x1
+    expansion to ``hidden`` channels (appended to ``layers``; none where hidden == channels) and
+    the k x k depthwise conv after it (returned, not appended: the caller orders the rest)."""
+    if hidden != channels:
+        expand = Layer(channels, hidden, size, size, 1, 1, 0, name=f"{p}.expand", source=source)
+        layers.append(expand)
+        source = expand.name
+    return Layer(hidden, hidden, size, size, k, stride, k // 2, groups=hidden,
+                 name=f"{p}.depthwise", source=source)
 
 
 # EfficientNet-B0's MBConv stages (torchvision's table): expansion t, kernel, stride of the first
@@ -186,14 +192,7 @@ def efficientnet_b0(image: int = 224) -> tuple[Layer, ...]:
         for i in range(n):
             p = f"features.{stage}.{i}"
             hidden, squeeze = channels * t, max(1, channels // 4)
-            src = last
-            if t != 1:
-                expand = Layer(channels, hidden, size, size, 1, 1, 0, name=f"{p}.expand",
-                               source=src)
-                layers.append(expand)
-                src = expand.name
-            dw = Layer(hidden, hidden, size, size, k, s if i == 0 else 1, k // 2, groups=hidden,
-                       name=f"{p}.depthwise", source=src)
+            dw = _expand_depthwise(layers, p, channels, hidden, size, k, s if i == 0 else 1, last)
             fc1 = Layer(hidden, squeeze, 1, 1, 1, 1, 0, name=f"{p}.se.fc1")  # reads the pooled map
             fc2 = Layer(squeeze, hidden, 1, 1, 1, 1, 0, name=f"{p}.se.fc2", source=fc1.name)
             project = Layer(hidden, c, dw.out_H, dw.out_W, 1, 1, 0, name=f"{p}.project",
