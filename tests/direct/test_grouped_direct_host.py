@@ -127,3 +127,15 @@ def test_applicability_and_tile_choice():
                 _geom(2, 8, 8, (9, 9), (3, 3), "NCHW", "float32", padding=1, groups=8),   # depthwise
                 _geom(1, 4, 4, (12, 12), (7, 7), "NCHW", "float32", groups=2)):            # 49 taps
         assert not grouped_applicable(bad)
+
+
+def test_registry_has_every_dtype_and_tile():
+    """The GPU-free compile check compiles the registry: every dtype's module of the kernel is in
+    it, each instantiating every register tile the plan may pick."""
+    from cupyconv._core.kernels import DTYPES, REGISTRY
+
+    for dtype in DTYPES:
+        module = grouped_module(dtype)
+        assert module in REGISTRY
+        for tile in GROUPED_TILES:
+            assert module.name_expression("grouped_conv", dtype, tile) in module.name_expressions
