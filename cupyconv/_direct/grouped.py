@@ -32,23 +32,22 @@ def smem_bytes(dtype: str) -> int:
     MAX_TAPS 64-bit tap offsets (at most 32 KB + 256 bytes: no opt-in needed)."""
     return KERNEL_CONSTANTS["GC_WEIGHTS"] * (8 if dtype == "float64" else 4) + MAX_TAPS * 8
 
-# Cost model.  NOT YET MEASURED: estimates from the kernel's instruction mix, to be calibrated on
-# the GPU (benchmarks/exp_grouped.py prints the estimate beside the measured time).
-#  - A (channel, tap) step of a warp issues TK * TW FFMA, about 5 instructions per input it
-#    loads (tap bit test, address, zero default, load) and TK / 4 vector reads of the weights,
-#    plus about 6 of loop and tap-offset bookkeeping.
-#  - A multiprocessor issues 4 warp instructions per clock (~1.6 GHz under load) at ~70 %:
-#    dependent loads and the barrier of each weight chunk take the rest.
-#  - Two blocks are resident per multiprocessor (__launch_bounds__(256, 2), 80-124 registers).
-#  - A warp alone on its scheduler waits an L1 round trip per step (~30 ns).
-_INSTR_PER_LOAD = 5
-_INSTR_PER_STEP = 6
-_ISSUE_RATE = 4 * 1.6e9 * 0.7   # warp instructions per second per multiprocessor
+
+# Cost model: a warp's (channel, tap) step issues TK * TW FFMA, TK / 4 vector reads of the
+# weights (shared-memory broadcasts) and TW input loads with their tap test and address; two
+# 256-thread blocks are resident per multiprocessor (__launch_bounds__(256, 2), 80-124 registers),
+# 4 warp instructions per clock issue at best (~1.6 GHz under load).  The load's weight and the
+# achieved issue share were fitted to 13 measurements of the kernel on an H100 (fp32, the four
+# ResNeXt-50 3x3 layers and a stride-2 one, every tile; benchmarks/NOTES.md): a load costs about
+# 14 FFMA issue slots (the L1 path, not the issue rate, is the limit: TK is the FFMAs per load)
+# and the loop's bookkeeping hides behind them; the fit lands within 25 % of the measurements.
+_INSTR_PER_LOAD = 14
+_ISSUE_RATE = 4 * 1.6e9 * 0.65  # warp instructions per second per multiprocessor
 _BLOCKS_PER_SM = 2
-_STEP_S = 3e-8
+_STEP_S = 3e-8  # a warp alone on its scheduler: an L1 round trip per step (a floor; not fitted)
 _BANDWIDTH = 3e12
 # Channels-last: a warp's 32 pixels are C elements apart, so each load touches 32 cache lines
-# instead of one or two (a guess at the slowdown; the GEMM paths usually win there anyway).
+# instead of one or two (a guess at the slowdown, NOT measured; the GEMM paths win there anyway).
 _CHANNELS_LAST_FACTOR = 4.0
 
 
@@ -70,7 +69,7 @@ def _tile_seconds(geom: ConvGeometry, tile: tuple[int, int], sms: int) -> float:
     pixels = geom.batch * math.prod(geom.out_spatial)
     blocks = math.ceil(pixels / (THREADS * tw)) * g * math.ceil(kg / tk)
     steps = cg * math.prod(geom.kernel)
-    per_warp = steps * (tk * tw + _INSTR_PER_LOAD * tw + tk / 4 + _INSTR_PER_STEP)
+    per_warp = steps * (tk * tw + _INSTR_PER_LOAD * tw + tk / 4)
     slots = _BLOCKS_PER_SM * sms
     waves = math.ceil(blocks / slots)
     per_sm = min(_BLOCKS_PER_SM, math.ceil(blocks / sms))  # blocks sharing a multiprocessor

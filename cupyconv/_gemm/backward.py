@@ -152,7 +152,7 @@ def data_seconds(geom: ConvGeometry, device_id: int) -> float:
 
 def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
     """``(F, seconds)``: backward-data's group merge factor on ``geom`` (or the forced one) and
-    its estimate, the weight expansion (a memset and a copy) included."""
+    its estimate, the weight expansion (a memset and a copy: one launch) included."""
     forced = forced_factor(geom)
     if forced is not None:
         return forced, data_seconds(merged_geometry(geom, forced), device_id)
@@ -161,7 +161,7 @@ def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    return best_factor(geom, lambda g: data_seconds(g, device_id), 2 * LAUNCH_S)
+    return best_factor(geom, lambda g: data_seconds(g, device_id), LAUNCH_S)  # (as forward_merge)
 
 
 def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:

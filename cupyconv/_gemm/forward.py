@@ -14,9 +14,12 @@ from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import MATH_SIMT
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch
-from cupyconv._gemm.grouped import best_factor, expand_weight, forced_factor, merged_geometry
+from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, merged_geometry,
+                                    mergeable)
 from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.launch import (LAUNCH_S, ImplicitConv, MatrixView, OutMap, implicit_conv_seconds,
                                    plan_gemm, run_conv_fprop, run_gemm)
@@ -110,16 +113,35 @@ def implicit_seconds(geom: ConvGeometry, device_id: int) -> float:
 def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
     """``(F, seconds)``: the group merge factor of the implicit GEMM's forward on ``geom`` (1: no
     merge; or the one ``grouped.forced_merge`` sets) and its estimated time, the expansion of the
-    weights (a memset and a copy) included."""
+    weights included, at the level measured on grouped problems."""
     forced = forced_factor(geom)
     if forced is not None:
-        return forced, implicit_seconds(merged_geometry(geom, forced), device_id)
+        return forced, (_grouped_level(geom, device_id)
+                        * implicit_seconds(merged_geometry(geom, forced), device_id))
     return _forward_merge(geom, device_id)
+
+
+# The implicit GEMM's estimate against its measured time on grouped problems on tensor cores (H100,
+# the ResNeXt-50 3x3 layers in float16 with every merge factor; benchmarks/NOTES.md): the kernels
+# took 1.6-3.6x the estimate channels-last and 6-11x channels-first (whose loader reads x element
+# by element and never copies asynchronously).  The forward's choice against the grouped direct
+# kernel, whose estimate was fitted, needs that level.  Not applied to dense problems (not measured
+# this way) nor to the SIMT loop, whose rates were measured on dense layers.
+_GROUPED_TENSOR_CORE_FACTOR = {True: 2.5, False: 8.0}  # by channels_last
+
+
+def _grouped_level(geom: ConvGeometry, device_id: int) -> float:
+    if not mergeable(geom) or gemm_math(geom.dtype, geom.precision, device_id) == MATH_SIMT:
+        return 1.0
+    return _GROUPED_TENSOR_CORE_FACTOR[geom.channels_last]
 
 
 @memoized(4096)
 def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    return best_factor(geom, lambda g: implicit_seconds(g, device_id), 2 * LAUNCH_S)
+    # the expansion: a memset and a copy of a few thousand weights, a few microseconds of device
+    # time in a prepared call (H100): counted as one launch
+    level = _grouped_level(geom, device_id)
+    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S)
 
 
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION) -> None:
