@@ -26,7 +26,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import MATH_SIMT
+from cupyconv._core.kernels import MATH_SIMT, MATH_WGMMA
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
                                     merged_geometry)
@@ -194,8 +194,14 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
 
 # Backward-weight's loaders move vectors (16-byte chunks on the tensor-core loops, which then
 # copy asynchronously) only where the group's channels of dy and x split into them; otherwise
-# element by element.  A guess at the slowdown, NOT YET MEASURED (benchmarks/exp_grouped.py).
+# element by element.  A guess at the slowdown, NOT measured.
 _WGRAD_UNALIGNED_FACTOR = 2.0
+# On Hopper, backward-weight's tiles of fewer than 128 rows (output channels) cannot feed the
+# wgmma loop (its im2col operand is MN-major, which needs 64-column warpgroup tiles:
+# WgmmaTile::feeds) and run on mma.sync: with 64 merged output channels instead of 128 the pass
+# took 3.5-4.3x as long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/NOTES.md).
+_WGRAD_WGMMA_ROWS = 128
+_WGRAD_NARROW_FACTOR = 3.5
 
 
 def weight_seconds(geom: ConvGeometry, device_id: int) -> float:
@@ -207,7 +213,9 @@ def weight_seconds(geom: ConvGeometry, device_id: int) -> float:
                      geom.batch * math.prod(geom.out_spatial), g, device_id, geom.precision)
     width = 4 if plan.math == MATH_SIMT else max(4, 16 // itemsize(geom.dtype))
     aligned = geom.channels_last and kg % width == 0 and cg % width == 0
-    return plan.seconds * (IMPLICIT_FACTOR if aligned else _WGRAD_UNALIGNED_FACTOR)
+    narrow = plan.math == MATH_WGMMA and kg < _WGRAD_WGMMA_ROWS
+    return (plan.seconds * (IMPLICIT_FACTOR if aligned else _WGRAD_UNALIGNED_FACTOR)
+            * (_WGRAD_NARROW_FACTOR if narrow else 1.0))
 
 
 def weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
