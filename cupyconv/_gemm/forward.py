@@ -110,17 +110,6 @@ def implicit_seconds(geom: ConvGeometry, device_id: int) -> float:
     return implicit_conv_seconds(ImplicitConv.from_geometry(geom), device_id)
 
 
-def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    """``(F, seconds)``: the group merge factor of the implicit GEMM's forward on ``geom`` (1: no
-    merge; or the one ``grouped.forced_merge`` sets) and its estimated time, the expansion of the
-    weights included, at the level measured on grouped problems."""
-    forced = forced_factor(geom)
-    if forced is not None:
-        return forced, (_grouped_level(geom, device_id)
-                        * implicit_seconds(merged_geometry(geom, forced), device_id))
-    return _forward_merge(geom, device_id)
-
-
 # The implicit GEMM's estimate against its measured time on grouped problems on tensor cores (H100,
 # the ResNeXt-50 3x3 layers in float16 with every merge factor; benchmarks/NOTES.md): the kernels
 # took 1.6-3.6x the estimate channels-last and 6-11x channels-first (whose loader reads x element
@@ -136,10 +125,21 @@ def _grouped_level(geom: ConvGeometry, device_id: int) -> float:
     return _GROUPED_TENSOR_CORE_FACTOR[geom.channels_last]
 
 
+def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    """``(F, seconds)``: the group merge factor of the implicit GEMM's forward on ``geom`` (1: no
+    merge; or the one ``grouped.forced_merge`` sets) and its estimated time, the expansion of the
+    weights included, at the level measured on grouped problems."""
+    forced = forced_factor(geom)
+    if forced is not None:
+        return forced, (_grouped_level(geom, device_id)
+                        * implicit_seconds(merged_geometry(geom, forced), device_id))
+    return _forward_merge(geom, device_id)
+
+
 @memoized(4096)
 def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    # the expansion: a memset and a copy of a few thousand weights, a few microseconds of device
-    # time in a prepared call (H100): counted as one launch
+    # the expansion, a memset and a copy of a few thousand weights, is counted as one launch (not
+    # measured apart; a prepared call replays both without Python work)
     level = _grouped_level(geom, device_id)
     return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S)
 

@@ -25,8 +25,8 @@ from typing import Callable
 
 from cupyconv._core.geometry import ConvGeometry
 
-# Most channels (input or output) of a merged group: beyond a 128-column tile's width merging only
-# adds zeros, and the weight copy grows as F^2.
+# Most channels (input or output) of a merged group: beyond the widest tile (128 columns, 128 rows
+# of backward-weight) merging only adds zeros, as multiply-adds and as weights to copy.
 MAX_MERGED_CHANNELS = 256
 
 
@@ -42,7 +42,7 @@ def merge_factors(geom: ConvGeometry) -> tuple[int, ...]:
         return ()
     g = geom.groups
     widest = max(geom.in_channels, geom.out_channels) // g
-    return tuple(f for f in range(2, g + 1) if g % f == 0 and f * widest <= MAX_MERGED_CHANNELS)
+    return tuple(f for f in range(2, min(g, MAX_MERGED_CHANNELS // widest) + 1) if g % f == 0)
 
 
 def merged_geometry(geom: ConvGeometry, factor: int) -> ConvGeometry:
@@ -147,8 +147,9 @@ def expand_weight(geom: ConvGeometry, w, factor: int):
 
 
 def extract_weight(geom: ConvGeometry, wm, w, factor: int) -> None:
-    """``w`` (the per-group weight gradient, any strides) = the diagonal blocks of the merged
-    ``wm`` (C-contiguous, the merged geometry's weight shape): one strided copy, recorded."""
+    """``w`` (the per-group weight gradient, C-contiguous as the public functions give it) = the
+    diagonal blocks of the merged ``wm`` (C-contiguous, the merged geometry's weight shape): one
+    strided copy, recorded."""
     from cupyconv._core.copy import copy_into
 
     cl = geom.channels_last

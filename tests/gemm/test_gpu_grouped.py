@@ -15,7 +15,6 @@ import pytest
 
 import cupyconv
 from cupyconv import reference
-from cupyconv._core.activation import activation_code
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.verify import (poison, random_array, rel_error, round_tf32, tf32_tolerance,
                                    tolerance)
@@ -162,7 +161,6 @@ def test_epilogue_views_and_weight_views(layout, method):
         y = cupyconv.conv(x, w, b, method=method, z=cupy.asarray(zh), activation="silu", **opts)
     pre = reference.conv(_f64(xh), _f64(wh), _f64(bh), **opts) + zh
     ref = pre / (1 + np.exp(-pre))
-    assert activation_code("silu") > 0
     assert rel_error(y, ref) <= tolerance("float32", ref)
 
 
