@@ -60,8 +60,11 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     layout : "NCHW" or "NHWC"
         Channels-first or channels-last, for any number of spatial dims.
     method : str
-        ``"auto"`` (the cheapest applicable algorithm) or one of the registered algorithms
-        (currently ``"direct"``); every method gives the same result within float tolerance.
+        ``"auto"`` (the cheapest applicable algorithm) or one of the registered algorithms:
+        ``"implicit_gemm"``, ``"im2col_gemm"``, ``"depthwise"`` (groups == channels),
+        ``"grouped_direct"`` (1 < groups < channels) and ``"direct"``; a method that cannot run
+        the problem raises ValueError.  Every method gives the same result within float
+        tolerance.
     precision : "exact", "tf32" or None
         float32 only: "tf32" lets the GEMM paths run on tensor cores with inputs rounded to TF32
         (10 mantissa bits, float32 accumulation; PyTorch's default for convolutions), "exact"

@@ -83,7 +83,7 @@ def test_problem_mix_covers_every_option():
     assert seen["group_kind"] == {"dense", "grouped", "depthwise"}
     assert seen["out"] == {None, "fresh", "offset"}
     assert seen["padding_form"] == set(fz.PADDING_FORMS)
-    assert seen["forward:method"] == set(fz.FORWARD_METHODS) | {"depthwise"}
+    assert seen["forward:method"] == set(fz.FORWARD_METHODS) | {"depthwise", "grouped_direct"}
     for ps in ("backward_data", "backward_weight", "transpose"):
         assert seen[ps + ":method"] == {"auto", "implicit_gemm", "depthwise"}
     assert seen["separable:method"] == set(fz.SEPARABLE_METHODS)
@@ -113,7 +113,7 @@ class RefLib:
         return out
 
     def conv(self, x, w, bias=None, *, method, out, **o):
-        assert method in fz.FORWARD_METHODS + ("depthwise",)
+        assert method in fz.FORWARD_METHODS + ("depthwise", "grouped_direct")
         return self._finish(reference.conv(x, w, bias, **o), out, x.dtype)
 
     def conv_backward_data(self, dy, w, input_shape, *, method, out, **o):

@@ -40,6 +40,9 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_RX": 4,           # channels-last depthwise: destination pixels per run (row walk)
     "DWCL_ACC": 36,         # ... backward-weight accumulators per thread (compute type)
     "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
+    "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
+    "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
+    "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)
     "SEP_THREADS": 256,     # fused separable kernel: threads per block
     "SEP_CC": 16,           # ... most intermediate channels per chunk
     "FP_WARPS": 8,          # signal plane kernel: warps per block
@@ -137,6 +140,15 @@ def load_source(name: str) -> str:
 # Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
 STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy",))
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
+# Grouped direct kernel (grouped_conv.cu): register tiles (TK output channels, TW pixels) per
+# thread; which one runs is the plan's choice (cupyconv._direct.grouped).  One binary per dtype.
+GROUPED_TILES = ((4, 8), (8, 4), (16, 4), (16, 2))
+
+
+def grouped_module(dtype: str) -> KernelModule:
+    return KernelModule("direct/grouped_conv.cu", ("grouped_conv",), (dtype,), variants=GROUPED_TILES)
+
+
 # Residual and activation of the fused epilogue as a pass of their own (after the depthwise kernels).
 EPILOGUE_PASS = KernelModule("common/epilogue_pass.cu", ("epilogue_pass",))
 IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
@@ -358,7 +370,8 @@ DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depth
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
-    DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + (
+    DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + tuple(
+    grouped_module(dtype) for dtype in DTYPES) + (
     STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),

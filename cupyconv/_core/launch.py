@@ -52,6 +52,14 @@ DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a launch gets without opting i
 
 
 @memoized(None)
+def sm_count(device_id: int) -> int:
+    """Multiprocessors of the device (the cost models' unit of parallelism)."""
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
+
+
+@memoized(None)
 def device_smem_limit(device: int, most: int) -> int:
     """Dynamic shared memory a kernel may ask for on ``device`` (opting in beyond 48 KB where the
     device allows it: 227 KB on H100), at most ``most``, less 1 KB for the kernels' static arrays

@@ -10,6 +10,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._dispatch.forward import Algorithm, heuristic_choice, planned_gemm
 from cupyconv._dispatch.tune import tuned_algorithm
+from cupyconv._gemm.forward import forward_merge
 
 
 def autotune_enabled() -> bool:
@@ -39,7 +40,8 @@ def tuned_choice(geom: ConvGeometry, device_id: int) -> Algorithm:
 
 def describe(geom: ConvGeometry, method: str = "auto", device_id: int | None = None) -> dict:
     """What ``method`` runs for ``geom``: algorithm, its cost estimate, and the GEMM tile
-    ``(BM, BN, BK, TM, TN)`` and split-K count where it is a GEMM path.  JSON-serializable."""
+    ``(BM, BN, BK, TM, TN)``, split-K count and group merge factor (1: groups run as they are)
+    where it is a GEMM path.  JSON-serializable."""
     if device_id is None:
         import cupy
 
@@ -52,5 +54,7 @@ def describe(geom: ConvGeometry, method: str = "auto", device_id: int | None = N
     if planned is not None:
         kernel, shape, plan = planned
         out["gemm"] = {"kernel": kernel, "m": shape[0], "n": shape[1], "k": shape[2],
-                       "batch": shape[3], "tile": list(plan.tile), "splits": plan.splits}
+                       "batch": shape[3], "tile": list(plan.tile), "splits": plan.splits,
+                       "merge": forward_merge(geom, device_id)[0]
+                       if algo.name == "implicit_gemm" else 1}
     return out

@@ -27,10 +27,11 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.channels_last import applies as channels_last_applies
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
+from cupyconv._direct.grouped import grouped_applicable, grouped_plan, run_grouped
 from cupyconv._direct.launch import run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
-from cupyconv._gemm.forward import (gemm_launch_shape, is_pointwise, run_im2col_gemm,
-                                    run_implicit_gemm)
+from cupyconv._gemm.forward import (forward_merge, gemm_launch_shape, is_pointwise,
+                                    run_im2col_gemm, run_implicit_gemm)
 from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
                                    forced_plan, grid_fits, plan_gemm, sm_count, with_build)
 
@@ -78,17 +79,16 @@ class Algorithm:
 
 # Cost hints are estimated seconds; only their ratios matter.  The GEMM paths take the planned
 # GEMM time (tile, split-K and wave quantization included, see _gemm.launch.plan_gemm) and add what
-# their operand view costs: the implicit loader's tap decoding (a factor measured on an H200,
-# benchmarks/NOTES.md), or the im2col buffer's round trip through memory; every launch beyond the
-# first adds LAUNCH_S (small problems are bound by launches, not by the GPU).
+# their operand view costs: the implicit loader's tap decoding (_gemm.launch.implicit_conv_seconds;
+# with the implicit GEMM's group merge, _gemm.forward.forward_merge), or the im2col buffer's round
+# trip through memory; every launch beyond the first adds LAUNCH_S (small problems are bound by
+# launches, not by the GPU).  The grouped direct kernel estimates itself (_direct.grouped).
 _DIRECT_RATE = 1.5e12
 # The direct kernel's thread walks its C/g x taps products one after the other: on a problem of
 # less than a wave of outputs that chain is the time (H100, benchmarks/NOTES.md: 7x7 1x1 layers of
 # 960 channels ran 139 us, ~145 ns per step).
 _DIRECT_STEP_S = 1.45e-7
 _DIRECT_THREADS_PER_SM = 2048
-_IMPLICIT_FACTOR = 1.15       # channels a multiple of the k-slice: one tap decode per slice
-_IMPLICIT_GENERIC_FACTOR = 3  # otherwise every element decodes its tap with divisions
 _IM2COL_PASSES = 6            # the im2col kernel's cost, in col-sized trips through memory
 _IM2COL_GEMM_FACTOR = 1.1
 
@@ -135,12 +135,11 @@ def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
 
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
-    kernel, shape = gemm_launch_shape(g, "implicit_gemm")
-    plan = plan_gemm(g.dtype, *shape, device_id, g.precision)
-    if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
-        return plan.seconds
-    uniform = (g.in_channels // g.groups) % plan.tile[2] == 0
-    return (_IMPLICIT_FACTOR if uniform else _IMPLICIT_GENERIC_FACTOR) * plan.seconds
+    return forward_merge(g, device_id)[1]
+
+
+def _grouped_cost(g: ConvGeometry, device_id: int) -> float:
+    return grouped_plan(g, sm_count(device_id))[1]
 
 
 def _im2col_applicable(g: ConvGeometry) -> bool:
@@ -158,8 +157,9 @@ def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
 
 FORWARD: dict[str, Algorithm] = {
     "implicit_gemm": Algorithm("implicit_gemm", _gemm_fits, _implicit_cost, run_implicit_gemm,
-                               "tiled GEMM reading x through an implicit im2col view (no buffer)",
-                               tiled=True),
+                               "tiled GEMM reading x through an implicit im2col view (no buffer); "
+                               "groups of few channels merged (block-diagonal weights) where "
+                               "that pays", tiled=True),
     "im2col_gemm": Algorithm("im2col_gemm", _im2col_applicable, _im2col_cost, run_im2col_gemm,
                              "explicit im2col buffer + one batched tiled GEMM", tiled=True),
     "depthwise": Algorithm("depthwise", depthwise_applicable, _depthwise_cost, run_depthwise,
@@ -167,6 +167,10 @@ FORWARD: dict[str, Algorithm] = {
                            "halo windows in shared memory (other channels-first), "
                            "channel vectors with a row walk (channels-last), "
                            "channel-parallel gather (channels-last with a channel multiplier)"),
+    "grouped_direct": Algorithm("grouped_direct", grouped_applicable, _grouped_cost, run_grouped,
+                                "1 < groups < channels: register tiles of a group's output "
+                                "channels x pixels per thread (few channels per group, "
+                                "channels-first)"),
     "direct": Algorithm("direct", lambda g: True, _direct_cost, run_direct,
                         "one output per thread; every option; the GPU reference"),
 }
@@ -186,7 +190,7 @@ def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
     """``(kernel, (m, n, k, batch), GemmPlan)`` that ``algo`` launches for ``geom``, or None where it
     does not use the tiled GEMM.  Reads the same plan functions as the launchers, so the report is
     what runs (the GPU tests compare it with :func:`cupyconv._gemm.launch.record_plans`)."""
-    launch = gemm_launch_shape(geom, algo.name) if algo.tiled else None
+    launch = gemm_launch_shape(geom, algo.name, device_id) if algo.tiled else None
     if launch is None:
         return None
     kernel, shape = launch

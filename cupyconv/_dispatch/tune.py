@@ -310,7 +310,7 @@ def forward_candidates(geom: ConvGeometry) -> list[Candidate]:
         if not algo.tiled:
             out.append(Candidate(name))
             continue
-        k = gemm_launch_shape(geom, name)[1][2]
+        k = gemm_launch_shape(geom, name, device_id)[1][2]  # (after the implicit GEMM's group merge)
         for tile in gemm_tiles(geom.dtype, main_loop):
             slices = math.ceil(k / tile[2])
             out += [Candidate(name, tile, s) for s in SPLIT_CHOICES if s == 1 or slices >= 4 * s]

@@ -10,6 +10,10 @@ reaches are zero-filled): no atomics, no im2col-sized buffer, bitwise reproducib
 Backward-weight is the GEMM dw[k, (tap, c)] = sum over pixels P of dy[P, k] * im2col(x)[P, (tap, c)],
 with the im2col matrix read implicitly from channels-last x (conv_wgrad.cu, no buffer) and split-K
 (deterministic two-stage) over the long pixel range.
+
+Grouped problems with few channels per group run as merged groups (:mod:`cupyconv._gemm.grouped`)
+where each pass's cost estimate says that pays: backward-data on the block-diagonal weights,
+backward-weight as the merged weight's gradient, of which only the diagonal blocks are kept.
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from dataclasses import dataclass, replace
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
+from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import MATH_SIMT, MATH_WGMMA
 from cupyconv._core.program import scratch, zero_fill
-from cupyconv._gemm.launch import ImplicitConv, launch_conv_wgrad, launch_implicit_conv
+from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
+                                    merged_geometry)
+from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, implicit_conv_seconds,
+                                   launch_conv_wgrad, launch_implicit_conv, plan_gemm)
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,27 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
     return PhasePlan(tuple(plan), zero_fill)
 
 
+def data_seconds(geom: ConvGeometry, device_id: int) -> float:
+    """Estimated seconds of backward-data's implicit launches on ``geom`` as given (no group
+    merge), one per stride phase.  (The copies of several phases' rows into dx cost the same
+    whatever the merge, so the merge choice leaves them out.)"""
+    return sum(implicit_conv_seconds(ph.prob, device_id) for ph in phase_plan(geom).phases)
+
+
+def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    """``(F, seconds)``: backward-data's group merge factor on ``geom`` (or the forced one) and
+    its estimate, the weight expansion (a memset and a copy: one launch) included."""
+    forced = forced_factor(geom)
+    if forced is not None:
+        return forced, data_seconds(merged_geometry(geom, forced), device_id)
+    return _data_merge(geom, device_id)
+
+
+@memoized(4096)
+def _data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    return best_factor(geom, lambda g: data_seconds(g, device_id), LAUNCH_S)  # (as forward_merge)
+
+
 def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     """dx = the gradient of conv(x, w) with respect to x, given dy; dx C-contiguous.  The caller
     holds the arrays' device.  ``bias`` (per dx channel, unit stride; a transposed convolution's)
@@ -141,6 +171,10 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     was (rows no tap reaches are zero-filled, so there it is left to the caller)."""
     import cupy
 
+    factor = data_merge(geom, dx.data.device_id)[0]
+    if factor > 1:
+        w = expand_weight(geom, w, factor)
+        geom = merged_geometry(geom, factor)
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)  # (a view)
     w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
     plan = phase_plan(geom)
@@ -158,9 +192,60 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     return bias is not None
 
 
+# Backward-weight's loaders move vectors (16-byte chunks on the tensor-core loops, which then
+# copy asynchronously) only where the group's channels of dy and x split into them; otherwise
+# element by element.  A guess at the slowdown, NOT measured.
+_WGRAD_UNALIGNED_FACTOR = 2.0
+# On Hopper, backward-weight's tiles of fewer than 128 rows (output channels) cannot feed the
+# wgmma loop (its im2col operand is MN-major, which needs 64-column warpgroup tiles:
+# WgmmaTile::feeds) and run on mma.sync: with 64 merged output channels instead of 128 the pass
+# took 3.5-4.3x as long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/NOTES.md).
+_WGRAD_WGMMA_ROWS = 128
+_WGRAD_NARROW_FACTOR = 3.5
+
+
+def weight_seconds(geom: ConvGeometry, device_id: int) -> float:
+    """Estimated seconds of backward-weight on ``geom`` as given (no group merge): the planned
+    GEMM (Kg x taps * Cg over the output pixels), slower where its operands do not vectorize."""
+    g = geom.groups
+    kg, cg = geom.out_channels // g, geom.in_channels // g
+    plan = plan_gemm(geom.dtype, kg, cg * math.prod(geom.kernel),
+                     geom.batch * math.prod(geom.out_spatial), g, device_id, geom.precision)
+    width = 4 if plan.math == MATH_SIMT else max(4, 16 // itemsize(geom.dtype))
+    aligned = geom.channels_last and kg % width == 0 and cg % width == 0
+    narrow = plan.math == MATH_WGMMA and kg < _WGRAD_WGMMA_ROWS
+    return (plan.seconds * (IMPLICIT_FACTOR if aligned else _WGRAD_UNALIGNED_FACTOR)
+            * (_WGRAD_NARROW_FACTOR if narrow else 1.0))
+
+
+def weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    """``(F, seconds)``: backward-weight's group merge factor on ``geom`` (or the forced one) and
+    its estimate, the extraction of the diagonal blocks (a copy) included."""
+    forced = forced_factor(geom)
+    if forced is not None:
+        return forced, weight_seconds(merged_geometry(geom, forced), device_id)
+    return _weight_merge(geom, device_id)
+
+
+@memoized(4096)
+def _weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    return best_factor(geom, lambda g: weight_seconds(g, device_id), LAUNCH_S)
+
+
 def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  The caller
     holds the arrays' device."""
+    factor = weight_merge(geom, dw.data.device_id)[0]
+    if factor > 1:
+        dw_m = scratch(merged_geometry(geom, factor).weight_shape, geom.dtype)
+        _run_backward_weight(merged_geometry(geom, factor), x, dy, dw_m)
+        extract_weight(geom, dw_m, dw, factor)
+        return
+    _run_backward_weight(geom, x, dy, dw)
+
+
+def _run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
+    """run_backward_weight on ``geom`` as given (no group merge)."""
     import cupy
 
     if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies

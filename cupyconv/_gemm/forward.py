@@ -2,6 +2,8 @@
 
 Both express conv as one batched GEMM launch per call (groups, and for channels-first the images,
 are the batch), with the bias, the residual z and the activation applied in the GEMM epilogue.
+The implicit GEMM runs grouped problems with few channels per group as merged groups with
+block-diagonal weights where its cost model says that pays (:mod:`cupyconv._gemm.grouped`).
 """
 
 from __future__ import annotations
@@ -9,12 +11,18 @@ from __future__ import annotations
 import math
 
 from cupyconv._core.activation import NO_ACTIVATION
+from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import MATH_SIMT
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch
+from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, merged_geometry,
+                                    mergeable)
 from cupyconv._gemm.im2col import run_im2col
-from cupyconv._gemm.launch import MatrixView, OutMap, run_conv_fprop, run_gemm
+from cupyconv._gemm.launch import (LAUNCH_S, ImplicitConv, MatrixView, OutMap, implicit_conv_seconds,
+                                   plan_gemm, run_conv_fprop, run_gemm)
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:
@@ -51,7 +59,12 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int, z=None,
 def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None,
                       act: int = NO_ACTIVATION) -> None:
     """No buffer: 1x1/stride-1/unpadded convs are a plain GEMM on x; the rest read x through the
-    implicit-im2col loader.  y = act(conv + bias + z), z with y's strides."""
+    implicit-im2col loader; grouped problems as merged groups where :func:`forward_merge` says so.
+    y = act(conv + bias + z), z with y's strides."""
+    factor = forward_merge(geom, y.data.device_id)[0]
+    if factor > 1:
+        w = expand_weight(geom, w, factor)
+        geom = merged_geometry(geom, factor)
     if is_pointwise(geom) and pointwise_as_gemm(geom):
         _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1, z=z, act=act)
     else:
@@ -67,10 +80,14 @@ def pointwise_as_gemm(geom: ConvGeometry) -> bool:
     return math.prod(geom.spatial) >= 1024 and geom.batch * geom.groups <= GRID_YZ_MAX
 
 
-def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
+def gemm_launch_shape(geom: ConvGeometry, algorithm: str, device_id: int | None = None):
     """``(kernel, (m, n, k, batch))`` of the one tiled-GEMM launch that ``algorithm`` makes for
     ``geom`` (kernel "gemm": the dense GEMM, "conv_fprop": the implicit one), or None for the
-    algorithms that do not use the tiled GEMM.  The cost model and the plan report read it."""
+    algorithms that do not use the tiled GEMM.  The cost model and the plan report read it.
+    With ``device_id``, the implicit GEMM's launch on that device, after its group merge
+    (:func:`forward_merge`); without, the launch of ``geom`` as given."""
+    if algorithm == "implicit_gemm" and device_id is not None:
+        geom = merged_geometry(geom, forward_merge(geom, device_id)[0])
     m, n, k, b = geom.gemm_forward
     dense = algorithm == "im2col_gemm" or (algorithm == "implicit_gemm" and is_pointwise(geom)
                                             and pointwise_as_gemm(geom))
@@ -82,6 +99,49 @@ def gemm_launch_shape(geom: ConvGeometry, algorithm: str):
         return "gemm", (m, n, k, b)
     # channels-first: one GEMM per (image, group) over that image's output pixels (_run_matrix_conv)
     return "gemm", (math.prod(geom.out_spatial), n, k, b * geom.batch)
+
+
+def implicit_seconds(geom: ConvGeometry, device_id: int) -> float:
+    """Estimated seconds of the implicit GEMM on ``geom`` as given (no group merge): the planned
+    GEMM time, times the implicit view's factor where x is read through it."""
+    kernel, shape = gemm_launch_shape(geom, "implicit_gemm")
+    if kernel == "gemm":  # 1x1: a plain GEMM on x, no view to decode
+        return plan_gemm(geom.dtype, *shape, device_id, geom.precision).seconds
+    return implicit_conv_seconds(ImplicitConv.from_geometry(geom), device_id)
+
+
+# The implicit GEMM's estimate against its measured time on grouped problems on tensor cores (H100,
+# the ResNeXt-50 3x3 layers in float16 with every merge factor; benchmarks/NOTES.md): the kernels
+# took 1.6-3.6x the estimate channels-last and 6-11x channels-first (whose loader reads x element
+# by element and never copies asynchronously).  The forward's choice against the grouped direct
+# kernel, whose estimate was fitted, needs that level.  Not applied to dense problems (not measured
+# this way) nor to the SIMT loop, whose rates were measured on dense layers.
+_GROUPED_TENSOR_CORE_FACTOR = {True: 2.5, False: 8.0}  # by channels_last
+
+
+def _grouped_level(geom: ConvGeometry, device_id: int) -> float:
+    if not mergeable(geom) or gemm_math(geom.dtype, geom.precision, device_id) == MATH_SIMT:
+        return 1.0
+    return _GROUPED_TENSOR_CORE_FACTOR[geom.channels_last]
+
+
+def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    """``(F, seconds)``: the group merge factor of the implicit GEMM's forward on ``geom`` (1: no
+    merge; or the one ``grouped.forced_merge`` sets) and its estimated time, the expansion of the
+    weights included, at the level measured on grouped problems."""
+    forced = forced_factor(geom)
+    if forced is not None:
+        return forced, (_grouped_level(geom, device_id)
+                        * implicit_seconds(merged_geometry(geom, forced), device_id))
+    return _forward_merge(geom, device_id)
+
+
+@memoized(4096)
+def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    # the expansion, a memset and a copy of a few thousand weights, is counted as one launch (not
+    # measured apart; a prepared call replays both without Python work)
+    level = _grouped_level(geom, device_id)
+    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S)
 
 
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION) -> None:

@@ -30,8 +30,9 @@ from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, M
                                     conv_wgrad_module, gemm_module, gemm_tiles, mma_smem_bytes)
 from cupyconv._core.precision import gemm_math, runs_instead
 from cupyconv._core.launch import (DEFAULT_SMEM, GRID_YZ_MAX, element_strides, int64s, ints,
-                                   launch_grid)
+                                   launch_grid, sm_count)
 from cupyconv._core.program import not_preparable, scratch, zero_fill
+from cupyconv._gemm.grouped import merge_forced
 
 # Relative speed of a full tile of each shape (bigger tiles reuse more per load); only the
 # comparison between tiles matters.  Measured order on H200: 128x128 > 128x64 > 64x64.
@@ -93,13 +94,6 @@ def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
         return False
     aligned = c.data.ptr % (4 * c.itemsize) == 0
     return aligned and all(s % 4 == 0 for s in others + tuple(batch_strides))
-
-
-@memoized(None)
-def sm_count(device_id: int) -> int:
-    import cupy
-
-    return cupy.cuda.runtime.getDeviceProperties(device_id)["multiProcessorCount"]
 
 
 # Rates measured on an H200 (benchmarks/NOTES.md): the 128x128 tile's SGEMM rate, and the
@@ -216,9 +210,10 @@ def record_plans():
 
 
 def plan_hooks_active() -> bool:
-    """Whether a :func:`forced_plan` or :func:`record_plans` block is active: calls made there
-    must plan afresh (and are not remembered), so the hooks see every launch."""
-    return _FORCED.get() is not None or _RECORD.get() is not None
+    """Whether a :func:`forced_plan`, :func:`record_plans` or ``grouped.forced_merge`` block is
+    active: calls made there must plan afresh (and are not remembered), so the hooks see every
+    launch."""
+    return _FORCED.get() is not None or _RECORD.get() is not None or merge_forced()
 
 
 def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, dtype: str,
@@ -370,6 +365,23 @@ class ImplicitConv:
         """(M, N, K, batch) of the GEMM: pixels x out-channels-per-group x (taps, channels)."""
         return (self.batch * math.prod(self.out_spatial), self.out_channels // self.groups,
                 self.in_channels // self.groups * math.prod(self.kernel), self.groups)
+
+
+# What reading an operand through the implicit im2col view costs over a dense GEMM of its shape (a
+# factor on the planned GEMM time, measured on an H200, benchmarks/NOTES.md): with channels per
+# group a multiple of the k-slice, one tap decode per slice; otherwise every element decodes its
+# tap with divisions (and the tensor-core loops lose their 16-byte copies).
+IMPLICIT_FACTOR = 1.15
+IMPLICIT_GENERIC_FACTOR = 3
+
+
+def implicit_conv_seconds(prob: ImplicitConv, device_id: int) -> float:
+    """Estimated seconds of one implicit-kernel launch of ``prob``: the planned GEMM time times
+    the view's factor (the channel count per group decides whether k-slices keep to one tap)."""
+    m, n, k, groups = prob.gemm
+    plan = plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision)
+    uniform = (prob.in_channels // prob.groups) % plan.tile[2] == 0
+    return (IMPLICIT_FACTOR if uniform else IMPLICIT_GENERIC_FACTOR) * plan.seconds
 
 
 # Rows (output pixels) of one implicit-GEMM launch.  The kernels index rows and tile origins in

@@ -63,3 +63,22 @@ class HostModule:
         assert shape.smem <= 96 * 1024
         fn = getattr(self._lib, f"host_entry_{self._index[name_expression]}")
         fn(args, dims)
+
+    def call(self, name_expression: str, grid, block, args, smem: int = 0) -> None:
+        """Run instantiation ``name_expression`` on ``grid`` x ``block`` with the kernel's own
+        argument list, as a GPU launcher passes it: NumPy arrays (or views: the address of the
+        first element) and NumPy scalars (``np.int32``, ``np.int64``: passed by value)."""
+        keep, ptrs = [], []
+        for a in args:
+            if isinstance(a, np.ndarray):
+                ptrs.append(a.__array_interface__["data"][0])
+            else:
+                box = np.array([a], dtype=np.asarray(a).dtype)
+                keep.append(box)
+                ptrs.append(box.ctypes.data)
+        argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        assert smem <= 96 * 1024
+        fn = getattr(self._lib, f"host_entry_{self._index[name_expression]}")
+        fn(argv, (ctypes.c_uint * 6)(*grid, *block))

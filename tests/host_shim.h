@@ -1,5 +1,5 @@
 // Just enough of CUDA to compile a kernel module's source as host C++ and run its kernels on CPU
-// threads (tests/depthwise/host_kernels.py): one std::thread per GPU thread of a block, a
+// threads (tests/host_kernels.py): one std::thread per GPU thread of a block, a
 // std::barrier for __syncthreads, blocks one after another.  Kernels see the HIPRTC branch of
 // common.cuh (its bf16 is plain bits); __half is IEEE binary16 bits with round-to-nearest-even.
 #pragma once
@@ -7,7 +7,9 @@
 #include <barrier>
 #include <cstdint>
 #include <cstring>
+#include <math.h>  // expf, erf, fma (float and double overloads) of the epilogues and loops
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
@@ -124,10 +127,16 @@ void host_run_grid(host_dim3 grid, host_dim3 block, Body body) {
       }
 }
 
-// Call kernel `f` with its pointer arguments taken from `args` in order.
+// Call kernel `f` with its arguments taken from `args` in order: a pointer parameter gets the
+// address itself, any other (a scalar) the value stored at the address.
+template <typename P>
+P host_arg(void* a) {
+  if constexpr (std::is_pointer_v<P>) return reinterpret_cast<P>(a);
+  else return *reinterpret_cast<const P*>(a);
+}
 template <typename... P, std::size_t... I>
 void host_call(void (*f)(P...), void* const* args, std::index_sequence<I...>) {
-  f(reinterpret_cast<P>(args[I])...);
+  f(host_arg<P>(args[I])...);
 }
 template <typename... P>
 void host_launch(void (*f)(P...), void* const* args, const unsigned* dims) {
