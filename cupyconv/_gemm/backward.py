@@ -27,6 +27,7 @@ from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import MATH_SIMT, MATH_WGMMA
+from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
                                     merged_geometry)
@@ -244,6 +245,19 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     _run_backward_weight(geom, x, dy, dw)
 
 
+# Experiment switch for benchmarks/exp_wgrad_nchw.py: None lets stage_nchw_x decide, a bool forces.
+STAGE_NCHW_X: bool | None = None
+
+
+def stage_nchw_x(geom: ConvGeometry, device_id: int) -> bool:
+    """Whether channels-first backward-weight copies x to channels-last before the kernel (dy is
+    always copied) rather than reading it through its strides.  Strided x (channel stride H*W)
+    defeats the loader's vector and asynchronous copies, which the tensor-core loops depend on."""
+    if STAGE_NCHW_X is not None:
+        return STAGE_NCHW_X
+    return gemm_math(geom.dtype, geom.precision, device_id) != MATH_SIMT
+
+
 def _run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """run_backward_weight on ``geom`` as given (no group merge)."""
     import cupy
@@ -251,7 +265,10 @@ def _run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     if not geom.channels_last:  # one kernel formulation: go through channels-last views/copies
         geom_l = replace(geom, layout="NHWC")
         dw_l = scratch(geom_l.weight_shape, geom.dtype)
-        launch_conv_wgrad(ImplicitConv.from_geometry(geom_l), cupy.moveaxis(x, 1, -1),
+        x_l = cupy.moveaxis(x, 1, -1)
+        if stage_nchw_x(geom, dw.data.device_id):
+            x_l = contiguous(x_l)
+        launch_conv_wgrad(ImplicitConv.from_geometry(geom_l), x_l,
                           contiguous(cupy.moveaxis(dy, 1, -1)), dw_l)
         copy_into(cupy.moveaxis(dw_l, -1, 1), dw)
         return

@@ -1,0 +1,84 @@
+"""Channels-last depthwise: device time of each channels-per-thread width (VEC) and runs-per-thread
+cap (MAX_ROUNDS) on every depthwise layer of MobileNetV2 and EfficientNet-B0 (batch 32), so the
+plan's choice can be set from measurements (issue 17 item 1).
+
+    python3 benchmarks/exp_depthwise_cl.py [--dtypes float16,float32] [--out DIR]
+
+Prints one line per (layer, dtype, pass): ms for each (vec, rounds) setting, the fastest marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import measure  # noqa: E402
+from bench_depthwise_nets import BATCH, bench_layers, geometry, our_calls  # noqa: E402
+from cupyconv._core.caches import clear_caches  # noqa: E402
+from cupyconv._core.dtypes import itemsize  # noqa: E402
+from cupyconv._depthwise import channels_last  # noqa: E402
+
+PASSES = ("forward", "backward-data", "backward-weight")
+
+
+def settings(dtype: str):
+    """(vec, max_rounds) pairs to time: every instantiated width but 1, two round caps."""
+    vecs = [v for v in channels_last.DEPTHWISE_CL_VECS[dtype] if v > 1]
+    return [(v, r) for v in vecs for r in (1, 4)]
+
+
+def use(dtype: str, vec: int, rounds: int) -> None:
+    channels_last.DEPTHWISE_CL_VECS[dtype] = (vec, 1)
+    channels_last.MAX_ROUNDS = rounds
+    clear_caches()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="float16,float32")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    torch = measure.load_torch()
+    l2 = measure.device_facts()["l2_bytes"]
+    original = dict(channels_last.DEPTHWISE_CL_VECS), channels_last.MAX_ROUNDS
+    rows = []
+    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+        layer = entry.layer
+        for dtype in args.dtypes.split(","):
+            geom = geometry(layer, dtype, "NHWC")
+            nbytes = geom.bytes_moved(itemsize(dtype))
+            copies = measure.rotation_copies(l2, nbytes, cap=32)
+            shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
+            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
+                                                   seed=zlib.crc32(entry.label.encode()))
+            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+            calls = our_calls(layer, geom)
+            for name in PASSES:
+                times = {}
+                for vec, rounds in settings(dtype):
+                    use(dtype, vec, rounds)
+                    times[f"v{vec}r{rounds}"] = measure.rotated_graph_ms(
+                        calls[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
+                best = min(times, key=times.get)
+                rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
+                             "bytes": nbytes, "ms": times, "best": best})
+                print(f"{entry.label:26s} {dtype:8s} {name:16s} "
+                      + "  ".join(f"{k} {v:.4f}{'*' if k == best else ' '}"
+                                  for k, v in times.items()), flush=True)
+            channels_last.DEPTHWISE_CL_VECS.update(original[0])
+            channels_last.MAX_ROUNDS = original[1]
+            clear_caches()
+    if args.out:
+        Path(args.out, "exp-depthwise-cl.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
