@@ -90,6 +90,10 @@ def _resolve_output(output, x, complex_output: bool):
         if complex_output and arr.dtype.kind != "c":
             raise RuntimeError("output must have complex dtype")
         dtype = arr.dtype
+    if dtype.kind == "c" and not complex_output and x.dtype.kind != "c":
+        # SciPy's kernels do not write real results into complex arrays
+        raise RuntimeError(f"array type {dtype} not supported: a real input filtered with real "
+                           f"weights has a real output")
     if dtype.name not in ND_CTYPES:
         raise TypeError(f"output dtype {dtype.name} is not supported; use one of "
                         f"{', '.join(ND_CTYPES)}")
@@ -140,9 +144,13 @@ def _origin(origin, lenw: int, name: str = "origin") -> int:
     return origin
 
 
-def _check_cval(cval, complex_data: bool):
-    if np.iscomplexobj(cval) and not complex_data:
-        raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+def _check_cval(cval, complex_input: bool, complex_weights: bool = False):
+    """A complex cval needs complex input (SciPy: ValueError with complex weights, TypeError
+    otherwise)."""
+    if np.iscomplexobj(cval) and not complex_input:
+        if complex_weights:
+            raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+        raise TypeError(f"cval={cval!r}: must be real number, not complex (the input is real)")
     return cval
 
 
@@ -213,7 +221,7 @@ def _filter1d(x, w, axis, output, mode, cval, origin, divisor=1.0):
     axis = _axis(axis, x.ndim)
     origin = _origin(origin, w.shape[0])
     code = mode_code(mode)
-    cval = _check_cval(cval, complex_out)
+    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
     p = _Pass(axis, w.astype(np.complex128 if complex_out else np.float64),
               w.shape[0] // 2 + origin, code, cval, divisor)
     return _run_passes(x, [p], out_arr, out_dtype)
@@ -275,7 +283,7 @@ def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes)
     code = mode_code(mode)
     complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
     out_arr, out_dtype = _resolve_output(output, x, complex_out)
-    cval = _check_cval(cval, complex_out)
+    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
     taps = w.astype(np.complex128 if complex_out else np.float64)
     left = [s // 2 + o for s, o in zip(w.shape, origins)]
 
@@ -385,7 +393,7 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     x = _input(input)
     out_arr, out_dtype = _resolve_output(output, x, False)
     chain = _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes)
-    _check_cval(cval, x.dtype.kind == "c" or out_dtype.kind == "c")
+    _check_cval(cval, x.dtype.kind == "c")
     return _run_passes(x, chain, out_arr, out_dtype)
 
 
