@@ -226,6 +226,15 @@ class _WorkerPool:
 
 
 # --------------------------------------------------------------------------- driver
+def all_modules() -> tuple:
+    """REGISTRY plus the families that keep a registry of their own: cupyconv.ndimage, whose
+    modules are (input, output, compute) dtype triples built on demand (its check_modules() is
+    the representative set)."""
+    from cupyconv._ndimage.kernels import check_modules
+
+    return tuple(REGISTRY) + check_modules()
+
+
 @memoized(None)
 def _compiler_version(vendor: str) -> str:
     """The compiler's version, for the result cache's key ("?" where it cannot be asked)."""
@@ -338,9 +347,10 @@ def main(out=None) -> int:
         if r.status != "ok":
             print("    " + r.log.strip().replace("\n", "\n    ")[:4000], file=out)
 
-    print(f"compiling {len(REGISTRY)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} "
+    modules = all_modules()
+    print(f"compiling {len(modules)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} "
           f"(NVRTC) and AMD {', '.join(AMD_ARCHS)} (HIPRTC)", file=out, flush=True)
-    results = run_check(progress=show)
+    results = run_check(modules, progress=show)
     passed, line = summarize(results)
     print(line + ("" if passed else "  -> FAILED"), file=out)
     return 0 if passed else 1

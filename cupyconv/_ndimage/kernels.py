@@ -1,0 +1,81 @@
+"""Kernel modules of cupyconv.ndimage (``kernel_src/ndimage/ndimage.cu``).
+
+Each kernel is a template over (input storage type, output storage type, compute type), so an
+integer or float32 image is read and written in its own type, with no conversion pass.  One
+binary per such triple, compiled at first use; :func:`check_modules` names the representative set
+the GPU-free compile check builds (each storage type once on each side, each compute type).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cupyconv._core.caches import memoized
+from cupyconv._core.kernels import KernelModule
+
+# Constants shared by the kernels and the launch code (passed as defines; the kernels stop with
+# #error where one is missing).
+ND_CONSTANTS: dict[str, int] = {
+    "ND_THREADS": 256,   # threads per block of nd_line_row, nd_line_direct, nd_dense
+    "ND_RX": 5,          # nd_line_row: adjacent outputs per thread (odd: conflict-free)
+    "ND_RY": 8,          # nd_line_col: outputs per thread down the axis, compute types <= 8 bytes
+    "ND_RY_WIDE": 4,     # ... 16-byte compute types (complex128)
+    "ND_MAX_DIMS": 8,    # nd_dense: most dims after merging the unfiltered ones
+    # boundary modes (nd_boundary.cuh; names in cupyconv._ndimage.boundary)
+    "ND_NEAREST": 0,
+    "ND_WRAP": 1,
+    "ND_REFLECT": 2,
+    "ND_MIRROR": 3,
+    "ND_CONSTANT": 4,
+}
+
+# Storage and compute dtype name -> C++ type of the kernels' templates.
+ND_CTYPES = {
+    "uint8": "unsigned char", "int8": "signed char", "uint16": "unsigned short", "int16": "short",
+    "uint32": "unsigned int", "int32": "int", "uint64": "unsigned long long", "int64": "long long",
+    "float32": "float", "float64": "double",
+    "complex64": "nd::complex<float>", "complex128": "nd::complex<double>",
+}
+STORAGE_DTYPES = tuple(ND_CTYPES)
+COMPUTE_DTYPES = ("float32", "float64", "complex64", "complex128")
+TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense")
+SOURCE = "ndimage/ndimage.cu"
+
+
+@dataclass(frozen=True)
+class NdModule(KernelModule):
+    """A :class:`KernelModule` whose ``dtypes`` are ``"in:out:compute"`` triples, each naming
+    the three template arguments of every kernel."""
+
+    def name_expression(self, template: str, dtype: str, variant: tuple[int, ...] = ()) -> str:
+        args = [ND_CTYPES[d] for d in dtype.split(":")] + [str(v) for v in self.tile + tuple(variant)]
+        return f"{template}<{', '.join(args)}>"
+
+
+def triple(in_dtype: str, out_dtype: str, compute: str) -> str:
+    return f"{in_dtype}:{out_dtype}:{compute}"
+
+
+@memoized(None)
+def nd_module(in_dtype: str, out_dtype: str, compute: str) -> NdModule:
+    """The binary of every ndimage kernel for one (input, output, compute) dtype triple."""
+    for name, d in (("input", in_dtype), ("output", out_dtype)):
+        if d not in ND_CTYPES:
+            raise ValueError(f"{name} dtype {d} has no ndimage kernel")
+    if compute not in COMPUTE_DTYPES:
+        raise ValueError(f"compute dtype {compute} has no ndimage kernel")
+    return NdModule(SOURCE, TEMPLATES, (triple(in_dtype, out_dtype, compute),),
+                    defines=tuple(ND_CONSTANTS.items()))
+
+
+def check_modules() -> tuple[NdModule, ...]:
+    """The modules the compile check builds: every storage type in and out with its default
+    compute type, the complex compute types, and float32 through float64 (mixed precision)."""
+    from cupyconv._ndimage.dtypes import compute_dtype
+
+    out = []
+    for d in STORAGE_DTYPES:
+        out.append(nd_module(d, d, compute_dtype(d, d, False)))
+    out += [nd_module("float32", "complex64", "complex64"), nd_module("uint8", "float64", "float64"),
+            nd_module("float32", "float64", "float64"), nd_module("int16", "complex128", "complex128")]
+    return tuple(dict.fromkeys(out))

@@ -1,0 +1,272 @@
+// Kernels of cupyconv.ndimage (scipy.ndimage's correlate/convolve family).
+//
+// Every kernel is a template <Tin, Tout, A>: the input's storage type, the output's, and the
+// compute type A (float, double or nd::complex of them) in which values are staged and summed.
+// The host (cupyconv/_ndimage) folds convolution, complex conjugation and origins into the
+// weights and the left halo, so the kernels only correlate:
+//
+//   y[i] = sum_k w[k] * X(i + k - left)        X: the input read through the boundary mode
+//
+// Weights arrive in A, followed by two more A values: cval, the constant of mode "constant", and
+// a divisor applied to each sum (1 except for uniform filters).  The
+// sizes come packed in an int64 array `prm` (one argument however many dims; see each kernel).
+//
+//   nd_line_row   1-d pass along the last (contiguous) axis: a block stages a run of one row plus
+//                 its halo in shared memory (boundary applied while staging), each thread slides
+//                 a register window over RX adjacent outputs, and the outputs leave through
+//                 shared memory as coalesced rows.
+//   nd_line_col   1-d pass along any other axis, the array seen as (outer, n, inner): a block
+//                 stages TN = 8 * RY rows of the axis plus halo by 32 columns of `inner` (coalesced
+//                 loads and stores), each thread walks RY outputs down its column.
+//   nd_line_direct  the same pass without shared memory, one output per thread: filters too long
+//                 for the staged tiles.
+//   nd_dense      N-d correlation with a dense N-d filter (nonzero taps listed by the host), one
+//                 output per thread; outputs whose window lies inside the array read through
+//                 precomputed linear offsets, the others map every coordinate.
+#include "common.cuh"
+#include "nd_boundary.cuh"
+
+#if !defined(ND_THREADS) || !defined(ND_RX) || !defined(ND_RY) || !defined(ND_RY_WIDE) || !defined(ND_MAX_DIMS)
+#error "compile with the defines of cupyconv._ndimage.kernels.ND_CONSTANTS"
+#endif
+
+namespace nd {
+
+// Complex numbers with the memory layout of NumPy's complex64/complex128.
+template <typename R>
+struct alignas(2 * sizeof(R)) complex {
+  R re, im;
+};
+
+template <typename T> struct is_integer { static const bool value = false; };
+template <> struct is_integer<signed char> { static const bool value = true; };
+template <> struct is_integer<unsigned char> { static const bool value = true; };
+template <> struct is_integer<short> { static const bool value = true; };
+template <> struct is_integer<unsigned short> { static const bool value = true; };
+template <> struct is_integer<int> { static const bool value = true; };
+template <> struct is_integer<unsigned int> { static const bool value = true; };
+template <> struct is_integer<long long> { static const bool value = true; };
+template <> struct is_integer<unsigned long long> { static const bool value = true; };
+
+template <typename A> __device__ __forceinline__ A zero() { return A(0); }
+template <> __device__ __forceinline__ complex<float> zero<complex<float> >() { return {0.f, 0.f}; }
+template <> __device__ __forceinline__ complex<double> zero<complex<double> >() { return {0.0, 0.0}; }
+
+// Storage -> compute type (real to real or complex, complex to complex).
+template <typename A, typename T> struct load {
+  static __device__ __forceinline__ A as(const T v) { return A(v); }
+};
+template <typename R, typename T> struct load<complex<R>, T> {
+  static __device__ __forceinline__ complex<R> as(const T v) { return {R(v), R(0)}; }
+};
+template <typename R, typename S> struct load<complex<R>, complex<S> > {
+  static __device__ __forceinline__ complex<R> as(const complex<S> v) { return {R(v.re), R(v.im)}; }
+};
+
+// Compute -> storage type.  Integer outputs truncate toward zero and keep the low bits (through
+// int64), as SciPy's C cast does on x86; a direct float-to-unsigned conversion would saturate on
+// GPUs instead.
+template <typename T, typename A> struct store {
+  static __device__ __forceinline__ T as(const A v) {
+    return is_integer<T>::value ? T((long long)v) : T(v);
+  }
+};
+template <typename S, typename A> struct store<complex<S>, A> {
+  static __device__ __forceinline__ complex<S> as(const A v) { return {S(v), S(0)}; }
+};
+template <typename S, typename R> struct store<complex<S>, complex<R> > {
+  static __device__ __forceinline__ complex<S> as(const complex<R> v) { return {S(v.re), S(v.im)}; }
+};
+
+template <typename A> __device__ __forceinline__ void madd(A& acc, const A a, const A b) { acc += a * b; }
+// acc / d for the real divisor d (the real part of a complex one): uniform filters divide their
+// integer-exact sums once, as SciPy does, instead of summing rounded 1 / size weights.
+template <typename A> __device__ __forceinline__ A divide(const A acc, const A d) { return acc / d; }
+template <typename R>
+__device__ __forceinline__ complex<R> divide(const complex<R> acc, const complex<R> d) {
+  return {acc.re / d.re, acc.im / d.re};
+}
+template <typename R>
+__device__ __forceinline__ void madd(complex<R>& acc, const complex<R> a, const complex<R> b) {
+  acc.re += a.re * b.re - a.im * b.im;
+  acc.im += a.re * b.im + a.im * b.re;
+}
+
+// Rows per thread of nd_line_col: fewer for 16-byte compute types (registers, shared memory).
+template <typename A> struct col_ry { static const int value = sizeof(A) <= 8 ? ND_RY : ND_RY_WIDE; };
+
+}  // namespace nd
+
+// prm: rows, n, K, left, mode.  Grid: x over runs of ND_THREADS * ND_RX outputs of a row, y over
+// rows (grid-stride).  Shared memory: K weights, cval and divisor, then the run plus K halo values (one past the
+// halo: the window's last step reads it and drops it).
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(ND_THREADS)
+nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+            const long long* __restrict__ prm) {
+  const nd::index_t rows = prm[0], n = prm[1];
+  const int K = (int)prm[2], left = (int)prm[3], mode = (int)prm[4];
+  const int L = ND_THREADS * ND_RX, tid = threadIdx.x;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* ws = reinterpret_cast<A*>(smem_raw);
+  A* tile = ws + K + 2;
+  for (int i = tid; i < K + 2; i += ND_THREADS) ws[i] = w[i];
+  const nd::index_t start = (nd::index_t)blockIdx.x * L;
+  for (nd::index_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const Tin* xr = x + row * n;
+    __syncthreads();  // weights staged; the previous row's outputs have left the tile
+    const A cval = ws[K];
+    for (int i = tid; i < L + K - 1; i += ND_THREADS) {
+      const nd::index_t j = nd::map_index(start - left + i, n, mode);
+      tile[i] = j < 0 ? cval : nd::load<A, Tin>::as(xr[j]);
+    }
+    __syncthreads();
+    A acc[ND_RX], win[ND_RX];
+    const A* src = tile + tid * ND_RX;  // ND_RX is odd: lanes hit distinct banks
+#pragma unroll
+    for (int i = 0; i < ND_RX; ++i) {
+      acc[i] = nd::zero<A>();
+      win[i] = src[i];
+    }
+    for (int k = 0; k < K; ++k) {
+      const A wk = ws[k];
+#pragma unroll
+      for (int i = 0; i < ND_RX; ++i) nd::madd(acc[i], win[i], wk);
+#pragma unroll
+      for (int i = 0; i < ND_RX - 1; ++i) win[i] = win[i + 1];
+      win[ND_RX - 1] = src[k + ND_RX];  // the halo's last slot is read one step past the end
+    }
+    __syncthreads();  // every window is read: the tile takes the outputs
+#pragma unroll
+    for (int i = 0; i < ND_RX; ++i) tile[tid * ND_RX + i] = nd::divide(acc[i], ws[K + 1]);
+    __syncthreads();
+    Tout* yr = y + row * n;
+    for (int i = tid; i < L; i += ND_THREADS)
+      if (start + i < n) yr[start + i] = nd::store<Tout, A>::as(tile[i]);
+  }
+}
+
+// prm: outer, n, inner, K, left, mode, tiles_n (tiles of TN rows along n).  Block 32 x 8.
+// Grid: x over tiles_n * ceil(inner / 32), y over outer (grid-stride).  Shared memory: K + 1
+// weights, cval and divisor, then TN + K rows of 32 values (one
+// past the halo: the window's last step reads it and drops it).
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(256)
+nd_line_col(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+            const long long* __restrict__ prm) {
+  const int RY = nd::col_ry<A>::value, TN = 8 * RY;
+  const nd::index_t outer = prm[0], n = prm[1], inner = prm[2];
+  const int K = (int)prm[3], left = (int)prm[4], mode = (int)prm[5];
+  const nd::index_t tiles_n = prm[6];
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 32 + tx;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* ws = reinterpret_cast<A*>(smem_raw);
+  A* tile = ws + K + 2;
+  for (int i = tid; i < K + 2; i += 256) ws[i] = w[i];
+  const nd::index_t t_n = blockIdx.x % tiles_n, t_i = blockIdx.x / tiles_n;
+  const nd::index_t row0 = t_n * TN, col = t_i * 32 + tx;
+  const bool live = col < inner;
+  for (nd::index_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    const Tin* xo = x + o * n * inner;
+    __syncthreads();
+    const A cval = ws[K];
+    for (int r = ty; r < TN + K - 1; r += 8) {
+      const nd::index_t j = nd::map_index(row0 - left + r, n, mode);
+      tile[r * 32 + tx] = (j < 0 || !live) ? cval : nd::load<A, Tin>::as(xo[j * inner + col]);
+    }
+    __syncthreads();
+    A acc[RY], win[RY];
+    const A* src = tile + ty * RY * 32 + tx;
+#pragma unroll
+    for (int i = 0; i < RY; ++i) {
+      acc[i] = nd::zero<A>();
+      win[i] = src[i * 32];
+    }
+    for (int k = 0; k < K; ++k) {
+      const A wk = ws[k];
+#pragma unroll
+      for (int i = 0; i < RY; ++i) nd::madd(acc[i], win[i], wk);
+#pragma unroll
+      for (int i = 0; i < RY - 1; ++i) win[i] = win[i + 1];
+      win[RY - 1] = src[(k + RY) * 32];
+    }
+    if (live) {
+      Tout* yo = y + o * n * inner;
+#pragma unroll
+      for (int i = 0; i < RY; ++i) {
+        const nd::index_t r = row0 + ty * RY + i;
+        if (r < n) yo[r * inner + col] = nd::store<Tout, A>::as(nd::divide(acc[i], ws[K + 1]));
+      }
+    }
+  }
+}
+
+// prm: outer, n, inner, K, left, mode.  One output per thread (grid-stride over all outputs).
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(ND_THREADS)
+nd_line_direct(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+               const long long* __restrict__ prm) {
+  const nd::index_t outer = prm[0], n = prm[1], inner = prm[2];
+  const int K = (int)prm[3], left = (int)prm[4], mode = (int)prm[5];
+  const nd::index_t total = outer * n * inner;
+  const A cval = w[K];
+  for (nd::index_t idx = (nd::index_t)blockIdx.x * ND_THREADS + threadIdx.x; idx < total;
+       idx += (nd::index_t)gridDim.x * ND_THREADS) {
+    const nd::index_t c = idx % inner, r = (idx / inner) % n, o = idx / (inner * n);
+    const Tin* xl = x + o * n * inner + c;
+    A acc = nd::zero<A>();
+    for (int k = 0; k < K; ++k) {
+      const nd::index_t j = nd::map_index(r - left + k, n, mode);
+      nd::madd(acc, j < 0 ? cval : nd::load<A, Tin>::as(xl[j * inner]), w[k]);
+    }
+    y[idx] = nd::store<Tout, A>::as(nd::divide(acc, w[K + 1]));
+  }
+}
+
+// prm: ndim, total, mode, ntaps, shape[ndim], lo[ndim], hi[ndim], then per tap its linear offset
+// and its ndim coordinate offsets (relative to the output coordinate).  lo/hi: the window's reach
+// before and after the output coordinate per dim (interior test).  w: ntaps weights, cval, divisor.
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(ND_THREADS)
+nd_dense(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+         const long long* __restrict__ prm) {
+  const int ndim = (int)prm[0], mode = (int)prm[2], ntaps = (int)prm[3];
+  const nd::index_t total = prm[1];
+  const long long* shape = prm + 4;
+  const long long* lo = shape + ndim;
+  const long long* hi = lo + ndim;
+  const long long* taps = hi + ndim;
+  const int tap_len = ndim + 1;
+  const A cval = w[ntaps];
+  for (nd::index_t idx = (nd::index_t)blockIdx.x * ND_THREADS + threadIdx.x; idx < total;
+       idx += (nd::index_t)gridDim.x * ND_THREADS) {
+    nd::index_t coord[ND_MAX_DIMS];
+    nd::index_t rest = idx;
+    bool inside = true;
+    for (int d = ndim - 1; d >= 0; --d) {
+      coord[d] = rest % shape[d];
+      rest /= shape[d];
+      inside = inside && coord[d] >= lo[d] && coord[d] + hi[d] < shape[d];
+    }
+    A acc = nd::zero<A>();
+    if (inside) {
+      for (int t = 0; t < ntaps; ++t)
+        nd::madd(acc, nd::load<A, Tin>::as(x[idx + taps[t * tap_len]]), w[t]);
+    } else {
+      for (int t = 0; t < ntaps; ++t) {
+        const long long* off = taps + t * tap_len + 1;
+        nd::index_t src = 0;
+        for (int d = 0; d < ndim; ++d) {
+          const nd::index_t j = nd::map_index(coord[d] + off[d], shape[d], mode);
+          if (j < 0) {
+            src = -1;
+            break;
+          }
+          src = src * shape[d] + j;
+        }
+        nd::madd(acc, src < 0 ? cval : nd::load<A, Tin>::as(x[src]), w[t]);
+      }
+    }
+    y[idx] = nd::store<Tout, A>::as(nd::divide(acc, w[ntaps + 1]));
+  }
+}

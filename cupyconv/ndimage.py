@@ -1,0 +1,534 @@
+"""``scipy.ndimage``-compatible filtering of N-d CuPy arrays.
+
+The same signatures, defaults, boundary modes, output dtypes and exceptions as ``scipy.ndimage``
+(SciPy's docstrings describe each argument in full).  Separable filters run as one 1-d pass per
+filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo);
+``correlate``/``convolve`` run a direct N-d kernel, or a 1-d pass where only one axis is filtered.
+
+Differences from SciPy, where matching it would be wrong or impossible on a GPU:
+
+- inputs must be CuPy arrays (NumPy arrays get a TypeError that says how to move them), and
+  ``bool`` and ``float16`` inputs are refused (cast them);
+- float32 and complex64 data are summed in single precision (SciPy sums in float64): results
+  agree to float32 rounding;
+- ``correlate``/``convolve`` in mode ``reflect`` map halos longer than twice the axis periodically,
+  as ``correlate1d`` and ``numpy.pad(mode="symmetric")`` do; SciPy's N-d routine reads ``cval``
+  at a few of those far positions (a SciPy defect);
+- ``correlate``/``convolve`` filter at most 8 dims.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import warnings
+
+import numpy as np
+
+from cupyconv._core.arrays import require_array
+from cupyconv._ndimage import passes
+from cupyconv._ndimage.boundary import mode_code
+from cupyconv._ndimage.dtypes import check_input_dtype, compute_dtype, default_output_dtype
+from cupyconv._ndimage.kernels import ND_CTYPES
+
+__all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filter",
+           "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",
+           "laplace", "gaussian_laplace", "gaussian_gradient_magnitude"]
+
+# SciPy's N-d correlation skips taps whose weight is at most this in magnitude.
+_TINY_WEIGHT = np.finfo(np.float64).eps
+
+
+# --------------------------------------------------------------------------- arguments
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _input(a, name: str = "input"):
+    a = require_array(a, name)
+    check_input_dtype(a.dtype, name)
+    return a
+
+
+def _host_weights(weights, name: str = "weights") -> np.ndarray:
+    """Weights as a NumPy array (they are small and shaped on the host); CuPy arrays are copied."""
+    if hasattr(weights, "__cuda_array_interface__"):
+        weights = _cupy().asnumpy(weights)
+    w = np.asarray(weights)
+    if w.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be numeric, got dtype {w.dtype}")
+    return w
+
+
+def _resolve_output(output, x, complex_output: bool):
+    """(the caller's output array or None, the output dtype): SciPy's rules for ``output`` as
+    None, a dtype (or type, or dtype name) or an array of the input's shape."""
+    cupy = _cupy()
+    if output is None:
+        dtype = default_output_dtype(x.dtype.name, complex_output)
+        arr = None
+    elif isinstance(output, (type, np.dtype)):
+        dtype = np.dtype(output)
+        if complex_output and dtype.kind != "c":
+            warnings.warn("promoting specified output dtype to complex", stacklevel=4)
+            dtype = np.promote_types(dtype, np.complex64)
+        arr = None
+    elif isinstance(output, str):
+        dtype = np.dtype(output)
+        if complex_output and dtype.kind != "c":
+            raise RuntimeError(f"output={output!r}: output must have complex dtype")
+        if not issubclass(dtype.type, np.number):
+            raise RuntimeError(f"output={output!r}: output must have numeric dtype")
+        arr = None
+    else:
+        arr = require_array(output, "output")
+        if arr.shape != x.shape:
+            raise RuntimeError(f"output shape not correct: output has shape {arr.shape}, the "
+                               f"input {x.shape}")
+        if complex_output and arr.dtype.kind != "c":
+            raise RuntimeError("output must have complex dtype")
+        dtype = arr.dtype
+    if dtype.kind == "c" and not complex_output and x.dtype.kind != "c":
+        # SciPy's kernels do not write real results into complex arrays
+        raise RuntimeError(f"array type {dtype} not supported: a real input filtered with real "
+                           f"weights has a real output")
+    if dtype.name not in ND_CTYPES:
+        raise TypeError(f"output dtype {dtype.name} is not supported; use one of "
+                        f"{', '.join(ND_CTYPES)}")
+    return arr, np.dtype(dtype)
+
+
+def _sequence(value, rank: int, name: str) -> list:
+    """``value`` repeated ``rank`` times, or its items (SciPy's RuntimeError on a length
+    mismatch)."""
+    if not isinstance(value, str) and np.iterable(value):
+        items = list(value)
+        if len(items) != rank:
+            raise RuntimeError(f"{name}: sequence argument must have length equal to input rank "
+                               f"({rank}), got {len(items)}")
+        return items
+    return [value] * rank
+
+
+def _axes(axes, ndim: int) -> tuple[int, ...]:
+    """SciPy's ``axes``: None (all), an int or an iterable of ints, each in range, no repeats."""
+    if axes is None:
+        return tuple(range(ndim))
+    if np.isscalar(axes):
+        axes = (operator.index(axes),)
+    elif np.iterable(axes):
+        axes = tuple(operator.index(ax) for ax in axes)
+        for ax in axes:
+            if ax < -ndim or ax > ndim - 1:
+                raise ValueError(f"axes: specified axis {ax} is out of range for {ndim} dims")
+        axes = tuple(ax % ndim for ax in axes)
+    else:
+        raise ValueError("axes must be an integer, iterable of integers, or None")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axes must be unique, got {axes}")
+    return axes
+
+
+def _axis(axis, ndim: int) -> int:
+    return np.lib.array_utils.normalize_axis_index(operator.index(axis), ndim)
+
+
+def _origin(origin, lenw: int, name: str = "origin") -> int:
+    origin = operator.index(origin)
+    if origin < -(lenw // 2) or origin > (lenw - 1) // 2:
+        raise ValueError(f"Invalid {name} {origin}: it must satisfy -(len(weights) // 2) <= "
+                         f"{name} <= (len(weights) - 1) // 2 = {(lenw - 1) // 2} for a filter of "
+                         f"length {lenw}")
+    return origin
+
+
+def _check_cval(cval, complex_input: bool, complex_weights: bool = False):
+    """A complex cval needs complex input (SciPy: ValueError with complex weights, TypeError
+    otherwise)."""
+    if np.iscomplexobj(cval) and not complex_input:
+        if complex_weights:
+            raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+        raise TypeError(f"cval={cval!r}: must be real number, not complex (the input is real)")
+    return cval
+
+
+def _weights_buffer(taps: np.ndarray, cval, divisor: float, compute: str) -> np.ndarray:
+    """The kernels' weight array: taps, then cval, then the divisor, in the compute dtype."""
+    return np.concatenate([np.asarray(taps, compute).ravel(),
+                           np.array([cval, divisor], dtype=compute)])
+
+
+# --------------------------------------------------------------------------- pass chains
+class _Pass:
+    """One 1-d pass: correlate along ``axis`` with ``taps`` (host float64 or complex128), the
+    window starting ``left`` before each output, under boundary ``mode`` (kernel code)."""
+
+    __slots__ = ("axis", "taps", "left", "mode", "cval", "divisor")
+
+    def __init__(self, axis, taps, left, mode, cval, divisor=1.0):
+        self.axis, self.taps, self.left, self.mode = axis, taps, left, mode
+        self.cval, self.divisor = cval, divisor
+
+
+def _result_buffers(x, out_arr, out_dtype):
+    """(where the last pass writes, whether that is the caller's array): the caller's array
+    itself when it is C-contiguous and does not overlap the input."""
+    cupy = _cupy()
+    if (out_arr is not None and out_arr.flags.c_contiguous
+            and not cupy.may_share_memory(out_arr, x)):
+        return out_arr, True
+    return cupy.empty(x.shape, out_dtype), False
+
+
+def _finish(result, out_arr, direct: bool):
+    if out_arr is not None and not direct:
+        out_arr[...] = result
+        return out_arr
+    return result
+
+
+def _run_passes(x, chain: list, out_arr, out_dtype):
+    """Run ``chain`` on ``x``, each pass writing ``out_dtype`` (SciPy casts between passes
+    too), ping-ponging between two buffers so no pass reads what it writes."""
+    cupy = _cupy()
+    result, direct = _result_buffers(x, out_arr, out_dtype)
+    if x.size == 0:
+        return _finish(result, out_arr, direct)
+    if not chain:
+        result[...] = x
+        return _finish(result, out_arr, direct)
+    src = cupy.ascontiguousarray(x)
+    spare = cupy.empty(x.shape, out_dtype) if len(chain) > 1 else None
+    for i, p in enumerate(chain):
+        dst = result if (len(chain) - 1 - i) % 2 == 0 else spare
+        compute = compute_dtype(src.dtype.name, out_dtype.name, np.iscomplexobj(p.taps))
+        weights = _weights_buffer(p.taps, p.cval, p.divisor, compute)
+        passes.run_line(src, dst, p.axis, weights, p.left, p.mode)
+        src = dst
+    return _finish(result, out_arr, direct)
+
+
+def _filter1d(x, w, axis, output, mode, cval, origin, divisor=1.0):
+    """correlate1d on validated operands: ``w`` is the host weights, already conjugated or
+    reversed as the caller needs."""
+    complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
+    out_arr, out_dtype = _resolve_output(output, x, complex_out)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
+                           f"shape {w.shape}")
+    axis = _axis(axis, x.ndim)
+    origin = _origin(origin, w.shape[0])
+    code = mode_code(mode)
+    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
+    p = _Pass(axis, w.astype(np.complex128 if complex_out else np.float64),
+              w.shape[0] // 2 + origin, code, cval, divisor)
+    return _run_passes(x, [p], out_arr, out_dtype)
+
+
+# --------------------------------------------------------------------------- 1-d filters
+def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """Correlate ``input`` along ``axis`` with the 1-d ``weights`` (as ``scipy.ndimage.correlate1d``;
+    complex weights are conjugated).
+
+    ``mode``: 'reflect', 'constant' (with ``cval``), 'nearest', 'mirror', 'wrap', or SciPy's
+    aliases 'grid-mirror', 'grid-constant', 'grid-wrap'.  ``origin`` shifts the window:
+    ``-(len(weights) // 2) <= origin <= (len(weights) - 1) // 2``.  ``output``: an array of the
+    input's shape or a dtype; by default the input's dtype (complex if the weights are).
+    """
+    x = _input(input)
+    w = _host_weights(weights)
+    if w.dtype.kind == "c":
+        w = w.conj()
+    return _filter1d(x, w, axis, output, mode, cval, origin)
+
+
+def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """Convolve ``input`` along ``axis`` with the 1-d ``weights`` (as ``scipy.ndimage.convolve1d``):
+    correlation with the reversed weights, the origin mirrored (an even length shifts it by one)."""
+    x = _input(input)
+    w = _host_weights(weights)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
+                           f"shape {w.shape}")
+    origin = -operator.index(origin) - (1 - w.shape[0] % 2)
+    return _filter1d(x, w[::-1], axis, output, mode, cval, origin)
+
+
+# --------------------------------------------------------------------------- N-d correlation
+def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes):
+    x = _input(input)
+    w = _host_weights(weights)
+    if w.dtype.kind == "c" and not convolution:
+        w = w.conj()  # as np.correlate: the weights, not the input
+    axes = _axes(axes, x.ndim)
+    if len(axes) < x.ndim:
+        if w.ndim != len(axes):
+            raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes)})")
+        w = np.expand_dims(w, tuple(ax for ax in range(x.ndim) if ax not in axes))
+    origins = [0] * x.ndim
+    for o, ax in zip(_sequence(origin, len(axes), "origin"), axes):
+        origins[ax] = operator.index(o)
+    wshape = [s for s in w.shape if s > 0]
+    if len(wshape) != x.ndim:
+        raise RuntimeError(f"weights.ndim ({len(wshape)}) must match len(axes) ({len(axes)})")
+    if convolution:
+        w = w[(slice(None, None, -1),) * w.ndim]
+        origins = [-o - (1 - s % 2) for o, s in zip(origins, w.shape)]
+    for d, (o, s) in enumerate(zip(origins, w.shape)):
+        _origin(o, s, f"origin[{d}]")
+    if not isinstance(mode, str) and np.iterable(mode):
+        raise RuntimeError("A sequence of modes is not supported")
+    code = mode_code(mode)
+    complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
+    out_arr, out_dtype = _resolve_output(output, x, complex_out)
+    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
+    taps = w.astype(np.complex128 if complex_out else np.float64)
+    left = [s // 2 + o for s, o in zip(w.shape, origins)]
+
+    filtered = [d for d, s in enumerate(w.shape) if s > 1]
+    if len(filtered) <= 1:  # one filtered axis (or a single tap): a 1-d pass
+        d = filtered[0] if filtered else x.ndim - 1
+        return _run_passes(x, [_Pass(d, taps.ravel(), left[d], code, cval)], out_arr, out_dtype)
+
+    cupy = _cupy()
+    result, direct = _result_buffers(x, out_arr, out_dtype)
+    if x.size == 0:
+        return _finish(result, out_arr, direct)
+    keep = (np.abs(taps.real) > _TINY_WEIGHT) | (np.abs(taps.imag) > _TINY_WEIGHT)
+    index = np.argwhere(keep).astype(np.int64)
+    offsets = index - np.asarray(left, np.int64)
+    compute = compute_dtype(x.dtype.name, out_dtype.name, complex_out)
+    weights_buf = _weights_buffer(taps[keep], cval, 1.0, compute)
+    passes.run_dense(cupy.ascontiguousarray(x), result, weights_buf, offsets.reshape(-1, x.ndim),
+                     code)
+    return _finish(result, out_arr, direct)
+
+
+def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """N-d correlation of ``input`` with ``weights`` (as ``scipy.ndimage.correlate``).
+
+    ``weights`` has one dim per axis of ``axes`` (default: all); ``origin`` is a scalar or one per
+    axis; complex weights are conjugated.  Boundary modes and ``output`` as in :func:`correlate1d`.
+    """
+    return _correlate_nd(input, weights, output, mode, cval, origin, False, axes)
+
+
+def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """N-d convolution of ``input`` with ``weights`` (as ``scipy.ndimage.convolve``): correlation
+    with the weights reversed along every axis and each origin mirrored (even sizes shift by
+    one)."""
+    return _correlate_nd(input, weights, output, mode, cval, origin, True, axes)
+
+
+# --------------------------------------------------------------------------- Gaussian filters
+def gaussian_kernel1d(sigma: float, order: int, radius: int) -> np.ndarray:
+    """The 2 * radius + 1 taps of the ``order``-th derivative of a Gaussian of standard deviation
+    ``sigma``, sampled at -radius..radius (float64), as SciPy's gaussian filters use them.
+
+    The Gaussian is normalized to sum 1 over the samples; its derivative is p(x) * phi(x) with
+    the polynomial p built by p_0 = 1, p_{m+1} = p_m' - x p_m / sigma^2.
+    """
+    if order < 0:
+        raise ValueError(f"order must be non-negative, got {order}")
+    x = np.arange(-radius, radius + 1, dtype=np.float64)
+    phi = np.exp(-0.5 / (sigma * sigma) * x * x)
+    phi /= phi.sum()
+    if order == 0:
+        return phi
+    poly = np.zeros(order + 1)  # coefficients of x^0 .. x^order
+    poly[0] = 1.0
+    for _ in range(order):
+        nxt = np.zeros_like(poly)
+        nxt[:-1] += poly[1:] * np.arange(1, order + 1)  # derivative
+        nxt[1:] -= poly[:-1] / (sigma * sigma)          # times -x / sigma^2
+        poly = nxt
+    return (x[:, None] ** np.arange(order + 1)) @ poly * phi
+
+
+def _gaussian_radius(sigma, truncate, radius) -> int:
+    lw = int(truncate * float(sigma) + 0.5)
+    if radius is not None:
+        lw = radius
+    if not isinstance(lw, numbers.Integral) or lw < 0:
+        raise ValueError(f"Radius must be a nonnegative integer, got {lw!r} (radius={radius!r}, "
+                         f"sigma={sigma!r}, truncate={truncate!r})")
+    return int(lw)
+
+
+def _gaussian_pass(axis, sigma, order, mode, cval, truncate, radius) -> _Pass:
+    sigma = float(sigma)
+    lw = _gaussian_radius(sigma, truncate, radius)
+    order = operator.index(order)
+    taps = gaussian_kernel1d(sigma, order, lw)[::-1]  # correlation with the reversed kernel
+    return _Pass(axis, np.ascontiguousarray(taps), lw, mode_code(mode), cval)
+
+
+def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
+                      truncate=4.0, *, radius=None):
+    """1-d Gaussian filter (or its ``order``-th derivative, 0-3 and beyond) along ``axis``, as
+    ``scipy.ndimage.gaussian_filter1d``: radius ``int(truncate * sigma + 0.5)`` unless ``radius``
+    is given."""
+    x = _input(input)
+    p = _gaussian_pass(0, sigma, order, mode, cval, truncate, radius)
+    return _filter1d(x, p.taps, axis, output, mode, cval, 0)
+
+
+def _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes) -> list:
+    axes = _axes(axes, x.ndim)
+    n = len(axes)
+    orders, sigmas = _sequence(order, n, "order"), _sequence(sigma, n, "sigma")
+    modes, radii = _sequence(mode, n, "mode"), _sequence(radius, n, "radius")
+    # SciPy skips axes whose sigma is at most 1e-15 (negative ones included)
+    return [_gaussian_pass(ax, s, o, m, cval, truncate, r)
+            for ax, s, o, m, r in zip(axes, sigmas, orders, modes, radii) if s > 1e-15]
+
+
+def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0,
+                    *, radius=None, axes=None):
+    """N-d Gaussian filter as ``scipy.ndimage.gaussian_filter``: one 1-d pass per axis of ``axes``
+    whose sigma exceeds 1e-15; ``sigma``, ``order``, ``mode`` and ``radius`` are scalars or one
+    per axis.  Each pass writes the output dtype, as SciPy's do."""
+    x = _input(input)
+    out_arr, out_dtype = _resolve_output(output, x, False)
+    chain = _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes)
+    _check_cval(cval, x.dtype.kind == "c")
+    return _run_passes(x, chain, out_arr, out_dtype)
+
+
+# --------------------------------------------------------------------------- uniform filters
+def _uniform_pass(axis, size, origin, mode, cval) -> _Pass:
+    size = operator.index(size)
+    if size < 1:
+        raise RuntimeError(f"incorrect filter size {size}: size must be at least 1")
+    if size // 2 + operator.index(origin) < 0 or size // 2 + origin >= size:
+        raise ValueError(f"invalid origin {origin} for a uniform filter of size {size}")
+    # sum exactly (ones), then divide once, as SciPy does
+    return _Pass(axis, np.ones(size), size // 2 + origin, mode_code(mode), cval, float(size))
+
+
+def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """1-d moving average of ``size`` values along ``axis``, as ``scipy.ndimage.uniform_filter1d``."""
+    x = _input(input)
+    axis = _axis(axis, x.ndim)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    p = _uniform_pass(axis, size, origin, mode, _check_cval(cval, x.dtype.kind == "c"))
+    return _run_passes(x, [p], out_arr, out_dtype)
+
+
+def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """N-d moving average, one 1-d pass per axis of ``axes`` whose size exceeds 1, as
+    ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per axis."""
+    x = _input(input)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    axes = _axes(axes, x.ndim)
+    n = len(axes)
+    sizes, origins = _sequence(size, n, "size"), _sequence(origin, n, "origin")
+    modes = _sequence(mode, n, "mode")
+    cval = _check_cval(cval, x.dtype.kind == "c")
+    chain = [_uniform_pass(ax, s, o, m, cval) for ax, s, o, m in zip(axes, sizes, origins, modes)
+             if s > 1]
+    return _run_passes(x, chain, out_arr, out_dtype)
+
+
+# --------------------------------------------------------------------------- derivatives
+def _edge_filter(input, axis, output, mode, cval, smooth):
+    x = _input(input)
+    axis = _axis(axis, x.ndim)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    modes = _sequence(mode, x.ndim, "mode")
+    cval = _check_cval(cval, x.dtype.kind == "c")
+    chain = [_Pass(axis, np.array([-1.0, 0.0, 1.0]), 1, mode_code(modes[axis]), cval)]
+    chain += [_Pass(ax, np.asarray(smooth, np.float64), 1, mode_code(modes[ax]), cval)
+              for ax in range(x.ndim) if ax != axis]
+    return _run_passes(x, chain, out_arr, out_dtype)
+
+
+def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """Sobel derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 2, 1] along every other
+    axis), as ``scipy.ndimage.sobel``."""
+    return _edge_filter(input, axis, output, mode, cval, [1.0, 2.0, 1.0])
+
+
+def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """Prewitt derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 1, 1] along every other
+    axis), as ``scipy.ndimage.prewitt``."""
+    return _edge_filter(input, axis, output, mode, cval, [1.0, 1.0, 1.0])
+
+
+def _sum_over_axes(x, output, mode, axes, term, square: bool):
+    """SciPy's generic_laplace / generic_gradient_magnitude: the output holds ``term(axis,
+    output dtype, mode)`` of the first axis, then adds those of the others (squared first when
+    ``square``; square root at the end)."""
+    out_arr, out_dtype = _resolve_output(output, x, False)
+    axes = _axes(axes, x.ndim)
+    if not axes:
+        return _run_passes(x, [], out_arr, out_dtype)
+    modes = _sequence(mode, len(axes), "mode")
+    for m in modes:
+        mode_code(m)
+    cupy = _cupy()
+    total = term(axes[0], out_dtype, modes[0])
+    if square:
+        cupy.multiply(total, total, out=total)
+    for ax, m in zip(axes[1:], modes[1:]):
+        part = term(ax, out_dtype, m)
+        if square:
+            cupy.multiply(part, part, out=part)
+        total += part
+    if square:
+        cupy.sqrt(total, out=total, casting="unsafe")
+    if out_arr is not None:
+        out_arr[...] = total
+        return out_arr
+    return total
+
+
+def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
+    """Sum of second differences ([1, -2, 1]) along ``axes``, as ``scipy.ndimage.laplace``."""
+    x = _input(input)
+
+    def term(ax, dtype, m):
+        return correlate1d(x, [1.0, -2.0, 1.0], ax, dtype, m, cval, 0)
+
+    return _sum_over_axes(x, output, mode, axes, term, False)
+
+
+def _gaussian_terms(x, sigma, axes, derivative_order, kwargs):
+    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: ``gaussian_filter``
+    over every axis with sigma (0 outside ``axes``) and the derivative order on ``ax``."""
+    axes_t = _axes(axes, x.ndim)
+    sigmas = _sequence(sigma, len(axes_t), "sigma")
+    if len(axes_t) < x.ndim:
+        full = [0] * x.ndim
+        for s, ax in zip(sigmas, axes_t):
+            full[ax] = s
+        sigmas = full
+    unknown = set(kwargs) - {"truncate", "radius"}
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+
+    def term(ax, dtype, m, cval):
+        order = [0] * x.ndim
+        order[ax] = derivative_order
+        return gaussian_filter(x, sigmas, order, dtype, m, cval, **kwargs)
+
+    return term
+
+
+def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    """Laplace of Gaussian: the sum over ``axes`` of Gaussian second derivatives, as
+    ``scipy.ndimage.gaussian_laplace`` (``truncate``/``radius`` pass to the Gaussian)."""
+    x = _input(input)
+    term = _gaussian_terms(x, sigma, axes, 2, kwargs)
+    return _sum_over_axes(x, output, mode, axes, lambda ax, d, m: term(ax, d, m, cval), False)
+
+
+def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
+                                **kwargs):
+    """Gradient magnitude with Gaussian derivatives, as ``scipy.ndimage.gaussian_gradient_magnitude``:
+    sqrt of the sum over ``axes`` of squared first derivatives."""
+    x = _input(input)
+    term = _gaussian_terms(x, sigma, axes, 1, kwargs)
+    return _sum_over_axes(x, output, mode, axes, lambda ax, d, m: term(ax, d, m, cval), True)

@@ -1,0 +1,146 @@
+"""cupyconv.ndimage on the GPU against scipy.ndimage on small random arrays: every mode x dtype x
+ndim 1-3 x origin x even and odd sizes for the 1-d and N-d correlations, and the separable
+filters.  Integers must match exactly (SciPy's truncation and wrap-around)."""
+
+import numpy as np
+import pytest
+import scipy.ndimage as sn
+
+import cupyconv.ndimage as cn
+
+pytestmark = pytest.mark.gpu
+
+MODES = ["reflect", "constant", "nearest", "mirror", "wrap", "grid-wrap", "grid-constant",
+         "grid-mirror"]
+DTYPES = ["uint8", "int16", "int32", "float32", "float64", "complex64"]
+SHAPES = {1: (37,), 2: (13, 40), 3: (6, 9, 35)}
+
+
+def rand(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0 if dtype.kind == "u" else -60, 60, shape).astype(dtype)
+    a = rng.uniform(-1, 1, shape)
+    if dtype.kind == "c":
+        a = a + 1j * rng.uniform(-1, 1, shape)
+    return a.astype(dtype)
+
+
+def check(got, ref):
+    got = got.get()
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (got.dtype, ref.dtype)
+    if ref.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        tol = 2e-5 if ref.dtype in (np.float32, np.complex64) else 1e-12
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+def origins(k):
+    return sorted({-(k // 2), 0, (k - 1) // 2, min(1, (k - 1) // 2), max(-1, -(k // 2))})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_correlate1d_convolve1d(ndim, mode, dtype):
+    import cupy
+
+    rng = np.random.default_rng([ndim, MODES.index(mode), DTYPES.index(dtype)])
+    x = rand(rng, SHAPES[ndim], dtype)
+    xd = cupy.asarray(x)
+    for axis in range(ndim):
+        for k in (3, 4):
+            w = rng.uniform(-1, 1, k)
+            for origin in origins(k):
+                for fn in ("correlate1d", "convolve1d"):
+                    kw = dict(axis=axis, mode=mode, cval=0.5, origin=origin)
+                    check(getattr(cn, fn)(xd, w, **kw), getattr(sn, fn)(x, w, **kw))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_correlate_convolve(ndim, mode, dtype):
+    import cupy
+
+    rng = np.random.default_rng([ndim, MODES.index(mode), DTYPES.index(dtype), 1])
+    x = rand(rng, SHAPES[ndim], dtype)
+    xd = cupy.asarray(x)
+    for k in (3, 4):
+        w = rng.uniform(-1, 1, (k,) * ndim)
+        for o in origins(k):
+            for fn in ("correlate", "convolve"):
+                kw = dict(mode=mode, cval=-0.75, origin=o)
+                check(getattr(cn, fn)(xd, w, **kw), getattr(sn, fn)(x, w, **kw))
+    if ndim == 3:  # per-axis origins, axes
+        w = rng.uniform(-1, 1, (3, 2))
+        kw = dict(mode=mode, origin=(1, -1), axes=(0, 2))
+        check(cn.correlate(xd, w, **kw), sn.correlate(x, w, **kw))
+
+
+def test_long_filters_and_complex_weights():
+    import cupy
+
+    rng = np.random.default_rng(1)
+    x = rand(rng, (5, 300), "float32")
+    xd = cupy.asarray(x)
+    for mode in MODES:
+        w = rng.uniform(-1, 1, 23)  # halo longer than axis 0
+        for axis in (0, 1):
+            check(cn.correlate1d(xd, w, axis, mode=mode), sn.correlate1d(x, w, axis, mode=mode))
+    w = rng.uniform(-1, 1, 5000)  # past the shared-memory tiles: direct kernel
+    check(cn.correlate1d(xd, w, 1, mode="wrap"), sn.correlate1d(x, w, 1, mode="wrap"))
+    wc = rng.uniform(-1, 1, (3, 3)) + 1j * rng.uniform(-1, 1, (3, 3))
+    for fn in ("correlate", "convolve"):
+        check(getattr(cn, fn)(xd, wc), getattr(sn, fn)(x, wc))
+        xc = rand(rng, (7, 8), "complex64")
+        check(getattr(cn, fn)(cupy.asarray(xc), wc, mode="constant", cval=1 + 2j),
+              getattr(sn, fn)(xc, wc, mode="constant", cval=1 + 2j))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_separable_filters(ndim, dtype):
+    import cupy
+
+    rng = np.random.default_rng([ndim, DTYPES.index(dtype), 2])
+    x = rand(rng, SHAPES[ndim], dtype)
+    xd = cupy.asarray(x)
+    for mode in ("reflect", "constant", "wrap", "mirror", "nearest"):
+        for order in range(4):
+            kw = dict(order=order, mode=mode, cval=1.0)
+            check(cn.gaussian_filter(xd, 1.3, **kw), sn.gaussian_filter(x, 1.3, **kw))
+        check(cn.gaussian_filter(xd, 2.0, radius=3, mode=mode),
+              sn.gaussian_filter(x, 2.0, radius=3, mode=mode))
+        check(cn.gaussian_filter1d(xd, 0.8, axis=0, order=1, mode=mode),
+              sn.gaussian_filter1d(x, 0.8, axis=0, order=1, mode=mode))
+        for size in (2, 3, 4):
+            check(cn.uniform_filter(xd, size, mode=mode), sn.uniform_filter(x, size, mode=mode))
+        check(cn.uniform_filter1d(xd, 4, axis=-1, origin=1, mode=mode),
+              sn.uniform_filter1d(x, 4, axis=-1, origin=1, mode=mode))
+        for fn in ("sobel", "prewitt"):
+            check(getattr(cn, fn)(xd, 0, mode=mode), getattr(sn, fn)(x, 0, mode=mode))
+        check(cn.laplace(xd, mode=mode), sn.laplace(x, mode=mode))
+    if dtype in ("float32", "float64"):
+        check(cn.gaussian_laplace(xd, 1.1), sn.gaussian_laplace(x, 1.1))
+        check(cn.gaussian_gradient_magnitude(xd, 1.1), sn.gaussian_gradient_magnitude(x, 1.1))
+    if ndim > 1:
+        kw = dict(sigma=(1.0, 0.7), axes=(0, -1), order=(0, 2))
+        check(cn.gaussian_filter(xd, **kw), sn.gaussian_filter(x, **kw))
+
+
+def test_output_argument():
+    import cupy
+
+    rng = np.random.default_rng(4)
+    x = rand(rng, (20, 30), "uint8")
+    xd = cupy.asarray(x)
+    check(cn.gaussian_filter(xd, 1.5, output=np.float32), sn.gaussian_filter(x, 1.5, output=np.float32))
+    out = cupy.full((30, 20), 7, np.float64).T  # non-contiguous
+    assert cn.sobel(xd, 1, output=out) is out
+    check(out, sn.sobel(x, 1, output=np.float64))
+    same = cupy.asarray(x.astype(np.float64))  # output overlapping the input
+    ref = sn.uniform_filter(x.astype(np.float64), 5)
+    assert cn.uniform_filter(same, 5, output=same) is same
+    check(same, ref)

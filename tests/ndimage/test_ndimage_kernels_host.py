@@ -1,0 +1,188 @@
+"""cupyconv.ndimage end to end on the CPU: the public functions with their kernels compiled as
+host C++ (host_ndimage.py), against scipy.ndimage on small arrays.  Covers every boundary mode,
+the row / column / direct 1-d kernels and the dense N-d kernel (interior and border paths),
+origins, even and odd sizes, integer truncation and complex data.  Skipped without g++."""
+
+import numpy as np
+import pytest
+import scipy.ndimage as sn
+
+from host_ndimage import HostRunner, compiler
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler")
+
+MODES = ["reflect", "constant", "nearest", "mirror", "wrap", "grid-wrap", "grid-constant",
+         "grid-mirror"]
+
+
+@pytest.fixture
+def host(monkeypatch):
+    return HostRunner(monkeypatch)
+
+
+def rand(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0 if dtype.kind == "u" else -60, 60, shape).astype(dtype)
+    a = rng.uniform(-1, 1, shape)
+    if dtype.kind == "c":
+        a = a + 1j * rng.uniform(-1, 1, shape)
+    return a.astype(dtype)
+
+
+def check(got, ref):
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (got.dtype, ref.dtype)
+    if ref.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        tol = 2e-5 if ref.dtype in (np.float32, np.complex64) else 1e-12
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_correlate1d_every_kernel(host, mode):
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(len(mode))
+    # (shape, axis): last axis (row kernel), middle and first axes (column kernel)
+    for shape, axis in (((3, 11), -1), ((6, 5, 3), 1), ((7, 4), 0), ((2, 3), -1)):
+        x = rand(rng, shape, "float64")
+        for K in (1, 2, 3, 4, 9):  # 9: longer than most axes here
+            w = rng.uniform(-1, 1, K)
+            for origin in sorted({-(K // 2), 0, (K - 1) // 2}):
+                for fn in ("correlate1d", "convolve1d"):
+                    ref = getattr(sn, fn)(x, w, axis, mode=mode, cval=0.5, origin=origin)
+                    got = getattr(cn, fn)(x, w, axis, mode=mode, cval=0.5, origin=origin)
+                    check(got, ref)
+    assert {"nd_line_row", "nd_line_col"} <= set(host.launches)
+
+
+def test_line_direct_kernel(host, monkeypatch):
+    """The no-shared-memory fallback, forced by shrinking the limit."""
+    import cupyconv.ndimage as cn
+    from cupyconv._ndimage import passes
+
+    monkeypatch.setattr(passes, "SMEM_LIMIT", 0)
+    rng = np.random.default_rng(3)
+    x = rand(rng, (4, 6), "float32")
+    for mode in ("reflect", "constant", "mirror"):
+        for axis in (0, 1):
+            w = rng.uniform(-1, 1, 4)
+            check(cn.correlate1d(x, w, axis, mode=mode, origin=1),
+                  sn.correlate1d(x, w, axis, mode=mode, origin=1))
+    assert set(host.launches) == {"nd_line_direct"}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32", "float32", "complex64"])
+def test_dtypes(host, dtype):
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(7)
+    x = rand(rng, (5, 7), dtype)
+    w = np.array([0.5, -1.25, 0.75])  # negative and fractional sums: truncation and wrap-around
+    check(cn.correlate1d(x, w, 0, mode="nearest"), sn.correlate1d(x, w, 0, mode="nearest"))
+    check(cn.correlate1d(x, w, 1, mode="constant", cval=-1.5),
+          sn.correlate1d(x, w, 1, mode="constant", cval=-1.5))
+    check(cn.uniform_filter(x, 3), sn.uniform_filter(x, 3))
+    check(cn.sobel(x, 0), sn.sobel(x, 0))
+    wc = np.array([1 + 2j, -0.5j, 0.25])
+    check(cn.correlate1d(x, wc, 1), sn.correlate1d(x, wc, 1))
+    check(cn.convolve1d(x, wc, 0), sn.convolve1d(x, wc, 0))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant", "mirror", "wrap", "nearest"])
+def test_dense_correlate(host, mode):
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(11)
+    x = rand(rng, (6, 7), "float64")
+    for wshape in ((3, 3), (2, 4), (1, 5), (3, 1)):
+        w = rng.uniform(-1, 1, wshape)
+        w[0, 0] = 0.0  # a skipped tap
+        for origin in ((0, 0), (-(wshape[0] // 2), (wshape[1] - 1) // 2)):
+            for fn in ("correlate", "convolve"):
+                ref = getattr(sn, fn)(x, w, mode=mode, cval=-0.25, origin=origin)
+                check(getattr(cn, fn)(x, w, mode=mode, cval=-0.25, origin=origin), ref)
+    x3 = rand(rng, (4, 5, 3), "int16")
+    w3 = rng.uniform(-2, 2, (2, 3, 2))
+    check(cn.correlate(x3, w3, mode=mode), sn.correlate(x3, w3, mode=mode))
+    check(cn.correlate(x3, w3[0], mode=mode, axes=(0, 2)),
+          sn.correlate(x3, w3[0], mode=mode, axes=(0, 2)))
+    assert "nd_dense" in host.launches
+
+
+def test_separable_filters(host):
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(5)
+    x = rand(rng, (9, 8), "float64")
+    xi = rand(rng, (6, 7), "uint8")
+    for a in (x, xi):
+        check(cn.gaussian_filter(a, 1.2), sn.gaussian_filter(a, 1.2))
+        check(cn.gaussian_filter(a, (0.8, 1.5), order=(1, 2), mode=("wrap", "mirror")),
+              sn.gaussian_filter(a, (0.8, 1.5), order=(1, 2), mode=("wrap", "mirror")))
+        check(cn.gaussian_filter(a, 1.0, order=3, radius=2, axes=1),
+              sn.gaussian_filter(a, 1.0, order=3, radius=2, axes=1))
+        check(cn.uniform_filter(a, (2, 5), origin=(0, -1), mode="constant", cval=3.0),
+              sn.uniform_filter(a, (2, 5), origin=(0, -1), mode="constant", cval=3.0))
+        check(cn.prewitt(a, 0), sn.prewitt(a, 0))
+        check(cn.laplace(a), sn.laplace(a))
+    check(cn.gaussian_laplace(x, 1.0), sn.gaussian_laplace(x, 1.0))
+    check(cn.gaussian_gradient_magnitude(x, 0.8, truncate=2.0),
+          sn.gaussian_gradient_magnitude(x, 0.8, truncate=2.0))
+    out = np.empty((8, 9), np.float32).T  # a non-contiguous output array
+    r = cn.gaussian_filter(x, 1.0, output=out)
+    assert r is out
+    check(out, sn.gaussian_filter(x, 1.0, output=np.float32))
+
+
+BAD_CALLS = [
+    ("correlate1d", (np.ones(5), [1.0, 2.0]), {"mode": "bogus"}),
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 2}),
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": -2}),
+    ("correlate1d", (np.ones(5), []), {}),
+    ("correlate1d", (np.ones(5), [[1.0]]), {}),
+    ("correlate1d", (np.ones((2, 5)), [1.0]), {"axis": 2}),
+    ("correlate1d", (np.ones(5), [1.0]), {"output": np.ones(4)}),
+    ("convolve1d", (np.ones(5), [1.0, 2.0]), {"origin": 1}),
+    ("correlate", (np.ones((4, 4)), np.ones((3,))), {}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3))), {"origin": (0, 2)}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3))), {"origin": (0, 0, 0)}),
+    ("correlate", (np.ones((4, 4)), np.ones((3,))), {"axes": (0, 0)}),
+    ("correlate", (np.ones((4, 4)), np.ones((3,))), {"axes": (2,)}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3))), {"mode": ["reflect", "wrap"]}),
+    ("convolve", (np.ones((4, 4)), np.ones((2, 2))), {"origin": 1}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"radius": -1}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"radius": 1.5}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"order": -1}),
+    ("gaussian_filter", (np.ones((4, 4)), (1.0, 1.0, 1.0)), {}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"mode": "bogus"}),
+    ("gaussian_filter1d", (np.ones(4), -1.0), {}),
+    ("uniform_filter1d", (np.ones((4, 4)), 0), {}),
+    ("uniform_filter", (np.ones((4, 4)), 3), {"origin": 2}),
+    ("uniform_filter1d", (np.ones(4), 4), {"origin": -3}),
+    ("sobel", (np.ones((4, 4)),), {"axis": 3}),
+    ("laplace", (np.ones((4, 4)),), {"mode": "bogus"}),
+    ("correlate1d", (np.ones(4), [1.0j, 1.0]), {"cval": 1j}),
+    ("correlate1d", (np.ones(4), [1.0, 1.0]), {"output": "complex64"}),
+    ("correlate1d", (np.ones(4), [1.0, 1.0]), {"cval": 1j}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"output": np.complex64}),
+]
+
+
+@pytest.mark.parametrize("fn,args,kwargs", BAD_CALLS)
+def test_errors_match_scipy_before_any_launch(host, fn, args, kwargs):
+    import cupyconv.ndimage as cn
+
+    with pytest.raises(Exception) as ref:
+        getattr(sn, fn)(*args, **kwargs)
+    with pytest.raises(type(ref.value)):
+        getattr(cn, fn)(*args, **kwargs)
+    assert host.launches == []
+
+
+def test_numpy_input_refused():
+    import cupyconv.ndimage as cn
+
+    with pytest.raises(TypeError, match="cupy"):
+        cn.gaussian_filter(np.ones((3, 3)), 1.0)
