@@ -28,8 +28,8 @@ import numpy as np
 from cupyconv._core.arrays import require_array
 from cupyconv._ndimage import passes
 from cupyconv._ndimage.boundary import mode_code
-from cupyconv._ndimage.dtypes import check_input_dtype, compute_dtype, default_output_dtype
-from cupyconv._ndimage.kernels import ND_CTYPES
+from cupyconv._ndimage.dtypes import (ND_CTYPES, check_input_dtype, compute_dtype,
+                                      default_output_dtype)
 
 __all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filter",
            "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",

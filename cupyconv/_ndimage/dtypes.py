@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupyconv._ndimage.kernels import ND_CTYPES
+# storage dtype -> the C++ type the kernels read and write it as
+ND_CTYPES = {
+    "uint8": "unsigned char", "int8": "signed char", "uint16": "unsigned short", "int16": "short",
+    "uint32": "unsigned int", "int32": "int", "uint64": "unsigned long long", "int64": "long long",
+    "float32": "float", "float64": "double",
+    "complex64": "nd::complex<float>", "complex128": "nd::complex<double>",
+}
+STORAGE_DTYPES = tuple(ND_CTYPES)
 
 SINGLE = ("float32", "complex64")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import KernelModule
+from cupyconv._ndimage.dtypes import ND_CTYPES, STORAGE_DTYPES, compute_dtype
 
 # Constants shared by the kernels and the launch code (passed as defines; the kernels stop with
 # #error where one is missing).
@@ -30,13 +31,6 @@ ND_CONSTANTS: dict[str, int] = {
 }
 
 # Storage and compute dtype name -> C++ type of the kernels' templates.
-ND_CTYPES = {
-    "uint8": "unsigned char", "int8": "signed char", "uint16": "unsigned short", "int16": "short",
-    "uint32": "unsigned int", "int32": "int", "uint64": "unsigned long long", "int64": "long long",
-    "float32": "float", "float64": "double",
-    "complex64": "nd::complex<float>", "complex128": "nd::complex<double>",
-}
-STORAGE_DTYPES = tuple(ND_CTYPES)
 COMPUTE_DTYPES = ("float32", "float64", "complex64", "complex128")
 TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense")
 SOURCE = "ndimage/ndimage.cu"
@@ -71,8 +65,6 @@ def nd_module(in_dtype: str, out_dtype: str, compute: str) -> NdModule:
 def check_modules() -> tuple[NdModule, ...]:
     """The modules the compile check builds: every storage type in and out with its default
     compute type, the complex compute types, and float32 through float64 (mixed precision)."""
-    from cupyconv._ndimage.dtypes import compute_dtype
-
     out = []
     for d in STORAGE_DTYPES:
         out.append(nd_module(d, d, compute_dtype(d, d, False)))
