@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cupyconv  # noqa: E402
+import measure  # noqa: E402
 from cupyconv._core.geometry import ConvGeometry  # noqa: E402
 from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402
 from cupyconv._core.verify import rel_error  # noqa: E402
@@ -177,8 +178,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     import cupy
-    import torch
 
+    torch = measure.require_torch("bench_depthwise")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)

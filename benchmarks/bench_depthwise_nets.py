@@ -402,7 +402,7 @@ def write_results(result: dict, out_dir, stem: str, text: str) -> Path:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch = measure.load_torch()
+    torch = measure.load_torch(quiet=True)  # the message below says it
     if torch is None:
         print("bench_depthwise_nets needs PyTorch with CUDA (the peer)", file=sys.stderr)
         return 2

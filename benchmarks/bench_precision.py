@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gemm", default="4096,8192", help="GEMM sizes ('' to skip)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    torch = measure.load_torch()
+    torch = measure.load_torch(quiet=True)  # the message below says it
     if torch is None:
         print("bench_precision needs PyTorch with CUDA (the cuDNN / cuBLAS peer)", file=sys.stderr)
         return 2

@@ -131,15 +131,33 @@ def release_memory(torch) -> None:
         torch.cuda.empty_cache()
 
 
-def load_torch():
-    """PyTorch with cuDNN autotuning on (``cudnn.benchmark``), or None where it is absent."""
+def load_torch(quiet: bool = False):
+    """PyTorch with cuDNN autotuning on (``cudnn.benchmark``), or None where it is absent (then
+    one line on stderr says the cuDNN peer columns are left out, unless ``quiet``)."""
     try:
         import torch
     except ImportError:
+        if not quiet:
+            print("note: PyTorch is not installed: the cuDNN/cuBLAS peer columns are left out "
+                  "(pip install torch for them)", file=sys.stderr)
         return None
     if not torch.cuda.is_available():
+        if not quiet:
+            print("note: PyTorch sees no CUDA device: the cuDNN/cuBLAS peer columns are left out",
+                  file=sys.stderr)
         return None
     torch.backends.cudnn.benchmark = True
+    return torch
+
+
+def require_torch(script: str):
+    """PyTorch for a script whose whole point is the comparison with it: without it, one line on
+    stderr and exit status 2."""
+    torch = load_torch(quiet=True)
+    if torch is None:
+        print(f"{script} needs PyTorch with CUDA (the cuDNN peer it compares against): "
+              "pip install torch", file=sys.stderr)
+        raise SystemExit(2)
     return torch
 
 

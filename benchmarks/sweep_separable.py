@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
+import measure  # noqa: E402
 from cupyconv._core import kernels as _kernels
 from cupyconv._depthwise import separable as _separable
 from cupyconv._core.geometry import ConvGeometry  # noqa: E402
@@ -45,6 +47,7 @@ def use(pixels, min_blocks, vr):
 
 
 def main():
+    measure.require_torch("sweep_separable")
     rng = cupy.random.default_rng(0)
     for dtype in ("float32", "float16"):
         x = rng.standard_normal((N, C, HW, HW), dtype=cupy.float32).astype(dtype)

@@ -138,3 +138,41 @@ def test_no_module_level_name_records_its_history():
     private_top = sorted(p.name for p in PKG.glob("_*.py") if p.name not in ("__init__.py",
                                                                             "__main__.py"))
     assert private_top == []
+
+
+# --------------------------------------------------------------------------- README's table
+def _readme_layout_rows() -> list[tuple[str, str]]:
+    """(first cell, whole row) of every row of README.md's "Layout of the repository" table."""
+    text = (PKG.parent / "README.md").read_text()
+    start = text.index("## Layout of the repository")
+    end = text.find("\n## ", start + 1)
+    rows = []
+    for line in text[start:end if end > 0 else None].splitlines():
+        if line.startswith("| `"):
+            rows.append((line.split("|")[1], line))
+    return rows
+
+
+def _named_in_table(rel: Path, rows) -> bool:
+    """``rel`` (a path under cupyconv/) is named in a row whose first cell names its folder."""
+    prefix = "cupyconv/" + ("" if rel.parent == Path(".") else rel.parent.as_posix() + "/")
+    return any(f"`{prefix}" in first and (f"`{rel.name}`" in row or f"{prefix}{rel.name}`" in row)
+               for first, row in rows)
+
+
+def test_the_readme_layout_table_names_every_module_and_kernel_file():
+    rows = _readme_layout_rows()
+    assert rows
+    modules = [p.relative_to(PKG) for p in PKG.rglob("*.py")
+               if not (p.name == "__init__.py" and p.parent != PKG)]
+    kernels = [p.relative_to(PKG) for p in (PKG / "kernel_src").rglob("*") if p.is_file()]
+    assert modules and kernels
+    missing = sorted(str(p) for p in modules + kernels if not _named_in_table(p, rows))
+    assert missing == [], f"add these to README.md's layout table: {missing}"
+
+
+def test_the_table_check_notices_a_missing_file():
+    rows = [("`cupyconv/_core/`", "| `cupyconv/_core/` | `geometry.py` (...) |")]
+    assert _named_in_table(Path("_core/geometry.py"), rows)
+    assert not _named_in_table(Path("_core/arrays.py"), rows)
+    assert not _named_in_table(Path("_gemm/geometry.py"), rows)

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     setuptools = pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools")
-    if tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (70, 1):
-        pytest.importorskip("wheel", reason="setuptools < 70.1 needs the wheel package to build wheels")
+    if tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (77, 0):
+        pytest.skip("the SPDX `license` string and `license-files` need setuptools >= 77 "
+                    f"(found {setuptools.__version__}): pip install 'setuptools>=77'")
     out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
                            "--no-build-isolation", "-q", "-w", str(out)],
@@ -73,14 +74,58 @@ def test_demo_command():
     """With a GPU the demo convolves and checks; without one it says so and runs the compile check."""
     from cupyconv._core.timing import gpu_available
 
+    from cupyconv._cli.compile_check import MODULES_ENV
+
+    # README's command as given; without a GPU its compile check is cut to one module (the full
+    # check is test_compile_check's), so this test costs seconds, not a second full check.
+    env = dict(os.environ, **{MODULES_ENV: "common/copy.cu"})
     proc = subprocess.run([sys.executable, "-m", "cupyconv", "demo", "--repeat", "3"],
-                          capture_output=True, text=True, cwd=ROOT)
+                          capture_output=True, text=True, cwd=ROOT, env=env)
     if gpu_available():
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "all results match" in proc.stdout
         return
     assert "No GPU" in proc.stdout
     assert "compile check:" in proc.stdout
+    assert "compiling 1 kernel modules" in proc.stdout
+    # a summary, not a line per compile: a few lines per target at most
+    assert len(proc.stdout.splitlines()) < 30, proc.stdout
     assert proc.returncode in (0, 1)
     if "0 failed, 0 skipped" in proc.stdout:
         assert proc.returncode == 0
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on 3.10 needs tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_license_is_an_spdx_string_with_its_file():
+    project = _pyproject()["project"]
+    assert project["license"] == "MIT"  # PEP 639 string, not the deprecated {text = ...} table
+    assert project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "cupyconv developers" in text
+    # the license fields need setuptools >= 77 at build time
+    assert any(r.replace(" ", "").startswith("setuptools>=77")
+               for r in _pyproject()["build-system"]["requires"])
+
+
+def test_wheel_metadata_names_the_license(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+        assert "License-Expression: MIT" in text
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
+
+
+@pytest.mark.parametrize("extra,major", [("cuda12", "12"), ("cuda13", "13")])
+def test_each_cuda_extra_brings_nvrtc(extra, major):
+    """A machine without the CUDA toolkit JITs with the NVRTC wheels the extra installs."""
+    reqs = [r.replace(" ", "") for r in _pyproject()["project"]["optional-dependencies"][extra]]
+    assert any(r.startswith(f"cupy-cuda{major}x") for r in reqs)
+    nvrtc = [r for r in reqs if r.startswith("nvidia-cuda-nvrtc")]
+    assert nvrtc and all(f"=={major}." in r or f"-cu{major}" in r for r in nvrtc), reqs

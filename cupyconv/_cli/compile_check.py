@@ -4,7 +4,17 @@ NVRTC is reached through CuPy's program wrapper (the same option assembly ``cupy
 compiling to cubin so that ptxas runs too.  HIPRTC is called through ctypes from ``libamdhip64``
 (Debian's ROCm ships it there), in worker subprocesses because comgr can abort the whole process
 on some targets (a worker compiles many modules in turn; a compile that kills its worker is
-retried alone, to name it).  Neither path touches a GPU.
+retried alone, to name it).  Debian 12's HIPRTC is ROCm 5.2: it knows gfx908/gfx90a/gfx1030 and
+crashes on newer targets, so gfx942 (MI300), gfx1100 (RDNA3), gfx1201 (RDNA4) and, where the
+installed clang knows it, gfx950 (MI355) are compiled by clang (``clang-19 -x hip
+--cuda-device-only -nogpulib -O3 -S``) from the same source with the same options and the same
+wave-size define; the modules that share one source text are compiled there as one translation
+unit (23 instead of 325 compiles per target).  Nothing touches a GPU.
+
+Results are cached on disk by a hash of everything that changes the outcome (compiler and its
+version, target, options, source, instantiations): a repeated check compiles only what changed.
+The cache lives in ``$CUPYCONV_COMPILE_CHECK_CACHE`` if set (``0``/``off``: no cache), else in
+``compile-check/`` under cupyconv's user cache directory (``~/.cache/cupyconv``).
 
 A missing compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure,
 which is how CI makes sure the check really ran.
@@ -14,6 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fnmatch
+import re
+import shutil
+import tempfile
 import ctypes.util
 import hashlib
 import json
@@ -28,14 +42,24 @@ from pathlib import Path
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import REGISTRY, KernelModule
+from cupyconv._core.jit import arch_options
 from cupyconv.jit import COMPILE_OPTIONS
 
 NVIDIA_ARCHS = ("sm_80", "sm_90a")  # sm_90a: what the JIT compiles for on Hopper (jit.arch_options)
-AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")
+AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")  # HIPRTC (Debian 12: ROCm 5.2)
+# clang -x hip: targets Debian's HIPRTC cannot compile.  gfx950 only where an installed clang
+# knows it (clang-19 does not; Debian's clang-22 does).
+CLANG_ARCHS = ("gfx942", "gfx1100", "gfx1201")
+CLANG_OPTIONAL_ARCHS = ("gfx950",)
+CLANG_NAMES = ("clang-19", "clang-20", "clang-21", "clang-22", "clang")
+REPORT_ARCHS = ("gfx90a", "gfx942")  # compile-check --report: resources per kernel
 REQUIRE_ENV = "CUPYCONV_REQUIRE_COMPILERS"
-# A directory recording successful compiles, so that one test session compiles each module for
-# each target once (the compile check test and the demo's both run it); unset: no cache.
+# Where successful compiles are recorded (see the module docstring); "0"/"off"/"none": nowhere.
 CACHE_ENV = "CUPYCONV_COMPILE_CHECK_CACHE"
+# Comma-separated fnmatch patterns of module sources (e.g. "common/copy.cu,gemm/im2col.cu"):
+# check only those (the demo without a GPU reads it too).
+MODULES_ENV = "CUPYCONV_COMPILE_CHECK_MODULES"
+_CACHE_OFF = ("0", "off", "none", "no", "false")
 _HIP_LIBS = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
 
 
@@ -225,6 +249,100 @@ class _WorkerPool:
             worker.close()
 
 
+# --------------------------------------------------------------------------- AMD, clang
+@memoized(None)
+def clang_for(arch: str) -> str | None:
+    """The first installed clang of CLANG_NAMES that compiles HIP device code for ``arch``."""
+    for name in CLANG_NAMES:
+        exe = shutil.which(name)
+        if exe is None:
+            continue
+        probe = subprocess.run([exe, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only",
+                                "-nogpulib", "-S", "-o", os.devnull, os.devnull],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return exe
+    return None
+
+
+def clang_archs() -> tuple[str, ...]:
+    """The clang targets of this machine: CLANG_ARCHS always (a missing clang is a skip), and
+    each of CLANG_OPTIONAL_ARCHS that some installed clang knows."""
+    return CLANG_ARCHS + tuple(a for a in CLANG_OPTIONAL_ARCHS if clang_for(a))
+
+
+def _clang_command(exe: str, arch: str, src: str, out: str) -> list[str]:
+    # HIPRTC's options (COMPILE_OPTIONS, the wave size) plus what HIPRTC does by itself: -O3
+    # and the HIP runtime header in front (HIPRTC pre-includes it; here __HIPCC_RTC__ is not
+    # defined, so common.cuh includes hip_fp16.h itself).
+    return [exe, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3",
+            "-S", "--rocm-path=/usr", "-include", "hip/hip_runtime.h", "-Wno-pass-failed",
+            *COMPILE_OPTIONS, *arch_options(arch), src, "-o", out]
+
+
+def clang_compile(code: str, name_expressions, arch: str, assembly: bool = False):
+    """Compile ``code`` with clang for ``arch``, instantiating every name expression (their
+    addresses are taken in a table, which makes clang emit each kernel).  Returns the lowered
+    names (name expression -> mangled kernel name, in emission order: clang has no lowered-name
+    query, so the check is that every instantiation became a kernel), and with ``assembly`` also
+    the AMDGPU assembly text."""
+    exe = clang_for(arch)
+    if exe is None:
+        installed = [n for n in CLANG_NAMES if shutil.which(n)]
+        raise CompilerMissing(
+            f"no clang that knows {arch} (installed: {', '.join(installed) or 'none'}): on "
+            "Debian/Ubuntu `apt-get install --no-install-recommends clang-19` (gfx950: clang-22)")
+    names = list(dict.fromkeys(name_expressions))
+    table = "".join(f"  (const void*)&{ne},\n" for ne in names)
+    source = (code + "\n// every instantiation of the module, so that clang emits each kernel\n"
+              "__attribute__((used)) static const void* cupyconv_instances[] = {\n" + table + "};\n")
+    with tempfile.TemporaryDirectory(prefix="cupyconv-clang-") as tmp:
+        src, out = os.path.join(tmp, "module.hip"), os.path.join(tmp, "module.s")
+        with open(src, "w") as f:
+            f.write(source)
+        proc = subprocess.run(_clang_command(exe, arch, src, out), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{os.path.basename(exe)} error for {arch}:\n{proc.stderr}")
+        with open(out) as f:
+            text = f.read()
+    kernels = [k["name"] for k in parse_amdgpu_metadata(text)]
+    if len(kernels) < len(names):
+        raise RuntimeError(f"{len(names)} instantiations but {len(kernels)} kernels emitted")
+    lowered = dict(zip(names, kernels))
+    return (lowered, text) if assembly else lowered
+
+
+_META_ITEM = re.compile(r"^  - \.(\w+):\s*(.*?)\s*$")
+_META_KEY = re.compile(r"^    \.(\w+):\s*(.*?)\s*$")
+
+
+def parse_amdgpu_metadata(assembly: str) -> list[dict]:
+    """The kernels of an AMDGPU assembly file's metadata (``amdhsa.kernels``), each a dict of its
+    scalar fields without the leading dot: ``name``, ``vgpr_count``, ``sgpr_count``,
+    ``agpr_count``, ``vgpr_spill_count``, ``sgpr_spill_count``, ``group_segment_fixed_size``
+    (LDS bytes), ``private_segment_fixed_size`` (scratch bytes), ``wavefront_size``, ...
+    (numbers as ints)."""
+    start, end = assembly.find(".amdgpu_metadata"), assembly.find(".end_amdgpu_metadata")
+    if start < 0:
+        return []
+    kernels, section = [], False
+    for line in assembly[start:end if end > 0 else None].splitlines():
+        if line.startswith("amdhsa."):
+            section = line.startswith("amdhsa.kernels:")
+            continue
+        if not section:
+            continue
+        m = _META_ITEM.match(line)
+        if m:
+            kernels.append({})
+        else:
+            m = _META_KEY.match(line)
+        if m and kernels and m.group(2):  # nested lists (.args) have no scalar value
+            value = m.group(2)
+            kernels[-1][m.group(1)] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    return kernels
+
+
 # --------------------------------------------------------------------------- driver
 def all_modules() -> tuple:
     """REGISTRY plus the families that keep a registry of their own: cupyconv.ndimage, whose
@@ -236,13 +354,19 @@ def all_modules() -> tuple:
 
 
 @memoized(None)
-def _compiler_version(vendor: str) -> str:
+def _compiler_version(vendor: str, arch: str = "") -> str:
     """The compiler's version, for the result cache's key ("?" where it cannot be asked)."""
     try:
         if vendor == "nvidia":
             from cupy.cuda import nvrtc
 
             return "nvrtc %d.%d" % nvrtc.getVersion()
+        if vendor == "clang":
+            exe = clang_for(arch)
+            if exe is None:
+                return "?"
+            return subprocess.run([exe, "--version"], capture_output=True,
+                                  text=True).stdout.splitlines()[0]
         lib = _load_hiprtc()
         major, minor = ctypes.c_int(), ctypes.c_int()
         lib.hiprtcVersion(ctypes.byref(major), ctypes.byref(minor))
@@ -251,24 +375,48 @@ def _compiler_version(vendor: str) -> str:
         return "?"
 
 
+def cache_root() -> Path | None:
+    """The result cache's directory: ``$CUPYCONV_COMPILE_CHECK_CACHE`` (``0``/``off``/``none``
+    or empty: no cache), else ``compile-check/`` in cupyconv's user cache directory (the one of
+    the autotuner's ``tune.json``)."""
+    value = os.environ.get(CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in _CACHE_OFF + ("",) else Path(value).expanduser()
+    from cupyconv._dispatch.tune import cache_dir
+
+    return cache_dir() / "compile-check"
+
+
+def cache_key(vendor: str, arch: str, code: str, name_expressions) -> str:
+    """sha256 of everything that changes a compile's outcome: compiler and version, target,
+    options (the target's included), source text and instantiations."""
+    key = json.dumps([vendor, _compiler_version(vendor, arch), arch,
+                      list(COMPILE_OPTIONS + arch_options(arch)), code, list(name_expressions)])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def _cached_ok(module: KernelModule, vendor: str, arch: str) -> Path | None:
-    """Where the check's result cache (``$CUPYCONV_COMPILE_CHECK_CACHE``, unset: none) records
-    that this exact compile succeeded: the file name hashes everything that changes the outcome
-    (vendor, compiler version, target, options, source text, instantiations)."""
-    root = os.environ.get(CACHE_ENV)
-    if not root:
+    """Where the result cache records that this exact compile succeeded (None: no cache)."""
+    root = cache_root()
+    if root is None:
         return None
-    key = json.dumps([vendor, _compiler_version(vendor), arch, COMPILE_OPTIONS, module.code,
-                      module.name_expressions])
-    return Path(root) / (hashlib.sha256(key.encode()).hexdigest() + ".ok")
+    return root / (cache_key(vendor, arch, module.code, module.name_expressions) + ".ok")
+
+
+def _record_ok(marker: Path | None) -> None:
+    if marker is not None:
+        with contextlib.suppress(OSError):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
 
 
 def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> CheckResult:
     """Compile one module for one target and check every instantiation got a symbol.
-    ``hiprtc``: the HIPRTC compile function (default: one subprocess for this compile).  With
-    ``$CUPYCONV_COMPILE_CHECK_CACHE`` set, a compile that already succeeded there (the same
-    source, options, target and compiler) is not repeated (the result says "cached")."""
-    compile_fn = nvrtc_compile if vendor == "nvidia" else (hiprtc or hiprtc_compile)
+    ``vendor``: "nvidia" (NVRTC), "amd" (HIPRTC) or "clang" (AMD targets through clang).
+    ``hiprtc``: the HIPRTC compile function (default: one subprocess for this compile).  A
+    compile that already succeeded in the result cache (the same source, options, target and
+    compiler) is not repeated (the result's log says "cached")."""
+    compile_fn = {"nvidia": nvrtc_compile, "clang": clang_compile}.get(vendor) or (hiprtc or hiprtc_compile)
     start = time.perf_counter()
     try:
         marker = _cached_ok(module, vendor, arch)
@@ -280,10 +428,7 @@ def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> C
         if missing:
             raise RuntimeError(f"no symbol for {missing}")
         status, log = "ok", ""
-        if marker is not None:
-            with contextlib.suppress(OSError):
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
+        _record_ok(marker)
     except CompilerMissing as exc:
         status, log = "skipped", str(exc)
     except Exception as exc:
@@ -291,26 +436,96 @@ def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> C
     return CheckResult(module.source, vendor, arch, status, time.perf_counter() - start, log)
 
 
-def run_check(modules=None, vendors=("nvidia", "amd"), progress=None, workers=None) -> list[CheckResult]:
+@dataclass(frozen=True)
+class _Unit:
+    """Modules sharing one source text, compiled by clang as one translation unit: quacks like
+    a KernelModule (``code``, ``name_expressions``, ``source``)."""
+
+    modules: tuple
+
+    @property
+    def code(self) -> str:
+        return self.modules[0].code
+
+    @property
+    def source(self) -> str:
+        return self.modules[0].source
+
+    @property
+    def name_expressions(self) -> tuple:
+        return tuple(dict.fromkeys(ne for m in self.modules for ne in m.name_expressions))
+
+
+def _units(modules) -> list[_Unit]:
+    by_code: dict[str, list] = {}
+    for m in modules:
+        by_code.setdefault(m.code, []).append(m)
+    return [_Unit(tuple(ms)) for ms in by_code.values()]
+
+
+def _check_unit(unit: _Unit, arch: str) -> list[CheckResult]:
+    """One clang compile of ``unit`` for ``arch``, reported once per module (the compile's time
+    on the first)."""
+    res = check_module(unit, "clang", arch)
+    return [CheckResult(m.source, "clang", arch, res.status, res.seconds if i == 0 else 0.0, res.log)
+            for i, m in enumerate(unit.modules)]
+
+
+def targets(vendors=("nvidia", "amd", "clang")) -> list[tuple[str, str]]:
+    """(vendor, arch) of every target the check compiles for, in order."""
+    archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS, "clang": clang_archs()}
+    return [(v, a) for v in vendors for a in archs[v]]
+
+
+def select_modules(patterns: str | None = None) -> tuple:
+    """Every module (:func:`all_modules`), or those whose source matches one of the
+    comma-separated fnmatch ``patterns`` (default: ``$CUPYCONV_COMPILE_CHECK_MODULES``; unset or
+    empty: all)."""
+    patterns = os.environ.get(MODULES_ENV, "") if patterns is None else patterns
+    pats = [p.strip() for p in patterns.split(",") if p.strip()]
+    modules = all_modules()
+    if not pats:
+        return modules
+    chosen = tuple(m for m in modules if any(fnmatch.fnmatch(m.source, p) for p in pats))
+    if not chosen:
+        raise ValueError(f"no kernel module matches {patterns!r} (sources: "
+                         f"{', '.join(sorted({m.source for m in modules}))})")
+    return chosen
+
+
+def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
+              workers=None) -> list[CheckResult]:
     """Compile every module for every target of ``vendors``; ``progress(result)`` after each.
 
     Compiles run on ``workers`` threads (default: one per CPU; compiling is CPU-bound): NVRTC
-    releases the GIL, and each thread's HIPRTC compiles go, one after another, to a worker
-    subprocess of its own (:class:`_HiprtcWorker`), so they overlap.  Results come back in job
-    order.
+    releases the GIL, each thread's HIPRTC compiles go, one after another, to a worker
+    subprocess of its own (:class:`_HiprtcWorker`), so they overlap, and clang runs as a
+    subprocess per translation unit.  Results come back in job order (target by target).
     """
-    modules = REGISTRY if modules is None else tuple(modules)
-    archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS}
-    jobs = [(m, vendor, arch) for vendor in vendors for arch in archs[vendor] for m in modules
-            if vendor in m.vendors]
+    modules = select_modules() if modules is None else tuple(modules)
+    jobs = []
+    for vendor, arch in targets(vendors):
+        owner = "amd" if vendor == "clang" else vendor
+        mine = [m for m in modules if owner in m.vendors]
+        if vendor == "clang":
+            jobs += [(u, vendor, arch) for u in _units(mine)]
+        else:
+            jobs += [(m, vendor, arch) for m in mine]
     results = []
     hip = _WorkerPool()
+
+    def run(job):
+        if job[1] == "clang":
+            return _check_unit(job[0], job[2])
+        return [check_module(*job, hiprtc=hip.compile)]
+
     try:
         with ThreadPoolExecutor(max_workers=workers or _cpu_count()) as pool:
-            for res in pool.map(lambda job: check_module(*job, hiprtc=hip.compile), jobs):
-                results.append(res)
-                if progress is not None:
-                    progress(res)
+            for batch in pool.map(run, jobs):
+                for res in batch:
+                    results.append(res)
+                    if progress is not None:
+                        progress(res)
     finally:
         hip.close()
     return results
@@ -331,29 +546,140 @@ def require_compilers() -> bool:
 def summarize(results) -> tuple[bool, str]:
     """(passed, one-line summary).  Skips fail too when ``CUPYCONV_REQUIRE_COMPILERS`` is set."""
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}
+    cached = sum(r.log == "cached" for r in results)
     passed = counts["failed"] == 0 and not (require_compilers() and counts["skipped"])
     line = (f"compile check: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"
-            f" ({len(results)} module x target compiles)")
+            f" ({len(results)} module x target compiles, {cached} from the cache)")
     return passed, line
 
 
-def main(out=None) -> int:
-    """Run the check with one progress line per compile; exit status 0 when it passed."""
+_COMPILER = {"nvidia": "NVRTC", "amd": "HIPRTC", "clang": "clang"}
+
+
+def target_line(vendor: str, arch: str, results) -> str:
+    """One line for one target: counts, how many came from the cache, compile time."""
+    counts = {s: sum(r.status == s for r in results) for s in ("ok", "failed", "skipped")}
+    cached = sum(r.log == "cached" for r in results)
+    return (f"  {arch:8s} {_COMPILER[vendor]:6s}  {counts['ok']:4d} ok  {counts['failed']:3d} failed"
+            f"  {counts['skipped']:4d} skipped  ({cached} cached, "
+            f"{sum(r.seconds for r in results):.1f} s compiling)")
+
+
+class _Printer:
+    """Streams the check's output: one line per target once its last module is in, each
+    failure with its log, and each distinct skip reason once (not once per module)."""
+
+    def __init__(self, out, plan):
+        self.out, self.left = out, {t: n for t, n in plan}
+        self.done: dict = {}
+        self.hints: list[str] = []
+
+    def __call__(self, r: CheckResult):
+        key = (r.vendor, r.arch)
+        self.done.setdefault(key, []).append(r)
+        if r.status == "failed":
+            print(f"  FAILED  {r.arch} {r.source}:\n    "
+                  + r.log.strip().replace("\n", "\n    ")[:4000], file=self.out, flush=True)
+        if r.status == "skipped" and r.log not in self.hints:
+            self.hints.append(r.log)
+        self.left[key] -= 1
+        if self.left[key] == 0:
+            print(target_line(*key, self.done[key]), file=self.out, flush=True)
+
+
+def _plan(modules, vendors) -> list[tuple[tuple[str, str], int]]:
+    """(target, number of results it will report), in job order."""
+    return [((v, a), sum(("amd" if v == "clang" else v) in m.vendors for m in modules))
+            for v, a in targets(vendors)]
+
+
+def main(out=None, modules=None, use_cache: bool = True) -> int:
+    """Run the check with one line per target and a summary; exit status 0 when it passed.
+    ``modules``: fnmatch patterns of sources (default: ``$CUPYCONV_COMPILE_CHECK_MODULES``, or
+    all); ``use_cache=False``: compile everything, record nothing."""
     out = sys.stdout if out is None else out
-
-    def show(r: CheckResult):
-        print(f"  {r.status:7s} {r.vendor:6s} {r.arch:8s} {r.source:24s} {r.seconds:6.2f} s"
-              + (" (cached)" if r.log == "cached" else ""), file=out, flush=True)
-        if r.status != "ok":
-            print("    " + r.log.strip().replace("\n", "\n    ")[:4000], file=out)
-
-    modules = all_modules()
-    print(f"compiling {len(modules)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} "
-          f"(NVRTC) and AMD {', '.join(AMD_ARCHS)} (HIPRTC)", file=out, flush=True)
-    results = run_check(modules, progress=show)
+    if not use_cache:
+        os.environ[CACHE_ENV] = "off"
+    chosen = select_modules(modules)
+    vendors = ("nvidia", "amd", "clang")
+    plan = [p for p in _plan(chosen, vendors) if p[1]]
+    clang_targets = [a for (v, a), _ in plan if v == "clang"]
+    root = cache_root()
+    print(f"compiling {len(chosen)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} (NVRTC), "
+          f"AMD {', '.join(AMD_ARCHS)} (HIPRTC) and {', '.join(clang_targets)} (clang)\n"
+          f"result cache: {root if root else 'off'}", file=out, flush=True)
+    for arch in CLANG_OPTIONAL_ARCHS:
+        if arch not in clang_targets:
+            print(f"  {arch:8s} not checked: no installed clang knows it "
+                  f"(clang-19 does not; Debian's clang-22 does)", file=out)
+    printer = _Printer(out, plan)
+    results = run_check(chosen, vendors, progress=printer)
+    for hint in printer.hints:
+        n = sum(r.log == hint for r in results)
+        print(f"  skipped {n} compiles: " + hint.strip().replace("\n", "\n    "), file=out)
     passed, line = summarize(results)
     print(line + ("" if passed else "  -> FAILED"), file=out)
     return 0 if passed else 1
+
+
+# --------------------------------------------------------------------------- resource report
+_REPORT_FIELDS = (("VGPR", "vgpr_count"), ("AGPR", "agpr_count"), ("SGPR", "sgpr_count"),
+                  ("LDS B", "group_segment_fixed_size"), ("scratch B", "private_segment_fixed_size"),
+                  ("VGPR spill", "vgpr_spill_count"), ("SGPR spill", "sgpr_spill_count"),
+                  ("wave", "wavefront_size"))
+
+
+def resource_report(modules=None, archs=REPORT_ARCHS, workers=None) -> list[dict]:
+    """Per kernel and target: registers, LDS, scratch and spills from clang's AMDGPU metadata
+    (one compile per source text and target; the rows are cached like the check's results).
+    Each row: ``arch``, ``source``, ``kernel`` (the name expression), the metadata fields."""
+    modules = select_modules() if modules is None else tuple(modules)
+    units = _units([m for m in modules if "amd" in m.vendors])
+
+    def one(job):
+        unit, arch = job
+        root = cache_root()
+        path = None if root is None else root / (
+            cache_key("clang", arch, unit.code, unit.name_expressions) + ".report.json")
+        if path is not None and path.exists():
+            with contextlib.suppress(OSError, ValueError):
+                return json.loads(path.read_text())
+        lowered, text = clang_compile(unit.code, unit.name_expressions, arch, assembly=True)
+        by_name = {k["name"]: k for k in parse_amdgpu_metadata(text)}
+        rows = [dict(arch=arch, source=unit.source, kernel=ne,
+                     **{f: by_name.get(sym, {}).get(f) for _, f in _REPORT_FIELDS})
+                for ne, sym in lowered.items()]
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(rows))
+        return rows
+
+    jobs = [(u, a) for a in archs for u in units]
+    with ThreadPoolExecutor(max_workers=workers or _cpu_count()) as pool:
+        return [row for rows in pool.map(one, jobs) for row in rows]
+
+
+def report_main(out=None, modules=None) -> int:
+    """Print the resource report (``compile-check --report``); 0, or 1 when clang is missing or
+    a compile fails."""
+    out = sys.stdout if out is None else out
+    print(f"per-kernel resources from clang's AMDGPU metadata for {', '.join(REPORT_ARCHS)} "
+          f"(-O3; LDS and scratch in bytes per workgroup / lane)", file=out, flush=True)
+    try:
+        rows = resource_report(select_modules(modules))
+    except (CompilerMissing, RuntimeError) as exc:
+        print(f"report failed: {exc}", file=out)
+        return 1
+    head = f"{'arch':7s} {'kernel':58s} " + " ".join(f"{h:>10s}" for h, _ in _REPORT_FIELDS)
+    print(head + "\n" + "-" * len(head), file=out)
+    for r in rows:
+        name = r["kernel"] if len(r["kernel"]) <= 58 else r["kernel"][:55] + "..."
+        print(f"{r['arch']:7s} {name:58s} "
+              + " ".join(f"{'-' if r[f] is None else r[f]:>10}" for _, f in _REPORT_FIELDS), file=out)
+    spills = [r for r in rows if (r["vgpr_spill_count"] or 0) + (r["sgpr_spill_count"] or 0)]
+    print(f"{len(rows)} kernels; {len(spills)} with spills", file=out)
+    return 0
 
 
 def _worker() -> int:

@@ -67,7 +67,7 @@ def run_demo(out=sys.stdout, repeat: int = 20) -> int:
     if not gpu_available():
         print("No GPU: CuPy sees no CUDA/ROCm device on this machine (cupy.is_available() is "
               "False), so nothing can be convolved here.\nRunning the GPU-free kernel compile "
-              "check instead (NVRTC for NVIDIA, HIPRTC for AMD).\n", file=out, flush=True)
+              "check instead (NVRTC for NVIDIA, HIPRTC and clang for AMD).\n", file=out, flush=True)
         from cupyconv._cli.compile_check import main
 
         return main(out=out)

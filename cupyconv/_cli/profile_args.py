@@ -57,7 +57,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Profile one cupyconv operation (ckProfiler-style). Shapes: -N batch, -C "
                     "input channels, -K output channels, --input and --kernel sizes per spatial "
                     "dim ('56', '56,56' or '56x56'). signal takes only --input/--kernel (1-d or "
-                    "2-d single arrays).")
+                    "2-d single arrays).",
+        epilog="exit status: 0 done (and verified), 1 verification failed, 2 bad argument "
+               "(nothing ran), 3 no GPU (CuPy sees no CUDA/ROCm device) or the operation is "
+               "not available in this version")
     p.add_argument("op", choices=OPS, help="operation to profile")
     g = p.add_argument_group("problem")
     g.add_argument("--ndim", type=int, default=None, help="spatial dims (1-3; default: from "
@@ -69,14 +72,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="output channels (64)")
     g.add_argument("--input", default=None, help="input spatial size per dim (56; signal: 4096)")
     g.add_argument("--kernel", default=None, help="kernel size per dim (3)")
-    g.add_argument("--stride", default="1")
-    g.add_argument("--dilation", default="1")
+    g.add_argument("--stride", default="1", help="stride per dim (1; '2' or '2,1')")
+    g.add_argument("--dilation", default="1", help="dilation per dim (1)")
     g.add_argument("--pad", default=None, help="int, per-dim ints, or valid / same / same_lower")
     g.add_argument("--pad-lo", default=None, help="padding before each dim (asymmetric)")
     g.add_argument("--pad-hi", default=None, help="padding after each dim (asymmetric)")
     g.add_argument("--output-padding", default="0", help="transpose only")
-    g.add_argument("--groups", type=int, default=1)
-    g.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    g.add_argument("--groups", type=int, default=1,
+                   help="channel groups (1; = -C for depthwise)")
+    g.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                   help="channels first (NCHW, default) or channels last (NHWC)")
     g.add_argument("--dtype", default="float32",
                    help=f"{'/'.join(CONV_DTYPES)}; signal: {'/'.join(SIGNAL_DTYPES)}")
     g.add_argument("--bias", action="store_true", help="add a bias (fwd, transpose, separable)")

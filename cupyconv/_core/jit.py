@@ -17,8 +17,17 @@ from cupyconv._core.caches import register
 from cupyconv._core.kernels import REGISTRY, KernelModule
 from cupyconv._core.program import Kernel
 
-__all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS"]
+__all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS",
+           "arch_options", "wave_size"]
 
+# CuPy's on-disk cache and HIP (read in CuPy 14.2.0, cupy/cuda/compiler.py): the NVRTC path keys
+# its cache on the sorted name expressions too and stores the mangled names beside the cubin, so a
+# templated module loads from disk in a new process.  ``_compile_with_cache_hip`` reads the disk
+# cache only ``if not name_expressions`` (it recompiles to get the mangled names; its key does not
+# hold them), so on ROCm every module here (all are templates) is compiled again by HIPRTC in every
+# new process, and the in-memory cache below is the only one that helps.  Not yet fixed: the way
+# out is a cache of our own on HIP (binary + lowered names, loaded with RawModule(path=...) and
+# looked up by mangled name) or extern "C" entry points per instantiation.
 # The same flags on both vendors: NVRTC defaults to C++17 and HIPRTC to C++14.
 COMPILE_OPTIONS = ("-std=c++17",)
 
@@ -48,11 +57,32 @@ def _target() -> tuple[str, str, int]:
     return "nvrtc", "sm_" + dev.compute_capability, dev.id
 
 
+def wave_size(arch: str) -> int:
+    """Lanes of a warp / wavefront on ``arch``, from the target's name alone: 32 on NVIDIA
+    (``sm_*``) and on AMD RDNA (gfx10xx, gfx11xx, gfx12xx: the compilers default to wave32), 64
+    on AMD GCN/CDNA (gfx9xx: gfx908, gfx90a, gfx942, gfx950).  ``gcnArchName`` feature suffixes
+    (``gfx90a:sramecc+:xnack-``) are ignored."""
+    name = arch.split(":", 1)[0].lower()
+    if name.startswith("sm_"):
+        return 32
+    if not name.startswith("gfx") or not name[3:4].isdigit():
+        raise ValueError(f"unknown GPU target {arch!r}: expected sm_XX or gfxNNN")
+    major = name[3:-2]  # the last two characters are the minor and stepping digits
+    return 64 if major in ("6", "7", "8", "9") else 32
+
+
 def arch_options(arch: str) -> tuple[str, ...]:
-    """Options of the target beyond COMPILE_OPTIONS: compute capability 9.0 compiles for sm_90a,
-    whose wgmma the Hopper main loop needs (NVRTC keeps the architecture-specific target over the
-    plain -arch=sm_90 that CuPy appends; such a binary runs on 9.0 devices only, the ones it is
-    built for)."""
+    """Options of the target beyond COMPILE_OPTIONS.
+
+    NVIDIA: compute capability 9.0 compiles for sm_90a, whose wgmma the Hopper main loop needs
+    (NVRTC keeps the architecture-specific target over the plain -arch=sm_90 that CuPy appends;
+    such a binary runs on 9.0 devices only, the ones it is built for).
+    AMD: the wave size as ``-DCC_WAVE_SIZE`` (common.cuh's CC_WARP_SIZE), chosen here per target
+    because ``__AMDGCN_WAVEFRONT_SIZE`` is deprecated and ROCm 7 made ``warpSize`` a run-time
+    value.
+    """
+    if arch.startswith("gfx"):
+        return (f"-DCC_WAVE_SIZE={wave_size(arch)}",)
     return ("-arch=sm_90a",) if arch == "sm_90" else ()
 
 

@@ -68,6 +68,8 @@ def test_main_reports_failure(monkeypatch, capsys):
     monkeypatch.setattr(cc_check, "REGISTRY", (_module(BROKEN_BODY),))
     monkeypatch.setattr(cc_check, "NVIDIA_ARCHS", ("sm_90",))
     monkeypatch.setattr(cc_check, "AMD_ARCHS", ("gfx90a",))
+    monkeypatch.setattr(cc_check, "CLANG_ARCHS", ("gfx942",))
+    monkeypatch.setattr(cc_check, "CLANG_OPTIONAL_ARCHS", ())
     assert cc_check.main() == 1
     assert "FAILED" in capsys.readouterr().out
 
@@ -101,7 +103,7 @@ def test_hiprtc_workers_compile_many_and_an_abort_names_its_module(monkeypatch, 
 
     log = tmp_path / "starts"
     monkeypatch.setenv("FAKE_WORKER_LOG", str(log))
-    monkeypatch.delenv(cc_check.CACHE_ENV, raising=False)
+    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
     monkeypatch.setattr(cc_check, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
     monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
     monkeypatch.setattr(cc_check, "AMD_ARCHS", ("gfx90a", "gfx1030"))
@@ -137,3 +139,229 @@ def test_the_session_cache_skips_a_repeated_successful_compile(monkeypatch, tmp_
                                     "gfx90a")
     assert other.log == "" and changed.log == ""
     assert len(log.read_text().split()) == 5  # failures are never cached
+
+
+
+# --------------------------------------------------------------------------- clang targets
+def _require_or_skip(res):
+    if res.status == "skipped":
+        if cc_check.require_compilers():
+            pytest.fail(f"compiler missing but {cc_check.REQUIRE_ENV} is set: {res.log}")
+        pytest.skip(res.log)
+
+
+@pytest.mark.parametrize("arch", cc_check.CLANG_ARCHS + cc_check.CLANG_OPTIONAL_ARCHS)
+@pytest.mark.parametrize("source", ["common/copy.cu", "direct/direct_conv.cu"])
+def test_clang_compiles_kernel_modules_for_the_new_amd_targets(monkeypatch, arch, source):
+    """A kernel module per target HIPRTC cannot compile here (the full set: compile-check)."""
+    if arch in cc_check.CLANG_OPTIONAL_ARCHS and cc_check.clang_for(arch) is None:
+        pytest.skip(f"no installed clang knows {arch} (optional target)")
+    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    (module,) = [m for m in REGISTRY if m.source == source][:1]
+    res = cc_check.check_module(module, "clang", arch)
+    _require_or_skip(res)
+    assert res.status == "ok", res.log
+
+
+@pytest.mark.parametrize("vendor,arch", [("clang", "gfx942"), ("clang", "gfx1100"),
+                                         ("clang", "gfx1201"), ("amd", "gfx90a"),
+                                         ("amd", "gfx1030")])
+def test_the_kernels_see_the_wave_size_of_their_target(monkeypatch, vendor, arch):
+    """common.cuh's CC_WARP_SIZE is what the host passes for the target: 64 on CDNA, 32 on RDNA."""
+    from cupyconv._core.jit import wave_size
+
+    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    body = (f"\nstatic_assert(CC_WARP_SIZE == {wave_size(arch)}, \"wave size\");\n"
+            "template <typename T> __global__ void k(T* y) { y[threadIdx.x] = CC_WARP_SIZE; }\n")
+    res = cc_check.check_module(_module(body), vendor, arch)
+    _require_or_skip(res)
+    assert res.status == "ok", res.log
+    wrong = body.replace(f"== {wave_size(arch)}", f"== {96 - wave_size(arch)}")
+    assert cc_check.check_module(_module(wrong), vendor, arch).status == "failed"
+
+
+def test_wave_size_from_the_target_name():
+    from cupyconv._core.jit import arch_options, wave_size
+
+    assert [wave_size(a) for a in ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx90a:sramecc+:xnack-")] \
+        == [64] * 5
+    assert [wave_size(a) for a in ("gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201")] == [32] * 5
+    assert wave_size("sm_90a") == 32
+    assert arch_options("gfx942") == ("-DCC_WAVE_SIZE=64",)
+    assert arch_options("gfx1201") == ("-DCC_WAVE_SIZE=32",)
+    assert arch_options("sm_80") == ()
+    with pytest.raises(ValueError, match="unknown GPU target"):
+        wave_size("mi300")
+
+
+# --------------------------------------------------------------------------- result cache
+def test_the_cache_lives_in_the_user_cache_dir_unless_told(monkeypatch, tmp_path):
+    monkeypatch.delenv(cc_check.CACHE_ENV, raising=False)
+    monkeypatch.setenv("CUPYCONV_CACHE_DIR", str(tmp_path / "user"))
+    assert cc_check.cache_root() == tmp_path / "user" / "compile-check"
+    for off in ("off", "0", "none", ""):
+        monkeypatch.setenv(cc_check.CACHE_ENV, off)
+        assert cc_check.cache_root() is None
+    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path / "mine"))
+    assert cc_check.cache_root() == tmp_path / "mine"
+
+
+def test_cache_key_covers_compiler_target_options_source_and_instantiations(monkeypatch):
+    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": f"{vendor} 1.0")
+    base = cc_check.cache_key("clang", "gfx942", "code", ["k<float>"])
+    assert len(base) == 64 and base == cc_check.cache_key("clang", "gfx942", "code", ["k<float>"])
+    others = [cc_check.cache_key("amd", "gfx942", "code", ["k<float>"]),
+              cc_check.cache_key("clang", "gfx1100", "code", ["k<float>"]),
+              cc_check.cache_key("clang", "gfx942", "code2", ["k<float>"]),
+              cc_check.cache_key("clang", "gfx942", "code", ["k<double>"])]
+    assert len({base, *others}) == 5
+    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": f"{vendor} 2.0")
+    assert cc_check.cache_key("clang", "gfx942", "code", ["k<float>"]) != base
+
+
+def test_a_cached_compile_is_not_repeated(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_clang(code, names, arch, assembly=False):
+        calls.append(arch)
+        return {n: "_Z1kIfEvPT_" for n in names}
+
+    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(cc_check, "clang_compile", fake_clang)
+    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": "fake 1")
+    mod = FakeModule("// any\n", "x.cu")
+    first = cc_check.check_module(mod, "clang", "gfx942")
+    again = cc_check.check_module(mod, "clang", "gfx942")
+    assert (first.status, first.log, again.status, again.log) == ("ok", "", "ok", "cached")
+    assert calls == ["gfx942"] and len(list(tmp_path.glob("*.ok"))) == 1
+
+
+# --------------------------------------------------------------------------- output
+def test_output_is_one_line_per_target_and_each_hint_once(monkeypatch):
+    import io
+
+    hint = "HIPRTC (libamdhip64) not found: install it"
+
+    def fake(module, vendor, arch, hiprtc=None):
+        status = "skipped" if vendor == "amd" else "ok"
+        return cc_check.CheckResult(module.source, vendor, arch, status, 0.01,
+                                    hint if status == "skipped" else "")
+
+    mods = tuple(FakeModule(f"// {i}\n", source=f"m{i}.cu") for i in range(40))
+    monkeypatch.setattr(cc_check, "REGISTRY", mods)
+    monkeypatch.setattr(cc_check, "check_module", fake)
+    monkeypatch.setattr(cc_check, "CLANG_OPTIONAL_ARCHS", ())
+    monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
+    monkeypatch.delenv(cc_check.REQUIRE_ENV, raising=False)
+    out = io.StringIO()
+    assert cc_check.main(out=out) == 0
+    lines = out.getvalue().splitlines()
+    n_targets = len(cc_check.targets())
+    assert len(lines) <= n_targets + 5, lines
+    assert sum(hint in line for line in lines) == 1
+    assert f"skipped {40 * len(cc_check.AMD_ARCHS)} compiles" in out.getvalue()
+    for arch in cc_check.AMD_ARCHS + cc_check.CLANG_ARCHS + cc_check.NVIDIA_ARCHS:
+        assert sum(line.split()[:1] == [arch] for line in lines) == 1, arch
+    assert "compile check: " in lines[-1]
+
+
+def test_modules_can_be_restricted_by_pattern(monkeypatch):
+    monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
+    assert cc_check.select_modules() == REGISTRY
+    assert {m.source for m in cc_check.select_modules("common/copy.cu")} == {"common/copy.cu"}
+    monkeypatch.setenv(cc_check.MODULES_ENV, "gemm/im2*, common/copy.cu")
+    assert {m.source for m in cc_check.select_modules()} == {"gemm/im2col.cu", "common/copy.cu"}
+    with pytest.raises(ValueError, match="no kernel module matches"):
+        cc_check.select_modules("nothing/*.cu")
+
+
+# --------------------------------------------------------------------------- resource report
+# Captured from `clang-19 -x hip --offload-arch=gfx942 --cuda-device-only -nogpulib -O3 -S` of
+# common/copy.cu (two kernels, args abbreviated), one of them edited to show spills.
+_ASM = """
+	.text
+; NumVgprs: 46
+	.amdgpu_metadata
+---
+amdhsa.kernels:
+  - .agpr_count:     0
+    .args:
+      - .actual_access:  read_only
+        .address_space:  global
+        .offset:         0
+        .size:           8
+        .value_kind:     global_buffer
+    .group_segment_fixed_size: 0
+    .kernarg_segment_align: 8
+    .max_flat_workgroup_size: 1024
+    .name:           _Z12strided_copyI6__halfEvPKT_PS1_xxxxxxxxxxxxxxxxxxx
+    .private_segment_fixed_size: 0
+    .sgpr_count:     94
+    .sgpr_spill_count: 0
+    .symbol:         _Z12strided_copyI6__halfEvPKT_PS1_xxxxxxxxxxxxxxxxxxx.kd
+    .vgpr_count:     46
+    .vgpr_spill_count: 0
+    .wavefront_size: 64
+  - .agpr_count:     4
+    .args:
+      - .offset:         0
+        .size:           8
+        .value_kind:     by_value
+    .group_segment_fixed_size: 16384
+    .name:           _Z12strided_copyIfEvPKT_PS0_xxxxxxxxxxxxxxxxxxx
+    .private_segment_fixed_size: 24
+    .sgpr_count:     40
+    .sgpr_spill_count: 2
+    .vgpr_count:     128
+    .vgpr_spill_count: 6
+    .wavefront_size: 32
+amdhsa.target:   amdgcn-amd-amdhsa--gfx942
+amdhsa.version:
+  - 1
+  - 2
+...
+
+	.end_amdgpu_metadata
+"""
+
+
+def test_report_parser_reads_registers_lds_and_spills():
+    k = cc_check.parse_amdgpu_metadata(_ASM)
+    assert [x["name"] for x in k] == ["_Z12strided_copyI6__halfEvPKT_PS1_xxxxxxxxxxxxxxxxxxx",
+                                      "_Z12strided_copyIfEvPKT_PS0_xxxxxxxxxxxxxxxxxxx"]
+    assert (k[0]["vgpr_count"], k[0]["sgpr_count"], k[0]["group_segment_fixed_size"],
+            k[0]["vgpr_spill_count"], k[0]["wavefront_size"]) == (46, 94, 0, 0, 64)
+    assert (k[1]["agpr_count"], k[1]["vgpr_count"], k[1]["sgpr_count"],
+            k[1]["group_segment_fixed_size"], k[1]["private_segment_fixed_size"],
+            k[1]["vgpr_spill_count"], k[1]["sgpr_spill_count"], k[1]["wavefront_size"]) \
+        == (4, 128, 40, 16384, 24, 6, 2, 32)
+    assert "args" not in k[0] and "offset" not in k[0]
+    assert cc_check.parse_amdgpu_metadata("no metadata here") == []
+
+
+def test_report_prints_a_row_per_kernel(monkeypatch, capsys):
+    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    (copy,) = [m for m in REGISTRY if m.source == "common/copy.cu"]
+    if cc_check.clang_for("gfx942") is None:
+        if cc_check.require_compilers():
+            pytest.fail("clang missing but CUPYCONV_REQUIRE_COMPILERS is set")
+        pytest.skip("no clang that knows gfx942")
+    rows = cc_check.resource_report([copy])
+    assert len(rows) == len(copy.name_expressions) * len(cc_check.REPORT_ARCHS)
+    assert {r["kernel"] for r in rows} == set(copy.name_expressions)
+    assert all(r["vgpr_count"] > 0 and r["sgpr_count"] > 0 and r["wavefront_size"] == 64
+               for r in rows)
+    assert cc_check.report_main(modules="common/copy.cu") == 0
+    out = capsys.readouterr().out
+    assert "strided_copy<float>" in out and "VGPR spill" in out
+
+
+def test_every_cli_option_has_help():
+    from cupyconv.__main__ import build_parser
+
+    parser, subs = build_parser()
+    for name, sub in subs.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings[0]} has no help text"
+        assert "exit status" in (sub.epilog or ""), name

@@ -12,10 +12,15 @@
   #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
   #define CC_SYNCWARP()
   #define CC_TRAP() __builtin_trap()
-  #if defined(__AMDGCN_WAVEFRONT_SIZE)
-    #define CC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
-  #else
+  // The host passes the wave size per target (-DCC_WAVE_SIZE, cupyconv/_core/jit.py: 64 on gfx9
+  // CDNA, 32 on RDNA), not __AMDGCN_WAVEFRONT_SIZE (deprecated; ROCm 7 also made warpSize a
+  // run-time value).  Without the define: 64 on gfx9, else the RDNA compilers' default of 32.
+  #if defined(CC_WAVE_SIZE)
+    #define CC_WARP_SIZE CC_WAVE_SIZE
+  #elif defined(__GFX9__)
     #define CC_WARP_SIZE 64
+  #else
+    #define CC_WARP_SIZE 32
   #endif
 #elif defined(__CUDACC__)
   #include <cuda_fp16.h>

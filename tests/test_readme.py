@@ -1,0 +1,72 @@
+"""README.md's Python examples run as written: each ```python block is self-contained (it defines
+every name it uses), compiles, and (on a GPU) runs."""
+
+import ast
+import builtins
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+_FENCE = re.compile(r"^( *)```python\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+
+
+def python_blocks(text: str | None = None) -> list[tuple[int, str]]:
+    """(line number, dedented source) of every ```python block, indented ones (in lists) too."""
+    text = README.read_text() if text is None else text
+    blocks = []
+    for m in _FENCE.finditer(text):
+        indent = len(m.group(1))
+        body = "".join(line[indent:] if line[:indent].strip() == "" else line
+                       for line in m.group(2).splitlines(keepends=True))
+        blocks.append((text.count("\n", 0, m.start()) + 1, body))
+    return blocks
+
+
+def undefined_names(source: str) -> set[str]:
+    """Names a block reads but neither assigns, imports, defines nor gets from builtins (a
+    pyflakes-like check, ignoring order within the block)."""
+    tree = ast.parse(source)
+    stored, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.arg):
+            stored.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            stored.add(node.name)
+    return loaded - stored - set(dir(builtins))
+
+
+BLOCKS = python_blocks()
+
+
+def test_the_readme_has_python_examples():
+    assert len(BLOCKS) >= 3
+
+
+def test_the_block_finder_and_name_check():
+    text = "x\n```python\nimport a\ny = a.f(z)\n```\n- item\n\n  ```python\n  print(q)\n  ```\n"
+    assert [b for _, b in python_blocks(text)] == ["import a\ny = a.f(z)\n", "print(q)\n"]
+    assert undefined_names("import a\ny = a.f(z)\n") == {"z"}
+    assert undefined_names("f = lambda *s: len(s)\nfor i in range(3):\n    f(i)\n") == set()
+
+
+@pytest.mark.parametrize("line,source", BLOCKS, ids=[f"line{n}" for n, _ in BLOCKS])
+def test_each_example_compiles_and_defines_what_it_uses(line, source):
+    compile(source, f"README.md:{line}", "exec")
+    assert undefined_names(source) == set(), f"README.md line {line}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("line,source", BLOCKS, ids=[f"line{n}" for n, _ in BLOCKS])
+def test_each_example_runs(line, source):
+    import cupy
+
+    exec(compile(source, f"README.md:{line}", "exec"), {"__name__": "readme_example"})
+    cupy.cuda.Device().synchronize()
