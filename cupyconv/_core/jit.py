@@ -1,7 +1,9 @@
 """JIT compilation of the kernel sources: the only module that touches ``cupy.RawModule``.
 
 Modules are compiled at first use (NVRTC on NVIDIA, HIPRTC on ROCm), kept in memory per device, and
-stored by CuPy's own on-disk kernel cache, so a later process loads them without compiling.  The
+stored on disk, so a later process loads them without compiling: by CuPy's own kernel cache on
+NVIDIA, by cupyconv's (:mod:`cupyconv._core.hip_cache`) on ROCm, where CuPy's does not serve
+modules compiled with name expressions.  The
 in-memory key is an explicit tuple of everything that changes the binary: the
 :class:`~cupyconv._core.kernels.KernelModule` (file, templates, dtypes, defines), the compiler options, the
 backend, the architecture and the device.  Nothing here runs at import time.
@@ -22,12 +24,16 @@ __all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_O
 
 # CuPy's on-disk cache and HIP (read in CuPy 14.2.0, cupy/cuda/compiler.py): the NVRTC path keys
 # its cache on the sorted name expressions too and stores the mangled names beside the cubin, so a
-# templated module loads from disk in a new process.  ``_compile_with_cache_hip`` reads the disk
-# cache only ``if not name_expressions`` (it recompiles to get the mangled names; its key does not
-# hold them), so on ROCm every module here (all are templates) is compiled again by HIPRTC in every
-# new process, and the in-memory cache below is the only one that helps.  Not yet fixed: the way
-# out is a cache of our own on HIP (binary + lowered names, loaded with RawModule(path=...) and
-# looked up by mangled name) or extern "C" entry points per instantiation.
+# templated module loads from disk in a new process: NVIDIA uses cupy.RawModule(code=...) as it is.
+# ``_compile_with_cache_hip`` reads the disk cache only ``if not name_expressions`` (it recompiles
+# to get the mangled names; its key does not hold them), so on ROCm every module here (all are
+# templates) would be compiled again by HIPRTC in every new process.  On HIP, modules therefore go
+# through a cache of our own (cupyconv/_core/hip_cache.py): HIPRTC compiles through CuPy's
+# ``compile_using_nvrtc`` (which calls HIPRTC on ROCm and returns the code object and the lowered
+# names) with the options CuPy's RawModule path would use, the code object and the
+# name expression -> lowered name table are stored, and a later process loads the code object
+# with ``cupy.RawModule(path=...)`` and looks kernels up by lowered name (RawKernels, so kernel
+# attributes such as max_dynamic_shared_size_bytes work as on the CuPy path).
 # The same flags on both vendors: NVRTC defaults to C++17 and HIPRTC to C++14.
 COMPILE_OPTIONS = ("-std=c++17",)
 
@@ -86,6 +92,84 @@ def arch_options(arch: str) -> tuple[str, ...]:
     return ("-arch=sm_90a",) if arch == "sm_90" else ()
 
 
+class _HipModule:
+    """A code object from the HIP cache: ``get_function(name expression)`` gives the
+    ``cupy.RawKernel`` of its lowered name, as ``cupy.RawModule(code=..., name_expressions=...)``
+    does."""
+
+    def __init__(self, raw, lowered: dict):
+        self.raw = raw
+        self.lowered = lowered
+
+    def get_function(self, name: str):
+        return self.raw.get_function(self.lowered[name])
+
+
+def _hip_options(options: tuple) -> tuple:
+    """The options HIPRTC gets for ``options`` on CuPy's RawModule path (CuPy 14.2:
+    ``assemble_cupy_compiler_options``, then ``_compile_with_cache_hip`` adds
+    ``-fcuda-flush-denormals-to-zero`` and hipcc's include directories).  The cache's key holds
+    them, so a ROCm upgrade (other include paths) is a miss."""
+    from cupy import _environment
+    from cupy._core import core
+
+    full = tuple(core.assemble_cupy_compiler_options(tuple(options)))
+    full += ("-fcuda-flush-denormals-to-zero",)
+    return full + tuple(f"-I{d}" for d in _environment._get_hipcc_include_dirs())
+
+
+def _hiprtc_version() -> str:
+    """HIPRTC's and the HIP runtime's versions (the runtime's carries the patch release)."""
+    import cupy
+    from cupy.cuda import nvrtc
+
+    return "hiprtc %d.%d, hip %d, cupy %s" % (*nvrtc.getVersion(),
+                                              cupy.cuda.runtime.runtimeGetVersion(),
+                                              cupy.__version__)
+
+
+def _hiprtc_compile(code: str, options: tuple, name_expressions) -> tuple[bytes, dict]:
+    """Compile with HIPRTC through CuPy (``compile_using_nvrtc`` runs HIPRTC on ROCm): the code
+    object and the lowered name of each name expression.  ``options``: complete (_hip_options).
+    (CuPy's ``_convert_to_hip_source`` is left out: it changes nothing on ROCm 4.5 and newer.)"""
+    from cupy.cuda import compiler
+
+    binary, lowered = compiler.compile_using_nvrtc(
+        code, options, filename="cupyconv_module.cu", name_expressions=list(name_expressions))
+    return binary, dict(lowered or {})
+
+
+def _hip_module(code: str, options: tuple, name_expressions, arch: str):
+    """The module through cupyconv's HIP cache (hip_cache.py), or None where the cache is off
+    or cannot be used (CuPy's path then compiles).  A stored code object that does not load is
+    dropped and compiled again."""
+    import cupy
+
+    from cupyconv._core import hip_cache
+
+    root = hip_cache.cache_root()
+    if root is None:
+        return None
+    full = _hip_options(options)
+    key = hip_cache.cache_key(code, full, arch, _hiprtc_version(), name_expressions)
+    compile_fn = lambda: _hiprtc_compile(code, full, name_expressions)  # noqa: E731
+    for attempt in range(2):
+        try:
+            cached, hit = hip_cache.compile_cached(root, key, name_expressions, compile_fn)
+        except OSError:
+            return None  # an unwritable cache directory: CuPy's path (compiles once more)
+        raw = cupy.RawModule(path=str(cached.path))
+        try:
+            # load now (RawModule loads lazily), so that a bad code object is caught here
+            raw.get_function(next(iter(cached.lowered.values())))
+            return _HipModule(raw, cached.lowered)
+        except Exception:
+            if not hit or attempt:
+                raise
+            hip_cache.discard(root, key)
+    return None
+
+
 def _cache_key(module: KernelModule) -> tuple:
     return (module, COMPILE_OPTIONS) + _target()
 
@@ -107,9 +191,14 @@ def _entry(module: KernelModule) -> _Entry:
         import cupy
 
         start = time.perf_counter()
-        raw = cupy.RawModule(code=module.code, options=COMPILE_OPTIONS + arch_options(key[3]),
-                             name_expressions=list(module.name_expressions))
-        raw.compile()
+        options = COMPILE_OPTIONS + arch_options(key[3])
+        raw = None
+        if key[2] == "hiprtc":
+            raw = _hip_module(module.code, options, module.name_expressions, key[3])
+        if raw is None:  # NVIDIA, or the HIP cache is off or unusable: CuPy's own path
+            raw = cupy.RawModule(code=module.code, options=options,
+                                 name_expressions=list(module.name_expressions))
+            raw.compile()
         entry.seconds = time.perf_counter() - start
         entry.module = raw
         with _lock:
@@ -144,7 +233,8 @@ def precompile(modules=None) -> int:
 def cache_info() -> dict:
     """Hits and misses of the in-memory cache and, per loaded module, its key and compile time.
 
-    A miss that found the binary in CuPy's on-disk cache shows a compile time of milliseconds.
+    A miss that found the binary in the on-disk cache (CuPy's, or on ROCm cupyconv's) shows a
+    compile time of milliseconds.
     """
     with _lock:
         loaded = [{"source": k[0].source, "templates": k[0].templates, "dtypes": k[0].dtypes,
