@@ -10,7 +10,18 @@
   #endif
   #define CC_SHFL_DOWN(v, d) __shfl_down((v), (d))
   #define CC_SHFL_XOR(v, d) __shfl_xor((v), (d))
-  #define CC_SYNCWARP()
+  // What __syncwarp() is to NVIDIA for the 32-lane groups below (filter_plane, depthwise_plane):
+  // the lanes of a wavefront run in lockstep and the LDS executes one wave's operations in order,
+  // so no instruction is needed, but the compiler must not move shared-memory accesses across it
+  // (one lane reads what another wrote): a wavefront-scope release/acquire around wave_barrier,
+  // as HIP 7's own __syncwarp does (older HIP, ROCm 5.2's here included, has none).  It emits no
+  // synchronising instruction.
+  #define CC_SYNCWARP()                                       \
+    do {                                                      \
+      __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");  \
+      __builtin_amdgcn_wave_barrier();                        \
+      __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");  \
+    } while (0)
   #define CC_TRAP() __builtin_trap()
   // The host passes the wave size per target (-DCC_WAVE_SIZE, cupyconv/_core/jit.py: 64 on gfx9
   // CDNA, 32 on RDNA), not __AMDGCN_WAVEFRONT_SIZE (deprecated; ROCm 7 also made warpSize a
@@ -22,6 +33,9 @@
   #else
     #define CC_WARP_SIZE 32
   #endif
+  // Kernels that split a block into 32-lane groups (tid >> 5, tid & 31) and sync a group with
+  // CC_SYNCWARP rely on each group lying inside one hardware wave: true for wave32 and wave64.
+  static_assert(CC_WARP_SIZE == 32 || CC_WARP_SIZE == 64, "AMD waves have 32 or 64 lanes");
 #elif defined(__CUDACC__)
   #include <cuda_fp16.h>
   #define CC_SHFL_DOWN(v, d) __shfl_down_sync(0xffffffffu, (v), (d))

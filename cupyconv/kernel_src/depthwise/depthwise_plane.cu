@@ -73,6 +73,9 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   // registers: the walk needs them).
   __shared__ int readback[dp::TW];
 
+  // "warp": a 32-lane group (filter_plane.cu's), not the hardware warp: on AMD one (wave32) or
+  // two (wave64) groups share a wave; each keeps its own obuf rows and meta slots and CC_SYNCWARP
+  // orders them within the wave (common.cuh), so both wave sizes are right.
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
   const int groups = (nthreads >> 5) * GW;
   const int i0 = blockIdx.x * IPB, i1 = min(i0 + IPB, planes * CPP);  // (< 2^31: host)
@@ -180,6 +183,8 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
   const int RY = DP_ROWS(T), TAPS = KF * KF;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* const red = reinterpret_cast<A*>(smem_raw);  // TAPS x blockDim.x, then TAPS x 32
+  // 32-lane groups as in the forward kernel; nothing here is warp-synchronous (the reduction
+  // below uses __syncthreads and 32 is only its partition count), so any wave size is right.
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nthreads = blockDim.x;
   const int groups = (nthreads >> 5) * GW, k = blockIdx.x, chunk = blockIdx.y;
   const int i0 = chunk * IPB, i1 = min(i0 + IPB, N * CPP);

@@ -108,7 +108,7 @@ template <typename Cfg, int MF, int NF>
 __device__ __forceinline__ void hand_off_m16n8(const float (&c)[MF][NF][4], int row0, int col0,
                                                float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
   typedef HandOff<Cfg> H;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;  // NVIDIA only (mma.sync / wgmma fragments): 32-lane warps
   H::run(acc, smem, [&](float* stage, int r0) {
 #pragma unroll
     for (int i = 0; i < MF; ++i)
@@ -133,6 +133,8 @@ struct MmaTile {
 #if defined(__CUDACC__)
   static constexpr int LANES = 32, FRAG_M = 16, FRAG_N = 8;
 #else
+  // MFMA is a wave64 instruction of CDNA (gfx9), whose waves are 64 lanes (asserted below where
+  // MFMA exists); on RDNA (wave32) this loop is never selected and only compiles to a trap.
   static constexpr int LANES = 64, FRAG_M = 16, FRAG_N = 16;
 #endif
   static constexpr int WARPS = THREADS / LANES;
@@ -195,6 +197,9 @@ typedef short mfma_i16x4 __attribute__((ext_vector_type(4)));
 #endif
 #if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
 #define CC_MFMA_BF16 1
+#endif
+#if defined(CC_MFMA_F16)
+static_assert(CC_WARP_SIZE == 64, "MFMA targets run 64-lane waves (MmaTile::LANES)");
 #endif
 template <typename S> struct HasMatrixOp { static constexpr bool value = false; };
 #if defined(CC_MFMA_F16)

@@ -49,6 +49,9 @@ filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* const taps = reinterpret_cast<T*>(smem_raw);  // KH x KWB
   T* const obuf = taps + KH * KWB;                  // WARPS x RY x TW, only without vec_out
+  // "warp": a 32-lane group (a strip is 4 columns x 32 lanes), not the hardware warp.  On AMD a
+  // wave holds one (wave32) or two (wave64) whole groups; each group has its own obuf rows and
+  // CC_SYNCWARP orders them within its wave (common.cuh), so both wave sizes are right.
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int strip = blockIdx.x % tiles_w, band = blockIdx.x / tiles_w;
   const int ow0 = strip * TW - d, iw0 = ow0 - PW;
