@@ -59,9 +59,18 @@ def cache_root() -> Path | None:
         return None if value.strip().lower() in _OFF else Path(value).expanduser()
     if os.environ.get("CUPY_CACHE_IN_MEMORY", "").strip() == "1":
         return None
-    from cupyconv._dispatch.tune import cache_dir
+    return _user_cache_dir() / "hip-kernels"
 
-    return cache_dir() / "hip-kernels"
+
+def _user_cache_dir() -> Path:
+    """cupyconv's user cache directory, the rule of ``cupyconv._dispatch.tune.cache_dir`` (which
+    _core may not import: it imports nothing else of the package); a test keeps the two equal."""
+    if os.environ.get("CUPYCONV_CACHE_DIR"):
+        return Path(os.environ["CUPYCONV_CACHE_DIR"]).expanduser()
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "cupyconv"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "cupyconv"
 
 
 def cache_key(code: str, options, arch: str, compiler: str, name_expressions) -> str:

@@ -170,6 +170,18 @@ def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
         assert hip_cache.cache_root() is None
 
 
+@pytest.mark.parametrize("env", [{}, {"XDG_CACHE_HOME": "xdg"}, {"CUPYCONV_CACHE_DIR": "mine"},
+                                 {"CUPYCONV_CACHE_DIR": "mine", "XDG_CACHE_HOME": "xdg"}])
+def test_the_user_cache_directory_is_the_autotuners(tmp_path, monkeypatch, env):
+    from cupyconv._dispatch.tune import cache_dir
+
+    for name in ("CUPYCONV_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value))
+    assert hip_cache._user_cache_dir() == cache_dir()
+
+
 # ------------------------------------------------------------------ the JIT layer's HIP path
 class FakeRawModule:
     """cupy.RawModule(path=...) or (code=..., name_expressions=...), recording what it got."""
