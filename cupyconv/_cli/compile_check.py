@@ -382,9 +382,9 @@ def cache_root() -> Path | None:
     value = os.environ.get(CACHE_ENV)
     if value is not None:
         return None if value.strip().lower() in _CACHE_OFF + ("",) else Path(value).expanduser()
-    from cupyconv._dispatch.tune import cache_dir
+    from cupyconv._core.caches import user_cache_dir
 
-    return cache_dir() / "compile-check"
+    return user_cache_dir() / "compile-check"
 
 
 def cache_key(vendor: str, arch: str, code: str, name_expressions) -> str:

@@ -9,6 +9,8 @@ after changing tuning by hand, in tests, or to give memory back.
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import Callable
 
 _clearers: list[Callable[[], None]] = []
@@ -37,3 +39,15 @@ def clear_caches() -> None:
     left alone).  The next call of each problem plans (and loads its kernels) again."""
     for clear in _clearers:
         clear()
+
+
+def user_cache_dir() -> Path:
+    """cupyconv's directory for what it keeps on disk (the autotuner's ``tune.json``, the compile
+    check's results, HIP code objects): ``$CUPYCONV_CACHE_DIR``, else the platform's user cache
+    directory."""
+    if os.environ.get("CUPYCONV_CACHE_DIR"):
+        return Path(os.environ["CUPYCONV_CACHE_DIR"]).expanduser()
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "cupyconv"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "cupyconv"

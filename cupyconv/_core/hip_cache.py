@@ -39,6 +39,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cupyconv._core.caches import user_cache_dir
+
 __all__ = ["FORMAT", "CACHE_ENV", "cache_root", "cache_key", "CachedModule", "load", "store",
            "discard", "compile_cached"]
 
@@ -59,18 +61,7 @@ def cache_root() -> Path | None:
         return None if value.strip().lower() in _OFF else Path(value).expanduser()
     if os.environ.get("CUPY_CACHE_IN_MEMORY", "").strip() == "1":
         return None
-    return _user_cache_dir() / "hip-kernels"
-
-
-def _user_cache_dir() -> Path:
-    """cupyconv's user cache directory, the rule of ``cupyconv._dispatch.tune.cache_dir`` (which
-    _core may not import: it imports nothing else of the package); a test keeps the two equal."""
-    if os.environ.get("CUPYCONV_CACHE_DIR"):
-        return Path(os.environ["CUPYCONV_CACHE_DIR"]).expanduser()
-    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "cupyconv"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "cupyconv"
+    return user_cache_dir() / "hip-kernels"
 
 
 def cache_key(code: str, options, arch: str, compiler: str, name_expressions) -> str:

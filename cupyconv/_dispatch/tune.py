@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cupyconv._core.caches import user_cache_dir
 from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
@@ -49,13 +50,8 @@ def _package_version() -> str:
 
 # ---------------------------------------------------------------------------------- cache file
 def cache_dir() -> Path:
-    """Where the tuning cache lives: ``$CUPYCONV_CACHE_DIR``, else the user cache directory."""
-    if os.environ.get("CUPYCONV_CACHE_DIR"):
-        return Path(os.environ["CUPYCONV_CACHE_DIR"]).expanduser()
-    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "cupyconv"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "cupyconv"
+    """Where the tuning cache lives: cupyconv's user cache directory."""
+    return user_cache_dir()
 
 
 def cache_path() -> Path:

@@ -179,7 +179,7 @@ def test_the_user_cache_directory_is_the_autotuners(tmp_path, monkeypatch, env):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, str(tmp_path / value))
-    assert hip_cache._user_cache_dir() == cache_dir()
+    assert hip_cache.user_cache_dir() == cache_dir()
 
 
 # ------------------------------------------------------------------ the JIT layer's HIP path
