@@ -57,6 +57,17 @@ def walk_variant(geom: ConvGeometry) -> tuple[int, int]:
     return 0, 0
 
 
+def max_pass_vec(geom: ConvGeometry) -> int:
+    """The most channels per thread of a forward / backward-data launch: 16-bit kernels larger
+    than 3x3 take 4, not 8.  Measured on an H100 (benchmarks/exp_depthwise_cl.py, MobileNetV2 and
+    EfficientNet-B0 depthwise layers, fp16 channels-last): 5x5 forward 1.4-1.9x faster at 4
+    (e.g. 1152 ch 7^2 0.058 -> 0.037 ms; the 8-wide variants hold 128 registers per thread at
+    half the threads), 3x3 at 8 up to 1.45x faster (144 ch 56^2 0.057 -> 0.040 ms)."""
+    if itemsize(geom.dtype) == 2 and math.prod(geom.kernel) > 9:
+        return 4
+    return max(DEPTHWISE_CL_VECS[geom.dtype])
+
+
 def vector_width(geom: ConvGeometry, operands, wgrad: bool = False) -> int:
     """Channels per thread for ``operands`` ((array, element_strides) pairs: the activations a
     kernel reads or writes), or 0 where the channels-last kernels do not apply: not channels-last,
@@ -69,8 +80,9 @@ def vector_width(geom: ConvGeometry, operands, wgrad: bool = False) -> int:
     if any(strides[1] != 1 and c > 1 for _, strides in operands):
         return 0
     item = itemsize(geom.dtype)
+    widest = DEPTHWISE_CL_WGRAD_VEC if wgrad else max_pass_vec(geom)
     for vec in DEPTHWISE_CL_VECS[geom.dtype]:
-        if wgrad and vec > DEPTHWISE_CL_WGRAD_VEC:
+        if vec > widest:
             continue
         if c % vec == 0 and all(a.data.ptr % (vec * item) == 0
                                 and all(s % vec == 0 for i, s in enumerate(strides) if i != 1)
@@ -260,5 +272,6 @@ def applies(geom: ConvGeometry) -> bool:
     them (C-contiguous, aligned): for the cost model, which sees no arrays."""
     if not geom.channels_last or geom.out_channels != geom.in_channels:
         return False
-    vec = next(v for v in DEPTHWISE_CL_VECS[geom.dtype] if geom.in_channels % v == 0)
+    vec = next(v for v in DEPTHWISE_CL_VECS[geom.dtype]
+               if v <= max_pass_vec(geom) and geom.in_channels % v == 0)
     return pass_plan(geom, False, vec) is not None

@@ -251,11 +251,19 @@ STAGE_NCHW_X: bool | None = None
 
 def stage_nchw_x(geom: ConvGeometry, device_id: int) -> bool:
     """Whether channels-first backward-weight copies x to channels-last before the kernel (dy is
-    always copied) rather than reading it through its strides.  Strided x (channel stride H*W)
-    defeats the loader's vector and asynchronous copies, which the tensor-core loops depend on."""
+    always copied) rather than reading it through its strides (channel stride H*W), which
+    defeats the loader's vector and asynchronous copies.  Measured on an H100 (ResNet-50 layers,
+    batch 32, benchmarks/exp_wgrad_nchw.py): on the tensor-core loops the copy pays for 3x3
+    layers (fp16/bf16 0.45-0.60 -> 0.12-0.50 ms, TF32 3-10 % faster) and for 16-bit 1x1 ones
+    (12 %); it loses for TF32 1x1 (9 %; stride 2: 0.48 -> 0.74 ms, the copy reads all of x for
+    a quarter of it), for channels that are not whole 16-byte chunks (conv1's 3: 5-7 %) and on
+    the exact fp32 loop (2-70 %)."""
     if STAGE_NCHW_X is not None:
         return STAGE_NCHW_X
-    return gemm_math(geom.dtype, geom.precision, device_id) != MATH_SIMT
+    item = itemsize(geom.dtype)
+    chunks = geom.in_channels // geom.groups * item % 16 == 0
+    return (gemm_math(geom.dtype, geom.precision, device_id) != MATH_SIMT and chunks
+            and (item == 2 or math.prod(geom.kernel) > 1))
 
 
 def _run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:

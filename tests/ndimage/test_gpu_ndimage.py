@@ -26,10 +26,17 @@ def rand(rng, shape, dtype):
     return a.astype(dtype)
 
 
-def check(got, ref):
+def check(got, ref, truncation_slack=False):
+    """``got`` equals ``ref`` (integers exactly) or is within float tolerance.  With
+    ``truncation_slack`` (integer outputs of filters with non-integer weights, whose float64 sums
+    are truncated after each pass): a sum a rounding error from an integer may truncate to the
+    other side than in SciPy, so differences of 1 on at most 0.5 % of the elements are allowed."""
     got = got.get()
     assert got.shape == ref.shape and got.dtype == ref.dtype, (got.dtype, ref.dtype)
-    if ref.dtype.kind in "iu":
+    if ref.dtype.kind in "iu" and truncation_slack:
+        diff = np.abs(got.astype(np.int64) - ref.astype(np.int64))
+        assert diff.max() <= 1 and np.count_nonzero(diff) <= max(1, diff.size // 200), diff.max()
+    elif ref.dtype.kind in "iu":
         np.testing.assert_array_equal(got, ref)
     else:
         tol = 2e-5 if ref.dtype in (np.float32, np.complex64) else 1e-12
@@ -110,13 +117,14 @@ def test_separable_filters(ndim, dtype):
     for mode in ("reflect", "constant", "wrap", "mirror", "nearest"):
         for order in range(4):
             kw = dict(order=order, mode=mode, cval=1.0)
-            check(cn.gaussian_filter(xd, 1.3, **kw), sn.gaussian_filter(x, 1.3, **kw))
+            check(cn.gaussian_filter(xd, 1.3, **kw), sn.gaussian_filter(x, 1.3, **kw), True)
         check(cn.gaussian_filter(xd, 2.0, radius=3, mode=mode),
-              sn.gaussian_filter(x, 2.0, radius=3, mode=mode))
+              sn.gaussian_filter(x, 2.0, radius=3, mode=mode), True)
         check(cn.gaussian_filter1d(xd, 0.8, axis=0, order=1, mode=mode),
-              sn.gaussian_filter1d(x, 0.8, axis=0, order=1, mode=mode))
+              sn.gaussian_filter1d(x, 0.8, axis=0, order=1, mode=mode), True)
         for size in (2, 3, 4):
-            check(cn.uniform_filter(xd, size, mode=mode), sn.uniform_filter(x, size, mode=mode))
+            check(cn.uniform_filter(xd, size, mode=mode), sn.uniform_filter(x, size, mode=mode),
+                  size == 3)  # (a sum of 3 divided by 3 is no exact float)
         check(cn.uniform_filter1d(xd, 4, axis=-1, origin=1, mode=mode),
               sn.uniform_filter1d(x, 4, axis=-1, origin=1, mode=mode))
         for fn in ("sobel", "prewitt"):
