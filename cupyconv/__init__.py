@@ -4,7 +4,7 @@ Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPR
 and cached; importing the package compiles nothing and does not touch the GPU.
 """
 
-from cupyconv import jit, reference, signal  # signal: the SciPy-compatible API
+from cupyconv import cudnn, jit, reference, signal  # signal: the SciPy-compatible API
 from cupyconv._core.caches import clear_caches
 from cupyconv._core.geometry import ConvGeometry, output_shape
 from cupyconv._core.version import __version__
@@ -17,4 +17,4 @@ from cupyconv.separable import separable_conv
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "separable_conv", "gemm", "im2col", "col2im", "output_shape",
-           "ConvGeometry", "reference", "jit", "signal", "tune", "clear_caches", "__version__"]
+           "ConvGeometry", "reference", "jit", "signal", "cudnn", "tune", "clear_caches", "__version__"]

@@ -64,7 +64,9 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     both layouts, 1-3 spatial dims; float16, bfloat16 (accumulated in float32), float32 or
     float64; ``precision`` as in :func:`cupyconv.conv`).  Computed per stride phase on the
     implicit GEMM: each element of the result is written once, with no atomics, so repeated calls
-    give bitwise-equal results.  Depthwise problems (groups == channels) run on the depthwise kernels
+    give bitwise-equal results.  Unbatched ``dy`` (one dim fewer than ``w``, with an unbatched
+    ``input_shape``) gives an unbatched ``dx``.  Complex (complex64/complex128): the gradient in
+    PyTorch's convention, ``conv_transpose(dy, conj(w))``, from three real passes.  Depthwise problems (groups == channels) run on the depthwise kernels
     (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
     ``input_shape`` to write into.
     """
@@ -103,7 +105,9 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     k = N * output pixels, split into parts when the weight alone cannot fill the GPU; parts are summed in a fixed order by a second
     kernel, so results are bitwise reproducible.  Depthwise problems run on the depthwise kernels
     (per-chunk partial sums, reduced in a fixed order; ``method``: "auto", "implicit_gemm" or
-    "depthwise").  ``out``: C-contiguous array of ``weight_shape``.
+    "depthwise").  ``out``: C-contiguous array of ``weight_shape``.  Unbatched ``x`` and ``dy``
+    (one dim fewer than ``weight_shape``) are accepted.  Complex: the gradient in PyTorch's
+    convention, computed from ``conj(x)`` and ``dy``, from three real passes.
     """
     key = call_key("conv_backward_weight", (x, dy, out),
                    (weight_shape, stride, padding, dilation, groups, layout, method,
@@ -203,7 +207,8 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     or the dilation.  Output size per dim: ``(in - 1) * stride - lo - hi + dilation * (k - 1) +
     output_padding + 1``.  Runs as the backward-data pass of the matching forward convolution
     (``method`` and dtypes as in :func:`conv_backward_data`, ``precision`` as in
-    :func:`cupyconv.conv`).
+    :func:`cupyconv.conv`).  Unbatched ``x`` (one dim fewer than ``w``) gives an unbatched
+    result; complex inputs give the plain bilinear product (no conjugate), from three real passes.
     """
     key = call_key("conv_transpose", (x, w, bias, out),
                    (stride, padding, output_padding, dilation, groups, layout, method,

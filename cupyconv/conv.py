@@ -87,8 +87,13 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     ----------
     x : cupy.ndarray
         Input, ``(N, C, *spatial)`` for ``layout="NCHW"`` or ``(N, *spatial, C)`` for ``"NHWC"``,
-        with 1, 2 or 3 spatial dims; float16 or bfloat16 (accumulated in float32), float32 or
-        float64.  Channels-last (NHWC) is the fast layout for the 16-bit types and TF32.
+        with 1, 2 or 3 spatial dims; float16 or bfloat16 (accumulated in float32), float32,
+        float64, complex64 or complex128.  Channels-last (NHWC) is the fast layout for the 16-bit
+        types and TF32.  Unbatched: ``(C, *spatial)`` or ``(*spatial, C)``, one dim fewer than
+        ``w``, gives an unbatched result (and takes unbatched ``out`` and ``z``), as in PyTorch.
+        Every array argument may also be a GPU array of another library (PyTorch, JAX, Numba:
+        ``__cuda_array_interface__`` or ``__dlpack__``), taken without a copy; results are CuPy
+        arrays.
     w : cupy.ndarray
         Weights, ``(K, C/groups, *kernel)`` (NCHW) or ``(K, *kernel, C/groups)`` (NHWC), same dtype.
     bias : cupy.ndarray, optional
@@ -126,6 +131,10 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     -------
     cupy.ndarray
         ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)``, the input's dtype.
+
+    Complex inputs run as three real convolutions of their parts (Gauss's trick,
+    :mod:`cupyconv._core.complex`): the plain bilinear product, no conjugate, as
+    ``scipy.signal`` and PyTorch define it; ``activation`` must then be None.
 
     The epilogue is computed in the accumulator type (float32 for float16) before the one store of
     each output: the GEMM algorithms and the direct kernel apply it in their own stores, with no
