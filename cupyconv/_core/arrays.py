@@ -48,22 +48,36 @@ def gpu_view(a, name: str):
     """A CuPy view (no copy) of a GPU array of another library, or None where ``a`` is no such
     array.  ``__cuda_array_interface__`` (PyTorch, Numba, JAX, ...) goes through
     ``cupy.asarray``, which also waits on the producer's stream when the interface names one;
-    ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack``.  NumPy arrays (which have
+    ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack`` (which hands the producer
+    CuPy's current stream to order against), also where the interface fails.  NumPy arrays (which have
     ``__dlpack__`` on the CPU) and CPU tensors are not GPU arrays: None."""
     import numpy
 
     if isinstance(a, numpy.ndarray):
         return None
     cupy = _cupy()
-    try:
-        if _class_has(a, "__cuda_array_interface__"):
+    failure = None
+    # CAI first (Numba has nothing else); DLPack where CAI is missing or refuses the array
+    # (PyTorch's CAI has no bfloat16, DLPack does)
+    if _class_has(a, "__cuda_array_interface__"):
+        try:
+            # read first: a CPU tensor's property raises AttributeError, and cupy.asarray would
+            # then copy it from the host, which is the NumPy path this function refuses
+            getattr(a, "__cuda_array_interface__")
             return cupy.asarray(a)
-        if _class_has(a, "__dlpack__") and _dlpack_on_gpu(a):
+        except AttributeError:
+            pass
+        except Exception as exc:
+            failure = exc
+    if _class_has(a, "__dlpack__") and _dlpack_on_gpu(a):
+        try:
             return cupy.from_dlpack(a)
-    except Exception as exc:
+        except Exception as exc:
+            failure = exc
+    if failure is not None:
         kind = f"{type(a).__module__}.{type(a).__name__}"
         raise TypeError(f"{name} ({kind}) offers a GPU array protocol but could not be viewed as "
-                        f"a cupy.ndarray without a copy: {exc}") from exc
+                        f"a cupy.ndarray without a copy: {failure}") from failure
     return None
 
 

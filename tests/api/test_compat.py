@@ -212,6 +212,23 @@ class _RaisingCAI:
         raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
 
 
+class _CpuTensor:
+    """A CPU tensor of a library whose class has the interface property (PyTorch's does)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+    def __array__(self, dtype=None, copy=None):  # pragma: no cover - never converted
+        raise AssertionError("a CPU tensor must not be copied to the GPU")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None):  # pragma: no cover
+        raise AssertionError
+
+
 class _FakeDLPack:
     def __init__(self, device_type):
         self.device_type = device_type
@@ -252,6 +269,8 @@ def test_cpu_arrays_are_refused_with_the_hint(cupy_spy):
         arrays.require_array(_FakeDLPack(1), "w")           # kDLCPU
     with pytest.raises(TypeError, match="out must be a cupy.ndarray"):
         arrays.require_array(object(), "out")
+    with pytest.raises(TypeError, match=r"z must be a cupy.ndarray.*cupy.asarray\(z\)"):
+        arrays.require_array(_CpuTensor(), "z")             # refused, not copied to the GPU
     assert cupy_spy == []
 
 
