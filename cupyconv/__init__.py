@@ -4,7 +4,8 @@ Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPR
 and cached; importing the package compiles nothing and does not touch the GPU.
 """
 
-from cupyconv import jit, ndimage, reference, signal  # signal, ndimage: the SciPy-compatible APIs
+# signal, ndimage: the SciPy-compatible APIs; cudnn: the removed cupy.cudnn convolutions
+from cupyconv import cudnn, jit, ndimage, reference, signal
 from cupyconv._core.caches import clear_caches
 from cupyconv._core.geometry import ConvGeometry, output_shape
 from cupyconv._core.version import __version__
@@ -17,4 +18,5 @@ from cupyconv.separable import separable_conv
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "separable_conv", "gemm", "im2col", "col2im", "output_shape",
-           "ConvGeometry", "reference", "jit", "signal", "ndimage", "tune", "clear_caches", "__version__"]
+           "ConvGeometry", "reference", "jit", "signal", "ndimage", "cudnn", "tune", "clear_caches",
+           "__version__"]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cupyconv._core.activation import activation_code
-from cupyconv._core.arrays import conv_operands
+from cupyconv._core.arrays import (check_bias, check_residual, conv_operands, is_unbatched,
+                                   prepare_out, require_array, same_device, with_batch_axis,
+                                   without_batch_axis)
+from cupyconv._core.complex import (bias_parts, gauss_product, is_complex, refuse_activation,
+                                    require_complex_dtype)
+from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import resolve_precision
 from cupyconv._dispatch.callcache import call_key, lookup, remember
 from cupyconv._dispatch.choose import autotune_enabled, choose
@@ -26,12 +31,50 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
         return call((x, w, bias, z), out)
     method = check_method(method)
     act = activation_code(activation)
+    x, w = require_array(x, "x"), require_array(w, "w")
+    if is_unbatched(x, w):
+        y = _forward(ndim, x[None], w, bias, stride, padding, dilation, groups, layout, method,
+                     precision, with_batch_axis(out, "out"), activation, with_batch_axis(z, "z"))
+        return without_batch_axis(y, out)
+    if is_complex(x) or is_complex(w):
+        return _complex_forward(ndim, x, w, bias, dict(stride=stride, padding=padding,
+                                dilation=dilation, groups=groups, layout=layout), method,
+                                precision, out, activation, z)
     geom, x, w, bias, z, y = conv_operands(
         x, w, bias, out, dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                               layout=layout), ndim=ndim, z=z)
     geom = replace(geom, precision=resolve_precision(precision, geom.dtype))
     with x.device:
         remember(key, choose(geom, method).prepare(geom, x, w, bias, y, z, act))
+    return y
+
+
+def _complex_forward(ndim, x, w, bias, options, method, precision, out, activation, z):
+    """The complex forward pass: three real convolutions of the parts (:mod:`._core.complex`),
+    the bias fused into two of them; every argument checked before the first one runs."""
+    refuse_activation(activation)
+    bias = None if bias is None else require_array(bias, "bias")
+    z = None if z is None else require_array(z, "z")
+    dtype = require_complex_dtype({"x": x, "w": w, "bias": bias, "z": z})
+    resolve_precision(precision, dtype)
+    geom = ConvGeometry.from_shapes(x.shape, w.shape, dtype=dtype, ndim=ndim, **options)
+    bias = check_bias(bias, geom.out_channels, dtype)
+    z = check_residual(z, geom.output_shape, dtype, geom.layout)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "w": w, "bias": bias, "z": z, "out": out})
+    biases = bias_parts(bias)
+    with x.device:
+        y = prepare_out(out, geom.output_shape, dtype, {"x": x, "w": w, "bias": bias, "z": z})
+
+        def part(p, q, which):
+            return _forward(ndim, p, q, biases[which], options["stride"], options["padding"],
+                            options["dilation"], options["groups"], options["layout"], method,
+                            precision, None, None, None)
+
+        gauss_product(part, x, w, y)
+        if z is not None:
+            y += z
     return y
 
 
@@ -44,8 +87,13 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     ----------
     x : cupy.ndarray
         Input, ``(N, C, *spatial)`` for ``layout="NCHW"`` or ``(N, *spatial, C)`` for ``"NHWC"``,
-        with 1, 2 or 3 spatial dims; float16 or bfloat16 (accumulated in float32), float32 or
-        float64.  Channels-last (NHWC) is the fast layout for the 16-bit types and TF32.
+        with 1, 2 or 3 spatial dims; float16 or bfloat16 (accumulated in float32), float32,
+        float64, complex64 or complex128.  Channels-last (NHWC) is the fast layout for the 16-bit
+        types and TF32.  Unbatched: ``(C, *spatial)`` or ``(*spatial, C)``, one dim fewer than
+        ``w``, gives an unbatched result (and takes unbatched ``out`` and ``z``), as in PyTorch.
+        Every array argument may also be a GPU array of another library (PyTorch, JAX, Numba:
+        ``__cuda_array_interface__`` or ``__dlpack__``), taken without a copy; results are CuPy
+        arrays.
     w : cupy.ndarray
         Weights, ``(K, C/groups, *kernel)`` (NCHW) or ``(K, *kernel, C/groups)`` (NHWC), same dtype.
     bias : cupy.ndarray, optional
@@ -86,6 +134,10 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     -------
     cupy.ndarray
         ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)``, the input's dtype.
+
+    Complex inputs run as three real convolutions of their parts (Gauss's trick,
+    :mod:`cupyconv._core.complex`): the plain bilinear product, no conjugate, as
+    ``scipy.signal`` and PyTorch define it; ``activation`` must then be None.
 
     The epilogue is computed in the accumulator type (float32 for float16) before the one store of
     each output: the GEMM algorithms and the direct kernel apply it in their own stores, with no

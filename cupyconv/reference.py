@@ -7,8 +7,12 @@ slice of the (padded) activation and one grouped contraction.  Every shape rule 
 
 Inputs may be NumPy arrays, anything :func:`numpy.asarray` takes, or CuPy arrays (converted with
 ``.get()``).  Every real input type is widened to float64 first (bfloat16 and float16 exactly), and
-results are always float64 NumPy arrays in the caller's layout: a test rounds them to the output
-type itself where it needs to (``verify.tolerance`` does, for the 2-byte types).
+results are float64 NumPy arrays in the caller's layout: a test rounds them to the output type
+itself where it needs to (``verify.tolerance`` does, for the 2-byte types).  Complex inputs are
+widened to complex128 and give complex128 results, with the conjugation rules of
+:mod:`cupyconv._core.complex`: ``conv`` and ``conv_transpose`` are plain bilinear products, the
+gradients conjugate the other operand (``conv_backward_data`` takes ``conj(w)``,
+``conv_backward_weight`` takes ``conj(x)``), as PyTorch's autograd does.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ __all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose
 
 # ---------------------------------------------------------------------------------------- helpers
 def _as_float64(a, name: str) -> np.ndarray:
-    """``a`` as a float64 NumPy array (CuPy arrays via ``.get()``); complex and non-numeric rejected.
-    bfloat16 (ml_dtypes' type, which NumPy files under kind "V") is real and accepted."""
+    """``a`` as a float64 NumPy array (CuPy arrays via ``.get()``), or complex128 where it is
+    complex; non-numeric types rejected.  bfloat16 (ml_dtypes' type, which NumPy files under
+    kind "V") is real and accepted."""
     if hasattr(a, "get") and not isinstance(a, (np.ndarray, dict)):
         a = a.get()
     a = np.asarray(a)
     if a.dtype.kind == "c":
-        raise TypeError(f"{name} must be real, got complex dtype {a.dtype}")
+        return a.astype(np.complex128, copy=False)
     if a.dtype.kind not in "biu" and not is_real_float(a.dtype):
         raise TypeError(f"{name} must be a numeric array, got dtype {a.dtype}")
     return a.astype(np.float64, copy=False)
@@ -129,7 +134,8 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     g = geom.groups
     xp = _grouped(_pad(_to_channels_first(x, geom.layout), geom), g)      # (N, G, Cg, *padded)
     wg = _grouped_weight(_to_channels_first(w, geom.layout), g)           # (G, Kg, Cg, *kernel)
-    y = np.zeros((geom.batch, g, geom.out_channels // g) + geom.out_spatial)
+    y = np.zeros((geom.batch, g, geom.out_channels // g) + geom.out_spatial,
+                 np.result_type(x, w))
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
         y += np.einsum("ngc...,gkc->ngk...", xp[_spatial(window)], wg[_spatial(tap)])
     y = _add_bias(y.reshape((geom.batch, geom.out_channels) + geom.out_spatial), bias,
@@ -139,6 +145,10 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
         z = _as_float64(z, "z")
         _check_shape(z, geom.output_shape, "z", geom)
         y = y + z
+    if np.iscomplexobj(y):
+        if activation is not None:
+            raise ValueError(f"activation {activation!r} is not defined for complex data")
+        return y
     return activate_reference(y, activation)
 
 
@@ -151,14 +161,15 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     shape.  Returns ``dx`` of shape ``input_shape`` in ``layout``.
     """
     dy = _as_float64(dy, "dy")
-    w = _as_float64(w, "w")
+    w = np.conj(_as_float64(w, "w"))  # complex: the gradient takes conj(w) (PyTorch's rule)
     geom = ConvGeometry.from_shapes(tuple(input_shape), w.shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, layout=layout)
     _check_shape(dy, geom.output_shape, "dy", geom)
     g = geom.groups
     dyg = _grouped(_to_channels_first(dy, geom.layout), g)               # (N, G, Kg, *out)
     wg = _grouped_weight(_to_channels_first(w, geom.layout), g)           # (G, Kg, Cg, *kernel)
-    dxp = np.zeros((geom.batch, g, geom.in_channels // g) + geom.padded_spatial)
+    dxp = np.zeros((geom.batch, g, geom.in_channels // g) + geom.padded_spatial,
+                   np.result_type(dy, w))
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
         dxp[_spatial(window)] += np.einsum("ngk...,gkc->ngc...", dyg, wg[_spatial(tap)])
     dxp = dxp.reshape((geom.batch, geom.in_channels) + geom.padded_spatial)
@@ -172,7 +183,7 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     ``weight_shape`` is the shape of ``w`` in ``layout``; ``dy`` must have the forward output shape.
     Returns ``dw`` of shape ``weight_shape``.
     """
-    x = _as_float64(x, "x")
+    x = np.conj(_as_float64(x, "x"))  # complex: the gradient takes conj(x) (PyTorch's rule)
     dy = _as_float64(dy, "dy")
     geom = ConvGeometry.from_shapes(x.shape, tuple(weight_shape), stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, layout=layout)
@@ -181,7 +192,8 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     xp = _grouped(_pad(_to_channels_first(x, geom.layout), geom), g)      # (N, G, Cg, *padded)
     dyg = _grouped(_to_channels_first(dy, geom.layout), g)               # (N, G, Kg, *out)
     dyg = dyg.reshape(dyg.shape[:3] + (-1,))                              # (N, G, Kg, out)
-    dw = np.zeros((g, geom.out_channels // g, geom.in_channels // g) + geom.kernel)
+    dw = np.zeros((g, geom.out_channels // g, geom.in_channels // g) + geom.kernel,
+                  np.result_type(x, dy))
     for tap, window in _taps(geom.kernel, geom.stride, geom.dilation, geom.out_spatial):
         xs = xp[_spatial(window)]
         dw[_spatial(tap)] = np.einsum("ngkp,ngcp->gkc", dyg, xs.reshape(xs.shape[:3] + (-1,)))
@@ -237,7 +249,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     wg = _grouped_weight(wc, g)                                            # (G, Cig, Cog, *kernel)
     # Full scatter extent: every position any tap reaches, plus output_padding at the end.
     full = tuple(o + lo + hi for o, lo, hi in zip(out_spatial, pad_lo, pad_hi))
-    buf = np.zeros((n, g, c_out // g) + full)
+    buf = np.zeros((n, g, c_out // g) + full, np.result_type(x, w))
     for tap, window in _taps(kernel, stride_t, dilation_t, in_spatial):
         buf[_spatial(window)] += np.einsum("ngc...,gco->ngo...", xg, wg[_spatial(tap)])
     y = _crop(buf.reshape((n, c_out) + full), pad_lo, out_spatial)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import (check_out_disjoint, prepare_out, require_array,
-                                   require_float_dtype, same_device)
+from cupyconv._core.arrays import (check_out_disjoint, is_unbatched, prepare_out, require_array,
+                                   require_float_dtype, same_device, with_batch_axis,
+                                   without_batch_axis)
 from cupyconv._core.geometry import ConvGeometry, normalize_layout
 from cupyconv._depthwise.separable import ACTIVATIONS, fused_plan, smem_limit
 from cupyconv._dispatch.callcache import call_key, lookup, remember
@@ -23,7 +24,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     ----------
     x : cupy.ndarray
         ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC), 1-3 spatial dims;
-        float16, bfloat16 (accumulated in float32), float32 or float64.
+        float16, bfloat16 (accumulated in float32), float32 or float64.  Unbatched ``x``
+        (``(C, *spatial)``, one dim fewer than ``w_dw``) gives an unbatched result.
     w_dw : cupy.ndarray
         Depthwise weights ``(M*C, 1, *kernel)`` (NCHW) or ``(M*C, *kernel, 1)`` (NHWC), channel
         multiplier ``M >= 1``.
@@ -50,6 +52,11 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     if call is not None:
         return call((x, w_dw, w_pw, bias_dw, bias_pw), out)
     x, w_dw, w_pw = require_array(x, "x"), require_array(w_dw, "w_dw"), require_array(w_pw, "w_pw")
+    if is_unbatched(x, w_dw):
+        y = separable_conv(x[None], w_dw, w_pw, bias_dw, bias_pw, stride=stride, padding=padding,
+                           dilation=dilation, activation=activation, layout=layout,
+                           method=method, out=with_batch_axis(out, "out"))
+        return without_batch_axis(y, out)
     dtype = require_float_dtype(x, "x")
     require_float_dtype(w_dw, "w_dw", dtype)
     require_float_dtype(w_pw, "w_pw", dtype)

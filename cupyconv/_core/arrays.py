@@ -24,20 +24,84 @@ def _cupy():
     return cupy
 
 
+# DLPack device types whose memory CuPy can view: CUDA, ROCm and CUDA managed memory.
+_DLPACK_GPU_DEVICES = (2, 10, 13)
+
+
+def _class_has(a, attr: str) -> bool:
+    """Whether ``a`` offers ``attr`` without evaluating it: the array protocols are properties,
+    and some raise when read (a PyTorch tensor that requires grad)."""
+    return hasattr(type(a), attr) or attr in getattr(a, "__dict__", {})
+
+
+def _dlpack_on_gpu(a) -> bool:
+    if not _class_has(a, "__dlpack_device__"):
+        return False
+    try:
+        device_type = int(a.__dlpack_device__()[0])
+    except Exception:  # a broken protocol method: not something we can view
+        return False
+    return device_type in _DLPACK_GPU_DEVICES
+
+
+def gpu_view(a, name: str):
+    """A CuPy view (no copy) of a GPU array of another library, or None where ``a`` is no such
+    array.  ``__cuda_array_interface__`` (PyTorch, Numba, JAX, ...) goes through
+    ``cupy.asarray``, which also waits on the producer's stream when the interface names one;
+    ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack`` (which hands the producer
+    CuPy's current stream to order against), also where the interface fails.  NumPy arrays (which have
+    ``__dlpack__`` on the CPU) and CPU tensors are not GPU arrays: None."""
+    import numpy
+
+    if isinstance(a, numpy.ndarray):
+        return None
+    cupy = _cupy()
+    failure = None
+    # CAI first (Numba has nothing else); DLPack where CAI is missing or refuses the array
+    # (PyTorch's CAI has no bfloat16, DLPack does)
+    if _class_has(a, "__cuda_array_interface__"):
+        try:
+            # read first: a CPU tensor's property raises AttributeError, and cupy.asarray would
+            # then copy it from the host, which is the NumPy path this function refuses
+            getattr(a, "__cuda_array_interface__")
+            return cupy.asarray(a)
+        except AttributeError:
+            pass
+        except Exception as exc:
+            failure = exc
+    if _class_has(a, "__dlpack__") and _dlpack_on_gpu(a):
+        try:
+            return cupy.from_dlpack(a)
+        except Exception as exc:
+            failure = exc
+    if failure is not None:
+        kind = f"{type(a).__module__}.{type(a).__name__}"
+        raise TypeError(f"{name} ({kind}) offers a GPU array protocol but could not be viewed as "
+                        f"a cupy.ndarray without a copy: {failure}") from failure
+    return None
+
+
 def require_array(a, name: str):
-    """``a`` itself if it is a CuPy ndarray; otherwise a TypeError that says how to fix the call."""
+    """``a`` itself if it is a CuPy ndarray; a CuPy view (no copy) of a GPU array of another
+    library (:func:`gpu_view`); otherwise a TypeError that says how to fix the call."""
     cupy = _cupy()
     if isinstance(a, cupy.ndarray):
         return a
+    view = gpu_view(a, name)
+    if view is not None:
+        return view
     kind = f"{type(a).__module__}.{type(a).__name__}"
     hint = (f"move it to the GPU first: {name} = cupy.asarray({name})"
             if hasattr(a, "__array__") or isinstance(a, (list, tuple)) else "")
-    raise TypeError(f"{name} must be a cupy.ndarray, got {kind}" + (f"; {hint}" if hint else ""))
+    raise TypeError(f"{name} must be a cupy.ndarray or a GPU array with __cuda_array_interface__ "
+                    f"or __dlpack__, got {kind}" + (f"; {hint}" if hint else ""))
 
 
 def require_float_dtype(a, name: str, dtype=None) -> str:
     """The dtype name of ``a``, which must be a supported float type equal to ``dtype`` if given."""
     got = a.dtype.name
+    if dtype is not None and got == dtype:  # (dtype: checked on the call's first operand)
+        return got
     if got not in DTYPES:
         raise TypeError(f"{name} has dtype {got}; supported dtypes are {', '.join(DTYPES)} "
                         f"(cast with {name}.astype(cupy.float32))")
@@ -45,6 +109,29 @@ def require_float_dtype(a, name: str, dtype=None) -> str:
         raise TypeError(f"{name} has dtype {got} but the input has dtype {dtype}: all operands of "
                         f"one convolution must share a dtype")
     return got
+
+
+def is_unbatched(x, w) -> bool:
+    """PyTorch's unbatched form: ``x`` is ``(C, *spatial)`` (or channels-last ``(*spatial, C)``),
+    one dim fewer than the weight, where a batched ``x`` has as many dims as the weight."""
+    return x.ndim == w.ndim - 1
+
+
+def with_batch_axis(a, name: str):
+    """``a`` (None, or an unbatched array) as a CuPy view with a leading batch axis of 1."""
+    return None if a is None else require_array(a, name)[None]
+
+
+def without_batch_axis(y, out):
+    """The unbatched result of a call run on batch-1 views: ``out`` itself where it was given
+    (as a CuPy array: the caller's object when it is one), else ``y`` without its batch axis."""
+    return y[0] if out is None else require_array(out, "out")
+
+
+def batched_shape(shape):
+    """``(1, *shape)`` for an unbatched ``input_shape``/``output_shape`` argument; anything that
+    is not a sequence is returned as is, for the geometry to report."""
+    return (1, *shape) if isinstance(shape, (tuple, list)) else shape
 
 
 def same_device(arrays: dict) -> None:

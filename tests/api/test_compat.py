@@ -1,0 +1,286 @@
+"""CPU checks of issue 21's ecosystem fit: the ``cupyconv.cudnn`` surface (signatures, constants,
+argument errors), complex arithmetic and conjugation rules (on the float64 reference, with NumPy
+standing in for CuPy), the unbatched-input rule, and the routing of other libraries' GPU arrays
+to CuPy views.  The GPU results are in test_gpu_compat.py."""
+
+import inspect
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import cupyconv
+from cupyconv import cudnn, reference
+from cupyconv._core import arrays
+from cupyconv._core.complex import bias_parts, gauss_product, require_complex_dtype
+
+
+def _rand(rng, shape, complex_=True):
+    a = rng.uniform(-1, 1, shape)
+    return a + 1j * rng.uniform(-1, 1, shape) if complex_ else a
+
+
+# ------------------------------------------------------------------------------ cupyconv.cudnn
+# CuPy 13's cupy/cudnn.pyx: parameter names, order and kinds (positional, then keyword-only).
+CUPY13_SIGNATURES = {
+    "convolution_forward": (
+        ["x", "W", "b", "y", "pad", "stride", "dilation", "groups"],
+        ["auto_tune", "tensor_core", "d_layout", "w_layout"]),
+    "convolution_backward_data": (
+        ["W", "x", "b", "y", "pad", "stride", "dilation", "groups"],
+        ["deterministic", "auto_tune", "tensor_core", "d_layout", "w_layout"]),
+    "convolution_backward_filter": (
+        ["x", "gy", "gW", "pad", "stride", "dilation", "groups"],
+        ["deterministic", "auto_tune", "tensor_core", "d_layout", "w_layout"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUPY13_SIGNATURES))
+def test_cudnn_signatures_match_cupy13(name):
+    positional, keyword = CUPY13_SIGNATURES[name]
+    params = inspect.signature(getattr(cudnn, name)).parameters.values()
+    got_pos = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+    got_kw = [p.name for p in params if p.kind == p.KEYWORD_ONLY]
+    assert got_pos == positional and got_kw == keyword
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    # as in CuPy 13: only the layouts have defaults (NCHW); the rest must be passed
+    assert defaults == {"d_layout": cudnn.CUDNN_TENSOR_NCHW, "w_layout": cudnn.CUDNN_TENSOR_NCHW}
+
+
+def test_cudnn_constants_and_module_surface():
+    # cudnnTensorFormat_t values, as cupy.cuda.cudnn exposed them
+    assert (cudnn.CUDNN_TENSOR_NCHW, cudnn.CUDNN_TENSOR_NHWC) == (0, 1)
+    assert cupyconv.cudnn is cudnn and "cudnn" in cupyconv.__all__
+    before = cudnn.get_max_workspace_size()
+    assert before == 8 * 1024 * 1024
+    try:
+        cudnn.set_max_workspace_size(1 << 20)
+        assert cudnn.get_max_workspace_size() == 1 << 20
+        with pytest.raises(ValueError, match="size must be >= 0"):
+            cudnn.set_max_workspace_size(-1)
+    finally:
+        cudnn.set_max_workspace_size(before)
+
+
+CALLS = {
+    "convolution_forward": lambda **kw: cudnn.convolution_forward(
+        None, None, None, None, (1, 1), (1, 1), (1, 1), 1, **kw),
+    "convolution_backward_data": lambda **kw: cudnn.convolution_backward_data(
+        None, None, None, None, (1, 1), (1, 1), (1, 1), 1, deterministic=False, **kw),
+    "convolution_backward_filter": lambda **kw: cudnn.convolution_backward_filter(
+        None, None, None, (1, 1), (1, 1), (1, 1), 1, deterministic=False, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_cudnn_option_errors_come_first(name):
+    """Bad options are refused by name before any array is looked at (the arrays here are None)."""
+    call = CALLS[name]
+    with pytest.raises(ValueError, match="tensor_core must be one of 'always', 'auto' or 'never'"):
+        call(auto_tune=False, tensor_core="sometimes")
+    with pytest.raises(ValueError, match=r"d_layout must be CUDNN_TENSOR_NCHW \(0\) or "):
+        call(auto_tune=False, tensor_core="auto", d_layout=2)  # CUDNN_TENSOR_NCHW_VECT_C
+    with pytest.raises(ValueError, match="w_layout must be"):
+        call(auto_tune=False, tensor_core="never", w_layout=True)
+    with pytest.raises(TypeError, match="must be a cupy.ndarray"):
+        call(auto_tune=True, tensor_core="always")
+
+
+def test_cudnn_numpy_output_is_refused_with_a_hint():
+    y = np.zeros((1, 2, 3, 3), np.float32)
+    with pytest.raises(TypeError, match=r"y must be a cupy.ndarray.*cupy.asarray\(y\)"):
+        cudnn.convolution_forward(y, y, None, y, (0, 0), (1, 1), (1, 1), 1, auto_tune=False,
+                                  tensor_core="auto")
+
+
+# ------------------------------------------------------------------------------ complex
+def test_complex_reference_is_the_bilinear_product_and_matches_scipy():
+    from scipy import signal
+
+    rng = np.random.default_rng(0)
+    x, w = _rand(rng, (2, 3, 7, 6)), _rand(rng, (4, 3, 3, 2))
+    b = _rand(rng, (4,))
+    y = reference.conv(x, w, b, padding=1)
+    assert y.dtype == np.complex128
+    # scipy.signal.correlate conjugates its second argument: give it conj(w) for the plain product
+    want = np.stack([np.stack([
+        sum(signal.correlate(np.pad(x[n, c], 1), np.conj(w[k, c]), mode="valid") for c in range(3))
+        + b[k] for k in range(4)]) for n in range(2)])
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    # and the four real products
+    parts = (reference.conv(x.real, w.real, padding=1) - reference.conv(x.imag, w.imag, padding=1)
+             + 1j * (reference.conv(x.real, w.imag, padding=1)
+                     + reference.conv(x.imag, w.real, padding=1)))
+    np.testing.assert_allclose(y - b.reshape(1, 4, 1, 1), parts, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_complex_reference_gradients_are_adjoints(layout):
+    """<conv(x, w), dy> = <x, bwd_data(dy, w)> = <w, bwd_weight(x, dy)> with <a, b> = sum(conj(a) b):
+    the gradients conjugate (PyTorch's convention)."""
+    rng = np.random.default_rng(1)
+    opts = dict(stride=2, padding=1, dilation=(1, 2), groups=2, layout=layout)
+    xs, ws = ((2, 4, 9, 8), (6, 2, 3, 2)) if layout == "NCHW" else ((2, 9, 8, 4), (6, 3, 2, 2))
+    x, w = _rand(rng, xs), _rand(rng, ws)
+    y = reference.conv(x, w, **opts)
+    dy = _rand(rng, y.shape)
+    lhs = np.vdot(y, dy)
+    assert np.isclose(lhs, np.vdot(x, reference.conv_backward_data(dy, w, xs, **opts)), rtol=1e-12)
+    assert np.isclose(lhs, np.vdot(w, reference.conv_backward_weight(x, dy, ws, **opts)),
+                      rtol=1e-12)
+    with pytest.raises(ValueError, match="not defined for complex"):
+        reference.conv(x, w, activation="relu", **opts)
+
+
+@pytest.fixture
+def numpy_as_cupy(monkeypatch):
+    """gauss_product's combining ufuncs on NumPy arrays: NumPy stands in for CuPy."""
+    fake = types.ModuleType("cupy")
+    fake.add, fake.subtract = np.add, np.subtract
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+
+@pytest.mark.parametrize("conj_a,conj_b", [(False, False), (True, False), (False, True)])
+def test_gauss_three_products_equal_the_complex_product(numpy_as_cupy, conj_a, conj_b):
+    rng = np.random.default_rng(2)
+    x, w = _rand(rng, (2, 3, 6, 5)), _rand(rng, (4, 3, 2, 3))
+    calls = []
+
+    def op(p, q, part):
+        calls.append(part)
+        assert not np.iscomplexobj(p) and not np.iscomplexobj(q)
+        return reference.conv(p, q, padding=(1, 0))
+
+    out = np.empty((2, 4, 7, 3), np.complex128)
+    got = gauss_product(op, x, w, out, conj_a=conj_a, conj_b=conj_b)
+    assert got is out and sorted(calls) == [1, 2, 3]
+    want = reference.conv(np.conj(x) if conj_a else x, np.conj(w) if conj_b else w,
+                          padding=(1, 0))
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_gauss_bias_parts_add_the_complex_bias(numpy_as_cupy):
+    rng = np.random.default_rng(3)
+    x, w, b = _rand(rng, (1, 2, 5)), _rand(rng, (3, 2, 2)), _rand(rng, (3,))
+    biases = bias_parts(b)
+    out = np.empty((1, 3, 4), np.complex128)
+    gauss_product(lambda p, q, part: reference.conv(p, q, biases[part]), x, w, out)
+    np.testing.assert_allclose(out, reference.conv(x, w, b), rtol=1e-12, atol=1e-12)
+    assert bias_parts(None) == {1: None, 2: None, 3: None}
+
+
+def test_complex_dtype_rules():
+    c64, c128, f32 = (np.zeros(1, t) for t in (np.complex64, np.complex128, np.float32))
+    assert require_complex_dtype({"x": c64, "w": c64, "bias": None}) == "complex64"
+    with pytest.raises(TypeError, match="w has dtype float32 but the call is complex"):
+        require_complex_dtype({"x": c64, "w": f32})
+    with pytest.raises(TypeError, match="w has dtype complex128 but the input has dtype complex64"):
+        require_complex_dtype({"x": c64, "w": c128})
+
+
+# ------------------------------------------------------------------------------ unbatched
+class _Shaped:
+    def __init__(self, shape):
+        self.shape, self.ndim = shape, len(shape)
+
+
+def test_unbatched_rule():
+    w = _Shaped((8, 3, 3, 3))
+    assert arrays.is_unbatched(_Shaped((3, 16, 16)), w)       # (C, H, W) with a 2-d kernel
+    assert not arrays.is_unbatched(_Shaped((1, 3, 16, 16)), w)
+    assert not arrays.is_unbatched(_Shaped((16,)), w)          # two dims short: an error later
+    assert arrays.batched_shape((3, 16, 16)) == (1, 3, 16, 16)
+    assert arrays.batched_shape([3, 16]) == (1, 3, 16)
+    assert arrays.batched_shape(None) is None                  # reported by the geometry
+
+
+# ------------------------------------------------------------------------------ interop
+class _FakeCAI:
+    """A GPU array of another library, as far as the protocol goes."""
+
+    def __init__(self):
+        self.__cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f4", "data": (0, False),
+                                         "version": 3, "strides": None}
+
+
+class _RaisingCAI:
+    """PyTorch's tensors that require grad raise when the interface is read."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+class _CpuTensor:
+    """A CPU tensor of a library whose class has the interface property (PyTorch's does)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+    def __array__(self, dtype=None, copy=None):  # pragma: no cover - never converted
+        raise AssertionError("a CPU tensor must not be copied to the GPU")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None):  # pragma: no cover
+        raise AssertionError
+
+
+class _FakeDLPack:
+    def __init__(self, device_type):
+        self.device_type = device_type
+
+    def __dlpack__(self, stream=None):  # pragma: no cover - the test replaces from_dlpack
+        raise AssertionError
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+
+@pytest.fixture
+def cupy_spy(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    seen = []
+    monkeypatch.setattr(cupy, "asarray", lambda a: seen.append(("asarray", a)) or "view")
+    monkeypatch.setattr(cupy, "from_dlpack", lambda a: seen.append(("from_dlpack", a)) or "view")
+    return seen
+
+
+def test_cuda_array_interface_goes_through_cupy_asarray(cupy_spy):
+    obj = _FakeCAI()
+    assert arrays.require_array(obj, "x") == "view"
+    assert cupy_spy == [("asarray", obj)]
+
+
+def test_gpu_dlpack_goes_through_from_dlpack(cupy_spy):
+    for device_type in (2, 10, 13):  # CUDA, ROCm, CUDA managed
+        obj = _FakeDLPack(device_type)
+        assert arrays.require_array(obj, "w") == "view"
+        assert cupy_spy[-1] == ("from_dlpack", obj)
+
+
+def test_cpu_arrays_are_refused_with_the_hint(cupy_spy):
+    with pytest.raises(TypeError, match=r"x must be a cupy.ndarray.*cupy.asarray\(x\)"):
+        arrays.require_array(np.ones(3, np.float32), "x")  # NumPy has a CPU __dlpack__
+    with pytest.raises(TypeError, match="w must be a cupy.ndarray or a GPU array"):
+        arrays.require_array(_FakeDLPack(1), "w")           # kDLCPU
+    with pytest.raises(TypeError, match="out must be a cupy.ndarray"):
+        arrays.require_array(object(), "out")
+    with pytest.raises(TypeError, match=r"z must be a cupy.ndarray.*cupy.asarray\(z\)"):
+        arrays.require_array(_CpuTensor(), "z")             # refused, not copied to the GPU
+    assert cupy_spy == []
+
+
+def test_a_failing_protocol_names_the_argument(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+
+    def fail(a):
+        a.__cuda_array_interface__  # reading it raises, as PyTorch does for requires_grad
+
+    monkeypatch.setattr(cupy, "asarray", fail)
+    with pytest.raises(TypeError, match=r"bias \(.*_RaisingCAI\) offers a GPU array protocol "
+                                        r"but could not be viewed.*requires grad"):
+        arrays.require_array(_RaisingCAI(), "bias")
