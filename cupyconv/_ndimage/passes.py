@@ -18,7 +18,6 @@ from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._ndimage.kernels import ND_CONSTANTS, nd_module
 
 THREADS = ND_CONSTANTS["ND_THREADS"]
-ROW_RUN = THREADS * ND_CONSTANTS["ND_RX"]  # outputs of one nd_line_row block
 TILE_X = 32 * ND_CONSTANTS["ND_TILE_RX"]   # nd_dense_tile: columns, rows, planes of a tile
 TILE_Y = ND_CONSTANTS["ND_TILE_ROWS"]
 TILE_Z = ND_CONSTANTS["ND_TILE_Z"]
@@ -30,17 +29,26 @@ def col_rows(compute_itemsize: int) -> int:
     return 8 * ND_CONSTANTS["ND_RY" if compute_itemsize <= 8 else "ND_RY_WIDE"]
 
 
+def row_threads(n: int) -> int:
+    """Threads of an nd_line_row block for rows of ``n``: ND_THREADS, or fewer warps where one
+    run of ``ND_RX`` outputs per thread covers the row (a 256-long row would leave 4/5 of a full
+    block idle)."""
+    rx = ND_CONSTANTS["ND_RX"]
+    return min(THREADS, 32 * math.ceil(n / (32 * rx)))
+
+
 def line_plan(shape: tuple[int, ...], axis: int, K: int, compute_itemsize: int):
     """(kernel name, (outer, n, inner), shared bytes) of a 1-d pass of ``K`` taps along ``axis``.
 
     The staged kernels hold K + 2 weight slots and the tile with its halo plus one slot; filters
-    whose tile would pass the static shared-memory limit run the direct kernel."""
+    whose tile would pass the static shared-memory limit run the direct kernel.  nd_line_row's
+    tile is ``row_threads(n) * ND_RX`` outputs long."""
     n = shape[axis]
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1:])
     geom = (outer, n, inner)
     if inner == 1:
-        smem = (K + 2 + ROW_RUN + K) * compute_itemsize
+        smem = (K + 2 + row_threads(n) * ND_CONSTANTS["ND_RX"] + K) * compute_itemsize
         if smem <= SMEM_LIMIT:
             return "nd_line_row", geom, smem
     else:
@@ -87,7 +95,9 @@ def run_line(src, dst, axis: int, weights: np.ndarray, left: int, mode: int) -> 
         return
     if kernel == "nd_line_row":
         prm = (outer, n, K, left, mode)
-        grid, block = (math.ceil(n / ROW_RUN), min(outer, GRID_YZ_MAX)), (THREADS,)
+        threads = row_threads(n)
+        run = threads * ND_CONSTANTS["ND_RX"]
+        grid, block = (math.ceil(n / run), min(outer, GRID_YZ_MAX)), (threads,)
     elif kernel == "nd_line_col":
         tiles_n = math.ceil(n / col_rows(weights.dtype.itemsize))
         prm = (outer, n, inner, K, left, mode, tiles_n)

@@ -104,8 +104,8 @@ template <typename A> struct col_ry { static const int value = sizeof(A) <= 8 ? 
 
 }  // namespace nd
 
-// prm: rows, n, K, left, mode.  Grid: x over runs of ND_THREADS * ND_RX outputs of a row, y over
-// rows (grid-stride).  Shared memory: K weights, cval and divisor, then the run plus K halo values (one past the
+// prm: rows, n, K, left, mode.  Block: up to ND_THREADS threads (fewer warps for short rows).
+// Grid: x over runs of blockDim.x * ND_RX outputs of a row, y over rows (grid-stride).  Shared memory: K weights, cval and divisor, then the run plus K halo values (one past the
 // halo: the window's last step reads it and drops it).
 template <typename Tin, typename Tout, typename A>
 __global__ void __launch_bounds__(ND_THREADS)
@@ -113,17 +113,17 @@ nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
             const long long* __restrict__ prm) {
   const nd::index_t rows = prm[0], n = prm[1];
   const int K = (int)prm[2], left = (int)prm[3], mode = (int)prm[4];
-  const int L = ND_THREADS * ND_RX, tid = threadIdx.x;
+  const int NT = blockDim.x, L = NT * ND_RX, tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ws = reinterpret_cast<A*>(smem_raw);
   A* tile = ws + K + 2;
-  for (int i = tid; i < K + 2; i += ND_THREADS) ws[i] = w[i];
+  for (int i = tid; i < K + 2; i += NT) ws[i] = w[i];
   const nd::index_t start = (nd::index_t)blockIdx.x * L;
   for (nd::index_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const Tin* xr = x + row * n;
     __syncthreads();  // weights staged; the previous row's outputs have left the tile
     const A cval = ws[K];
-    for (int i = tid; i < L + K - 1; i += ND_THREADS) {
+    for (int i = tid; i < L + K - 1; i += NT) {
       const nd::index_t j = nd::map_index(start - left + i, n, mode);
       tile[i] = j < 0 ? cval : nd::load<A, Tin>::as(xr[j]);
     }
@@ -148,7 +148,7 @@ nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
     for (int i = 0; i < ND_RX; ++i) tile[tid * ND_RX + i] = nd::divide(acc[i], ws[K + 1]);
     __syncthreads();
     Tout* yr = y + row * n;
-    for (int i = tid; i < L; i += ND_THREADS)
+    for (int i = tid; i < L; i += NT)
       if (start + i < n) yr[start + i] = nd::store<Tout, A>::as(tile[i]);
   }
 }
