@@ -3,7 +3,8 @@
 The same signatures, defaults, boundary modes, output dtypes and exceptions as ``scipy.ndimage``
 (SciPy's docstrings describe each argument in full).  Separable filters run as one 1-d pass per
 filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo);
-``correlate``/``convolve`` run a direct N-d kernel, or a 1-d pass where only one axis is filtered.
+``correlate``/``convolve`` run a shared-memory tiled N-d kernel (arrays of up to 3 dims whose
+tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.
 
 Differences from SciPy, where matching it would be wrong or impossible on a GPU:
 

@@ -22,6 +22,9 @@ ND_CONSTANTS: dict[str, int] = {
     "ND_RY": 8,          # nd_line_col: outputs per thread down the axis, compute types <= 8 bytes
     "ND_RY_WIDE": 4,     # ... 16-byte compute types (complex128)
     "ND_MAX_DIMS": 8,    # nd_dense: most dims after merging the unfiltered ones
+    "ND_TILE_RX": 5,     # nd_dense_tile: adjacent outputs per thread along a row (odd: conflict-free)
+    "ND_TILE_ROWS": 8,   # ... rows of a tile (the block's thread rows; 32 threads per row)
+    "ND_TILE_Z": 4,      # ... planes of a tile (each staged input plane serves all of them)
     # boundary modes (nd_boundary.cuh; names in cupyconv._ndimage.boundary)
     "ND_NEAREST": 0,
     "ND_WRAP": 1,
@@ -32,7 +35,7 @@ ND_CONSTANTS: dict[str, int] = {
 
 # Storage and compute dtype name -> C++ type of the kernels' templates.
 COMPUTE_DTYPES = ("float32", "float64", "complex64", "complex128")
-TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense")
+TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense", "nd_dense_tile")
 SOURCE = "ndimage/ndimage.cu"
 
 

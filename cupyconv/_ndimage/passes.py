@@ -18,7 +18,9 @@ from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._ndimage.kernels import ND_CONSTANTS, nd_module
 
 THREADS = ND_CONSTANTS["ND_THREADS"]
-ROW_RUN = THREADS * ND_CONSTANTS["ND_RX"]  # outputs of one nd_line_row block
+TILE_X = 32 * ND_CONSTANTS["ND_TILE_RX"]   # nd_dense_tile: columns, rows, planes of a tile
+TILE_Y = ND_CONSTANTS["ND_TILE_ROWS"]
+TILE_Z = ND_CONSTANTS["ND_TILE_Z"]
 SMEM_LIMIT = 48 * 1024  # static limit of every supported GPU: no opt-in needed
 
 
@@ -27,17 +29,26 @@ def col_rows(compute_itemsize: int) -> int:
     return 8 * ND_CONSTANTS["ND_RY" if compute_itemsize <= 8 else "ND_RY_WIDE"]
 
 
+def row_threads(n: int) -> int:
+    """Threads of an nd_line_row block for rows of ``n``: ND_THREADS, or fewer warps where one
+    run of ``ND_RX`` outputs per thread covers the row (a 256-long row would leave 4/5 of a full
+    block idle)."""
+    rx = ND_CONSTANTS["ND_RX"]
+    return min(THREADS, 32 * math.ceil(n / (32 * rx)))
+
+
 def line_plan(shape: tuple[int, ...], axis: int, K: int, compute_itemsize: int):
     """(kernel name, (outer, n, inner), shared bytes) of a 1-d pass of ``K`` taps along ``axis``.
 
     The staged kernels hold K + 2 weight slots and the tile with its halo plus one slot; filters
-    whose tile would pass the static shared-memory limit run the direct kernel."""
+    whose tile would pass the static shared-memory limit run the direct kernel.  nd_line_row's
+    tile is ``row_threads(n) * ND_RX`` outputs long."""
     n = shape[axis]
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1:])
     geom = (outer, n, inner)
     if inner == 1:
-        smem = (K + 2 + ROW_RUN + K) * compute_itemsize
+        smem = (K + 2 + row_threads(n) * ND_CONSTANTS["ND_RX"] + K) * compute_itemsize
         if smem <= SMEM_LIMIT:
             return "nd_line_row", geom, smem
     else:
@@ -84,7 +95,9 @@ def run_line(src, dst, axis: int, weights: np.ndarray, left: int, mode: int) -> 
         return
     if kernel == "nd_line_row":
         prm = (outer, n, K, left, mode)
-        grid, block = (math.ceil(n / ROW_RUN), min(outer, GRID_YZ_MAX)), (THREADS,)
+        threads = row_threads(n)
+        run = threads * ND_CONSTANTS["ND_RX"]
+        grid, block = (math.ceil(n / run), min(outer, GRID_YZ_MAX)), (threads,)
     elif kernel == "nd_line_col":
         tiles_n = math.ceil(n / col_rows(weights.dtype.itemsize))
         prm = (outer, n, inner, K, left, mode, tiles_n)
@@ -96,17 +109,65 @@ def run_line(src, dst, axis: int, weights: np.ndarray, left: int, mode: int) -> 
        shared_mem=smem)
 
 
+def dense_tile_plan(shape: tuple[int, ...], offsets: np.ndarray, mode: int,
+                    compute_itemsize: int):
+    """(packed sizes, grid, shared bytes) of ``nd_dense_tile`` for the taps ``offsets`` (ntaps x
+    ndim, in the order nd_dense sums them: C order of the filter) on an array of ``shape``, or
+    None where the array has more than 3 dims or the staged plane with the taps passes the
+    static shared-memory limit (then nd_dense runs).
+
+    The array is seen as (planes, rows, columns), leading dims of 1 added; the taps are grouped
+    by plane offset (contiguous in C order) and coded by their place in the staged plane, with
+    a flag on each tap that is the right neighbour of the one before (the window slides)."""
+    ntaps, ndim = offsets.shape
+    if ndim > 3:
+        return None
+    shape3 = (1,) * (3 - ndim) + tuple(shape)
+    off = np.zeros((ntaps, 3), np.int64)
+    off[:, 3 - ndim:] = offsets
+    lo = off.min(axis=0, initial=0)
+    span = off.max(axis=0, initial=0) - lo + 1
+    PY, PX = TILE_Y + int(span[1]) - 1, TILE_X + int(span[2]) - 1
+    smem = PY * PX * compute_itemsize + ntaps * (compute_itemsize + 4)
+    if smem > SMEM_LIMIT:
+        return None
+    rel = off - lo
+    if ntaps > 1 and np.any(np.diff(rel[:, 0]) < 0):
+        raise ValueError("dense taps must be listed in C order (by plane first)")
+    starts = np.searchsorted(rel[:, 0], np.arange(int(span[0]) + 1), side="left")
+    run = np.zeros(ntaps, np.int64)
+    if ntaps > 1:
+        run[1:] = ((rel[1:, 0] == rel[:-1, 0]) & (rel[1:, 1] == rel[:-1, 1])
+                   & (rel[1:, 2] == rel[:-1, 2] + 1))
+    codes = (rel[:, 1] * PX + rel[:, 2]) * 2 + run
+    tiles_x = math.ceil(shape3[2] / TILE_X)
+    tiles = tiles_x * math.ceil(shape3[1] / TILE_Y)
+    prm = np.concatenate([[*shape3, mode, ntaps, PY, PX, *lo, int(span[0]), tiles_x], starts,
+                          codes]).astype(np.int64)
+    grid = (tiles, min(math.ceil(shape3[0] / TILE_Z), GRID_YZ_MAX))
+    return prm, grid, smem
+
+
 def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> None:
     """dst = the N-d correlation of src with the taps ``offsets`` (ntaps x ndim coordinate
-    offsets from the output) weighted by ``weights`` (compute dtype: ntaps, cval, divisor)."""
+    offsets from the output, in the C order of the filter) weighted by ``weights`` (compute
+    dtype: ntaps, cval, divisor): the shared-memory tiled kernel where :func:`dense_tile_plan`
+    has a plan, else the direct one."""
     ntaps, ndim = offsets.shape
     if ndim > ND_CONSTANTS["ND_MAX_DIMS"]:
         raise ValueError(f"cupyconv.ndimage correlates at most {ND_CONSTANTS['ND_MAX_DIMS']} "
                          f"filtered dims, got {ndim}")
     compute = weights.dtype.name
-    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), "nd_dense",
+    tiled = dense_tile_plan(src.shape, offsets, mode, weights.dtype.itemsize)
+    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute),
+                          "nd_dense" if tiled is None else "nd_dense_tile",
                           f"{src.dtype.name}:{dst.dtype.name}:{compute}")
     if src.size == 0:
+        return
+    if tiled is not None:
+        prm, grid, smem = tiled
+        fn(grid, (32, TILE_Y), (src, device_copy(weights), dst, device_copy(prm)),
+           shared_mem=smem)
         return
     shape = np.array(src.shape, np.int64)
     strides = np.array([math.prod(src.shape[d + 1:]) for d in range(ndim)], np.int64)

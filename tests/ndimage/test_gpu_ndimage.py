@@ -152,3 +152,29 @@ def test_output_argument():
     ref = sn.uniform_filter(x.astype(np.float64), 5)
     assert cn.uniform_filter(same, 5, output=same) is same
     check(same, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dense_tiles_and_fallback(mode):
+    """The tiled dense kernel over several tiles in every direction (rows past 8, columns past
+    160, planes past 4), sparse odd and even filters with origins, and filters whose tile does
+    not fit in shared memory (the direct kernel: complex128 with 15 x 15 taps, 4-d arrays)."""
+    import cupy
+
+    rng = np.random.default_rng([MODES.index(mode), 3])
+    x3 = rand(rng, (9, 21, 170), "float32")
+    xd = cupy.asarray(x3)
+    for wshape in ((3, 3, 3), (4, 2, 5), (2, 7, 6)):
+        w = rng.uniform(-1, 1, wshape)
+        w[rng.uniform(size=wshape) < 0.3] = 0.0
+        for origin in (0, tuple(-(k // 2) for k in wshape), tuple((k - 1) // 2 for k in wshape)):
+            for fn in ("correlate", "convolve"):
+                kw = dict(mode=mode, cval=0.5, origin=origin)
+                check(getattr(cn, fn)(xd, w, **kw), getattr(sn, fn)(x3, w, **kw))
+    w2 = rng.uniform(-1, 1, (15, 15))
+    check(cn.correlate(xd, w2, mode=mode, axes=(1, 2)), sn.correlate(x3, w2, mode=mode, axes=(1, 2)))
+    xc = rand(rng, (19, 23), "complex64").astype(np.complex128)
+    check(cn.correlate(cupy.asarray(xc), w2, mode=mode), sn.correlate(xc, w2, mode=mode))
+    x4 = rand(rng, (3, 4, 5, 6), "float64")
+    w4 = rng.uniform(-1, 1, (2, 3, 2, 3))
+    check(cn.correlate(cupy.asarray(x4), w4, mode=mode), sn.correlate(x4, w4, mode=mode))

@@ -90,10 +90,16 @@ def test_dtypes(host, dtype):
     check(cn.convolve1d(x, wc, 0), sn.convolve1d(x, wc, 0))
 
 
+@pytest.mark.parametrize("path", ["tile", "direct"])
 @pytest.mark.parametrize("mode", ["reflect", "constant", "mirror", "wrap", "nearest"])
-def test_dense_correlate(host, mode):
+def test_dense_correlate(host, monkeypatch, mode, path):
+    """Small arrays (one tile), both dense kernels: nd_dense_tile and, with its plan refused,
+    nd_dense."""
     import cupyconv.ndimage as cn
+    from cupyconv._ndimage import passes
 
+    if path == "direct":
+        monkeypatch.setattr(passes, "dense_tile_plan", lambda *a: None)
     rng = np.random.default_rng(11)
     x = rand(rng, (6, 7), "float64")
     for wshape in ((3, 3), (2, 4), (1, 5), (3, 1)):
@@ -108,7 +114,92 @@ def test_dense_correlate(host, mode):
     check(cn.correlate(x3, w3, mode=mode), sn.correlate(x3, w3, mode=mode))
     check(cn.correlate(x3, w3[0], mode=mode, axes=(0, 2)),
           sn.correlate(x3, w3[0], mode=mode, axes=(0, 2)))
-    assert "nd_dense" in host.launches
+    assert set(host.launches) >= {"nd_dense" if path == "direct" else "nd_dense_tile"}
+    assert "nd_dense" not in host.launches or path == "direct"
+
+
+def _sparse(rng, shape):
+    """Random weights with zeros (skipped taps) that break the runs of adjacent taps, and a zero
+    plane / row where there is room for one."""
+    w = rng.uniform(-1, 1, shape)
+    w[rng.uniform(size=shape) < 0.3] = 0.0
+    if shape[-1] > 2:
+        w[..., 1] = 0.0
+    if len(shape) == 3 and shape[0] > 2:
+        w[1] = 0.0
+    return w
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dense_tile_many_tiles(host, mode):
+    """nd_dense_tile over several tiles in every direction (columns past 160, rows past 8,
+    planes past 4 with a partial last group), odd and even filters, origins at both ends,
+    sparse weights, against scipy.ndimage."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng([MODES.index(mode), 21])
+    x2 = rand(rng, (17, 165), "float32")
+    for wshape in ((3, 3), (4, 2), (5, 6)):
+        w = _sparse(rng, wshape)
+        for origin in ((0, 0), tuple(-(k // 2) for k in wshape), tuple((k - 1) // 2
+                                                                    for k in wshape)):
+            for fn in ("correlate", "convolve"):
+                kw = dict(mode=mode, cval=0.75, origin=origin)
+                check(getattr(cn, fn)(x2, w, **kw), getattr(sn, fn)(x2, w, **kw))
+    x3 = rand(rng, (9, 10, 6), "float64")
+    for wshape in ((3, 3, 3), (2, 4, 3), (4, 1, 2)):
+        w = _sparse(rng, wshape)
+        for origin in (0, (-(wshape[0] // 2), 0, (wshape[2] - 1) // 2)):
+            kw = dict(mode=mode, cval=-1.5, origin=origin)
+            check(cn.correlate(x3, w, **kw), sn.correlate(x3, w, **kw))
+            check(cn.convolve(x3, w, **kw), sn.convolve(x3, w, **kw))
+    # a stack of images filtered in 2-d (planes of one group), halos past the axes
+    w = rng.uniform(-1, 1, (7, 9))
+    check(cn.correlate(x3, w, mode=mode, axes=(1, 2)), sn.correlate(x3, w, mode=mode, axes=(1, 2)))
+    assert set(host.launches) == {"nd_dense_tile"}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "complex128"])
+def test_dense_tile_dtypes(host, dtype):
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(5)
+    x = rand(rng, (5, 9, 12), dtype)
+    w = np.array([[[0.5, -1.25], [0.0, 2.0]], [[1.0, 0.0], [-0.75, 0.25]]])
+    check(cn.correlate(x, w, mode="mirror"), sn.correlate(x, w, mode="mirror"))
+    wc = w + 1j * w[::-1]
+    check(cn.convolve(x, wc, mode="constant", cval=2.0),
+          sn.convolve(x, wc, mode="constant", cval=2.0))
+    assert set(host.launches) == {"nd_dense_tile"}
+
+
+def test_dense_tile_plan():
+    """The packed plan: taps grouped by plane, coded by place in the staged plane with the
+    run flag on right neighbours; arrays past 3 dims and oversized tiles refused."""
+    from cupyconv._ndimage import passes
+
+    # a 2 x 2 x 3 filter with its taps at (0, 0, 0..2), (0, 1, 0), (0, 1, 2), (1, 0, 1), centred
+    keep = [(0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 2), (1, 0, 1)]
+    offsets = np.array(keep, np.int64) - np.array([1, 1, 1])
+    prm, grid, smem = passes.dense_tile_plan((9, 20, 170), offsets, 3, 4)
+    PY, PX = passes.TILE_Y + 1, passes.TILE_X + 2
+    head = [9, 20, 170, 3, 6, PY, PX, -1, -1, -1, 2, 2]
+    assert list(prm[:12]) == head
+    assert list(prm[12:15]) == [0, 5, 6]  # plane 0: taps 0-4, plane 1: tap 5
+    codes = [(0 * PX + 0) * 2, (0 * PX + 1) * 2 + 1, (0 * PX + 2) * 2 + 1, (1 * PX + 0) * 2,
+             (1 * PX + 2) * 2, (0 * PX + 1) * 2]
+    assert list(prm[15:]) == codes
+    assert grid == (2 * 3, 3) and smem == PY * PX * 4 + 6 * 8
+    # 2-d: one plane, no plane offsets
+    prm, grid, _ = passes.dense_tile_plan((5, 7), np.array([[0, -1], [0, 0]]), 0, 8)
+    assert list(prm[:3]) == [1, 5, 7] and prm[10] == 1 and list(prm[12:14]) == [0, 2]
+    assert grid == (1, 1)
+    assert passes.dense_tile_plan((2, 3, 4, 5), np.zeros((1, 4), np.int64), 0, 4) is None
+    big = np.argwhere(np.ones((31, 31))) - 15  # 38 x 190 staged doubles: past 48 KiB
+    assert passes.dense_tile_plan((64, 64), big, 0, 8) is None
+    assert passes.dense_tile_plan((64, 64), big, 0, 4) is not None
+    plane_taps = np.argwhere(np.ones((15, 15, 15))) - 7  # the benchmark's 3-d 15^3, float32
+    assert passes.dense_tile_plan((256, 256, 256), plane_taps, 2, 4)[2] <= passes.SMEM_LIMIT
 
 
 def test_separable_filters(host):

@@ -23,10 +23,17 @@
 //   nd_dense      N-d correlation with a dense N-d filter (nonzero taps listed by the host), one
 //                 output per thread; outputs whose window lies inside the array read through
 //                 precomputed linear offsets, the others map every coordinate.
+//   nd_dense_tile the same correlation for arrays of at most 3 dims (seen as planes, rows,
+//                 columns) whose tile fits in shared memory: a block owns ND_TILE_Z planes of
+//                 ND_TILE_ROWS x 32 * ND_TILE_RX outputs, stages each input plane they need once
+//                 (rows and columns plus halo, boundary applied while staging) with every tap in
+//                 shared memory, and each thread keeps ND_TILE_RX adjacent outputs per plane in
+//                 registers, sliding a register window along runs of adjacent taps.
 #include "common.cuh"
 #include "nd_boundary.cuh"
 
-#if !defined(ND_THREADS) || !defined(ND_RX) || !defined(ND_RY) || !defined(ND_RY_WIDE) || !defined(ND_MAX_DIMS)
+#if !defined(ND_THREADS) || !defined(ND_RX) || !defined(ND_RY) || !defined(ND_RY_WIDE) || \
+    !defined(ND_MAX_DIMS) || !defined(ND_TILE_RX) || !defined(ND_TILE_ROWS) || !defined(ND_TILE_Z)
 #error "compile with the defines of cupyconv._ndimage.kernels.ND_CONSTANTS"
 #endif
 
@@ -97,8 +104,8 @@ template <typename A> struct col_ry { static const int value = sizeof(A) <= 8 ? 
 
 }  // namespace nd
 
-// prm: rows, n, K, left, mode.  Grid: x over runs of ND_THREADS * ND_RX outputs of a row, y over
-// rows (grid-stride).  Shared memory: K weights, cval and divisor, then the run plus K halo values (one past the
+// prm: rows, n, K, left, mode.  Block: up to ND_THREADS threads (fewer warps for short rows).
+// Grid: x over runs of blockDim.x * ND_RX outputs of a row, y over rows (grid-stride).  Shared memory: K weights, cval and divisor, then the run plus K halo values (one past the
 // halo: the window's last step reads it and drops it).
 template <typename Tin, typename Tout, typename A>
 __global__ void __launch_bounds__(ND_THREADS)
@@ -106,17 +113,17 @@ nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
             const long long* __restrict__ prm) {
   const nd::index_t rows = prm[0], n = prm[1];
   const int K = (int)prm[2], left = (int)prm[3], mode = (int)prm[4];
-  const int L = ND_THREADS * ND_RX, tid = threadIdx.x;
+  const int NT = blockDim.x, L = NT * ND_RX, tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* ws = reinterpret_cast<A*>(smem_raw);
   A* tile = ws + K + 2;
-  for (int i = tid; i < K + 2; i += ND_THREADS) ws[i] = w[i];
+  for (int i = tid; i < K + 2; i += NT) ws[i] = w[i];
   const nd::index_t start = (nd::index_t)blockIdx.x * L;
   for (nd::index_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const Tin* xr = x + row * n;
     __syncthreads();  // weights staged; the previous row's outputs have left the tile
     const A cval = ws[K];
-    for (int i = tid; i < L + K - 1; i += ND_THREADS) {
+    for (int i = tid; i < L + K - 1; i += NT) {
       const nd::index_t j = nd::map_index(start - left + i, n, mode);
       tile[i] = j < 0 ? cval : nd::load<A, Tin>::as(xr[j]);
     }
@@ -141,7 +148,7 @@ nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
     for (int i = 0; i < ND_RX; ++i) tile[tid * ND_RX + i] = nd::divide(acc[i], ws[K + 1]);
     __syncthreads();
     Tout* yr = y + row * n;
-    for (int i = tid; i < L; i += ND_THREADS)
+    for (int i = tid; i < L; i += NT)
       if (start + i < n) yr[start + i] = nd::store<Tout, A>::as(tile[i]);
   }
 }
@@ -268,5 +275,100 @@ nd_dense(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ 
       }
     }
     y[idx] = nd::store<Tout, A>::as(nd::divide(acc, w[ntaps + 1]));
+  }
+}
+
+// prm: D0, D1, D2 (planes, rows, columns), mode, ntaps, PY, PX (staged rows and columns of a
+// plane), lo_z, lo_y, lo_x (the taps' least offsets), SZ (planes one output reads), tiles_x,
+// then SZ + 1 group starts (the taps with plane offset lo_z + k are [start[k], start[k+1]); the
+// host lists taps by plane, row, column, as nd_dense sums them), then per tap its code:
+//   code = ((dy - lo_y) * PX + (dx - lo_x)) * 2 + run,  run = 1 where the tap is the right
+//   neighbour of the tap before it (same plane and row): the window slides by one value.
+// Block 32 x ND_TILE_ROWS.  Grid: x over tiles_x * ceil(D1 / ND_TILE_ROWS) tiles of a plane, y
+// over groups of ND_TILE_Z planes (grid-stride).  Shared memory: the staged plane (PY * PX),
+// the weights, the codes (int).  Sums run over the same taps in the same order as nd_dense's.
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(32 * ND_TILE_ROWS)
+nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+              const long long* __restrict__ prm) {
+  const int RX = ND_TILE_RX, TY = ND_TILE_ROWS, TZ = ND_TILE_Z, TX = 32 * ND_TILE_RX;
+  const int NT = 32 * ND_TILE_ROWS;
+  const nd::index_t D0 = prm[0], D1 = prm[1], D2 = prm[2];
+  const int mode = (int)prm[3], ntaps = (int)prm[4], PY = (int)prm[5], PX = (int)prm[6];
+  const int lo_z = (int)prm[7], lo_y = (int)prm[8], lo_x = (int)prm[9], SZ = (int)prm[10];
+  const nd::index_t tiles_x = prm[11];
+  const long long* starts = prm + 12;
+  const long long* codes = starts + SZ + 1;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* tile = reinterpret_cast<A*>(smem_raw);
+  A* ws = tile + PY * PX;
+  int* cs = reinterpret_cast<int*>(ws + ntaps);
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 32 + tx;
+  for (int t = tid; t < ntaps; t += NT) {
+    ws[t] = w[t];
+    cs[t] = (int)codes[t];
+  }
+  const A cval = w[ntaps], divisor = w[ntaps + 1];
+  const nd::index_t x0 = (blockIdx.x % tiles_x) * TX, y0 = (blockIdx.x / tiles_x) * TY;
+  const int base = ty * PX + tx * RX;  // RX is odd: lanes hit distinct banks
+  for (nd::index_t z0 = (nd::index_t)blockIdx.y * TZ; z0 < D0; z0 += (nd::index_t)gridDim.y * TZ) {
+    const int last = (int)(D0 - 1 - z0 < TZ - 1 ? D0 - 1 - z0 : TZ - 1);  // last live plane
+    A acc[TZ][RX];
+#pragma unroll
+    for (int j = 0; j < TZ; ++j)
+#pragma unroll
+      for (int i = 0; i < RX; ++i) acc[j][i] = nd::zero<A>();
+    // input plane z0 + lo_z + p feeds output plane z0 + j through the taps of group p - j
+    for (int p = 0; p < TZ + SZ - 1; ++p) {
+      const int jlo = p - SZ + 1 > 0 ? p - SZ + 1 : 0, jhi = p < last ? p : last;
+      if (jlo > jhi) continue;  // no live output plane reads this one
+      const nd::index_t zz = nd::map_index(z0 + lo_z + p, D0, mode);
+      __syncthreads();  // the tile's previous plane (or outputs) is read
+      for (int i = tid; i < PY * PX; i += NT) {
+        const int py = i / PX, px = i - py * PX;
+        const nd::index_t r = nd::map_index(y0 + lo_y + py, D1, mode);
+        const nd::index_t c = nd::map_index(x0 + lo_x + px, D2, mode);
+        tile[i] = (zz < 0 || r < 0 || c < 0) ? cval
+                                             : nd::load<A, Tin>::as(x[(zz * D1 + r) * D2 + c]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < TZ; ++j) {
+        if (j < jlo || j > jhi) continue;
+        const int t1 = (int)starts[p - j + 1];
+        A win[RX];
+#pragma unroll
+        for (int i = 0; i < RX; ++i) win[i] = nd::zero<A>();
+        for (int t = (int)starts[p - j]; t < t1; ++t) {
+          const int code = cs[t];
+          const A* src = tile + base + (code >> 1);
+          if (code & 1) {
+#pragma unroll
+            for (int i = 0; i < RX - 1; ++i) win[i] = win[i + 1];
+            win[RX - 1] = src[RX - 1];
+          } else {
+#pragma unroll
+            for (int i = 0; i < RX; ++i) win[i] = src[i];
+          }
+          const A wt = ws[t];
+#pragma unroll
+          for (int i = 0; i < RX; ++i) nd::madd(acc[j][i], win[i], wt);
+        }
+      }
+    }
+    // the outputs leave through the tile as coalesced rows (PY * PX >= TY * TX)
+#pragma unroll
+    for (int j = 0; j < TZ; ++j) {
+      if (j > last) break;
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < RX; ++i) tile[ty * TX + tx * RX + i] = nd::divide(acc[j][i], divisor);
+      __syncthreads();
+      Tout* yp = y + (z0 + j) * D1 * D2;
+      for (int i = tid; i < TY * TX; i += NT) {
+        const nd::index_t r = y0 + i / TX, c = x0 + i % TX;
+        if (r < D1 && c < D2) yp[r * D2 + c] = nd::store<Tout, A>::as(tile[i]);
+      }
+    }
   }
 }
