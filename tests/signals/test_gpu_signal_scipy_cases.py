@@ -32,11 +32,11 @@ def sample(rng, shape, dtype):
     """CuPy's shaped_random: bool 0/1, other types uniform [0, 10) cast (integers 0..9)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
+        return np.asarray(rng.integers(0, 2, shape).astype(bool))
     a = rng.random(shape) * 10
     if dtype.kind == "c":
         a = a + 1j * rng.random(shape) * 10
-    return a.astype(dtype)
+    return np.asarray(a.astype(dtype))  # (a 0-d array, not a NumPy scalar, for shape ())
 
 
 def tolerance(dtype, table):
@@ -50,20 +50,22 @@ def gpu(*arrays):
 
 
 def compare(func, args, kwargs=None, tol=1e-10, exact_bool=True):
-    """cupyconv.signal.<func> against scipy.signal.<func> on the same inputs (NumPy arrays):
-    both raise ValueError, or same dtype, shape and values, and ours is C-contiguous."""
+    """cupyconv.signal.<func> against scipy.signal.<func> on the same arguments (NumPy arrays
+    moved to the GPU for ours, the rest as given): both raise ValueError, or same dtype, shape
+    and values, and ours is C-contiguous."""
     import cupy
 
     kwargs = kwargs or {}
+    ours = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             ref = np.asarray(getattr(signal, func)(*args, **kwargs))
         except ValueError:
             with pytest.raises(ValueError):
-                getattr(cs, func)(*gpu(*args), **kwargs)
+                getattr(cs, func)(*ours, **kwargs)
             return
-    got = getattr(cs, func)(*gpu(*args), **kwargs)
+    got = getattr(cs, func)(*ours, **kwargs)
     assert isinstance(got, cupy.ndarray) and got.flags.c_contiguous, (func, kwargs)
     got = cupy.asnumpy(got)
     assert got.dtype == ref.dtype and got.shape == ref.shape, (func, kwargs, got.dtype, ref.dtype,
