@@ -607,7 +607,7 @@ def test_scipy_correlate_complex(dt, method):
         got = cs.correlate(cupy.asarray(np.array(p, dt)), cupy.asarray(np.array(q, dt)))
         assert got.ndim == 0 and complex(got) == p * np.conj(q)
         check_values(cs.correlate(*gpu(np.array([p], dt), np.array([q], dt)), method=method),
-                     [p * np.conj(q)])
+                     [p * np.conj(q)], 1e-6)
 
 
 def test_scipy_choose_conv_method():
