@@ -134,8 +134,9 @@ def correlate(in1, in2, mode="full", method="auto", *, axes=None):
         'full': every overlap; 'valid': only full overlaps (the larger operand must be at least
         the other on every axis); 'same': ``in1``'s shape, centred as SciPy does.
     method : {'auto', 'direct', 'fft'}
-        'direct': the shared-memory tiled kernel (exact for integers); 'fft': ``cupy.fft``;
-        'auto': the faster of the two by the cost model.
+        'direct': the shared-memory tiled kernel (exact for integers; float16 and bool x bool
+        only for 1-d operands, where SciPy uses NumPy's loops); 'fft': ``cupy.fft``; 'auto': the
+        faster of the two by the cost model.
     axes : int or sequence of int, optional (cupyconv extension)
         Axes to correlate over, as in ``fftconvolve``; the others broadcast, so a stack of
         signals or images is filtered in one launch.  Default: every axis.
@@ -171,7 +172,8 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0, *, method="
         How ``in1`` extends past its edges: ``fillvalue``, periodic, or mirrored (edge repeated);
         aliases 'pad', 'circular', 'symmetric'.  Applied while the kernel stages its tiles.
     fillvalue : scalar
-        Value outside ``in1`` for ``boundary='fill'``, cast to the output dtype.
+        Value outside ``in1`` for ``boundary='fill'``, cast to the output dtype by SciPy's rule
+        (``ValueError`` where it does not convert: e.g. -1 for unsigned inputs, 1j for real).
     method : {'auto', 'direct', 'fft'} (cupyconv extension)
         Every boundary mode is exact on both paths.
     """
