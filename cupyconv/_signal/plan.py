@@ -31,7 +31,8 @@ METHODS = ("auto", "direct", "fft")
 BOUNDARIES = {"fill": "fill", "pad": "fill", "wrap": "wrap", "circular": "wrap",
               "symm": "symm", "symmetric": "symm"}
 BOUNDARY_CODE = {"fill": 0, "wrap": 1, "symm": 2}
-FREQUENCY_FUNCS = ("fftconvolve", "oaconvolve")  # FFT-only functions: broadcasting axes, float results
+# FFT-only functions: axes of length 1 broadcast, results are floats
+FREQUENCY_FUNCS = ("fftconvolve", "oaconvolve")
 MAX_DIRECT_AXES = 3  # the direct kernel filters up to three axes (plus any batch axes)
 
 
@@ -243,8 +244,8 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
 
     ``func`` is one of ``correlate``, ``convolve``, ``correlate2d``, ``convolve2d``,
     ``fftconvolve``, ``oaconvolve``.  ``axes`` (not SciPy's for correlate/convolve: our batching
-    extension) follows ``fftconvolve``: axes where either operand has length 1 broadcast instead of convolving, and
-    every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode of the
+    extension) follows ``fftconvolve``: axes where either operand has length 1 broadcast instead
+    of convolving, and every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode of the
     N-d functions swap the operands when that gives fewer taps (same numbers, cheaper).
     Raises ``ValueError``/``TypeError`` as SciPy does, naming the argument.
     """

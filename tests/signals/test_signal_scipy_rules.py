@@ -96,7 +96,8 @@ def test_direct_float16_and_bool_where_scipy_takes_them(dtype):
     refuses them elsewhere, exactly where SciPy does."""
     for func, (s1, s2), mode in itertools.product(
             ["convolve", "correlate"],
-            [((10,), (3,)), ((3,), (10,)), ((10,), (10,)), ((5, 10), (3, 3)), ((4, 5, 6), (2, 2, 2))],
+            [((10,), (3,)), ((3,), (10,)), ((10,), (10,)), ((5, 10), (3, 3)),
+             ((4, 5, 6), (2, 2, 2))],
             ["full", "same", "valid"]):
         a, b = np.ones(s1, dtype), np.ones(s2, dtype)
         plan = plan_filter(s1, s2, a.dtype, b.dtype, func=func, mode=mode)
