@@ -245,8 +245,9 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
     ``func`` is one of ``correlate``, ``convolve``, ``correlate2d``, ``convolve2d``,
     ``fftconvolve``, ``oaconvolve``.  ``axes`` (not SciPy's for correlate/convolve: our batching
     extension) follows ``fftconvolve``: axes where either operand has length 1 broadcast instead
-    of convolving, and every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode of the
-    N-d functions swap the operands when that gives fewer taps (same numbers, cheaper).
+    of convolving, and every non-convolved axis must match or be 1.  ``prefer_small_kernel``
+    lets 'full' mode of the N-d functions swap the operands when that gives fewer taps (same
+    numbers, cheaper).
     Raises ``ValueError``/``TypeError`` as SciPy does, naming the argument.
     """
     mode = check_mode(mode)
