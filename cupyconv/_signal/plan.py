@@ -16,6 +16,9 @@ with NumPy so CPU tests can hold the plan against ``scipy.signal`` itself.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +31,8 @@ METHODS = ("auto", "direct", "fft")
 BOUNDARIES = {"fill": "fill", "pad": "fill", "wrap": "wrap", "circular": "wrap",
               "symm": "symm", "symmetric": "symm"}
 BOUNDARY_CODE = {"fill": 0, "wrap": 1, "symm": 2}
+# FFT-only functions: axes of length 1 broadcast, results are floats
+FREQUENCY_FUNCS = ("fftconvolve", "oaconvolve")
 MAX_DIRECT_AXES = 3  # the direct kernel filters up to three axes (plus any batch axes)
 
 
@@ -97,46 +102,88 @@ def compute_dtype(result: np.dtype) -> str:
     return result.name
 
 
-def check_direct_dtype(result: np.dtype, func: str) -> None:
-    """SciPy's direct loops refuse bool x bool and float16 results; so do we."""
-    if np.dtype(result) in (np.bool_, np.float16):
+NUMPY_LOOP_DTYPES = (np.dtype(np.bool_), np.dtype(np.float16))
+
+
+def numpy_direct_path(func: str, shape1, shape2, mode: str) -> bool:
+    """Whether SciPy's ``method='direct'`` hands these operands to ``np.convolve`` /
+    ``np.correlate`` (which take every dtype): 1-d operands, and in 'same' mode only where ``in1``
+    is at least as long as ``in2`` (NumPy's 'same' follows the longer operand)."""
+    if func not in ("correlate", "convolve") or not len(shape1) == len(shape2) == 1:
+        return False
+    return mode != "same" or shape1[0] >= shape2[0]
+
+
+def check_direct_dtype(result: np.dtype, func: str, numpy_path: bool = False) -> None:
+    """SciPy's direct N-d and 2-d loops refuse bool x bool and float16 results; so do we, except
+    where SciPy goes through NumPy's 1-d loops (``numpy_path``, :func:`numpy_direct_path`)."""
+    if np.dtype(result) in NUMPY_LOOP_DTYPES and not numpy_path:
         raise ValueError(f"{func} with method='direct' does not support inputs whose result dtype "
-                         f"is {np.dtype(result).name} (SciPy: Unsupported type); cast the inputs or "
-                         f"use method='fft'")
+                         f"is {np.dtype(result).name} (SciPy: Unsupported type; {func} not "
+                         f"available for this type); cast the inputs or use method='fft'")
+
+
+_FILL_CAST_ERRORS = (TypeError, ValueError, OverflowError)
 
 
 def check_fillvalue(fillvalue, result: np.dtype):
-    """``fillvalue`` as a NumPy scalar of the result dtype (SciPy: scalar, no complex -> real)."""
-    fv = np.asarray(fillvalue)
+    """``fillvalue`` as a NumPy scalar of the result dtype, by SciPy's rule for
+    ``correlate2d``/``convolve2d``: an array must cast safely to the result dtype; a Python or
+    NumPy scalar (or a list) converts as ``numpy.array(fillvalue, dtype)`` does, so an integer out
+    of the result type's range, a NaN or negative float for an unsigned or integer result, or a
+    complex value for a real result raises ``ValueError`` ("could not cast fillvalue").  Then
+    it must hold exactly one element."""
+    result = np.dtype(result)
+    try:
+        if isinstance(fillvalue, np.ndarray):
+            if not np.can_cast(fillvalue.dtype, result, "safe"):
+                raise TypeError("not a safe cast")
+            fv = fillvalue.astype(result)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # NumPy scalars cast like C, as in SciPy
+                fv = np.array(fillvalue, dtype=result)
+    except _FILL_CAST_ERRORS:
+        np.asarray(fillvalue, dtype=np.complex128)  # not a number at all: NumPy's own error
+        raise ValueError(f"fillvalue {fillvalue!r}: could not cast `fillvalue` directly to the "
+                         f"output type {result.name} (SciPy's rule: it must convert to the "
+                         f"result dtype without overflow)") from None
+    if fv.size == 0:
+        raise ValueError("fillvalue: `fillvalue` cannot be an empty array.")
     if fv.size != 1:
-        raise ValueError(f"fillvalue must be a scalar or an array with one element, got shape "
-                         f"{fv.shape}")
-    if fv.dtype.kind not in "biufc":
-        raise TypeError(f"fillvalue must be a number, got dtype {fv.dtype}")
-    fv = fv.reshape(())
-    if fv.dtype.kind == "c" and np.dtype(result).kind != "c":
-        raise ValueError(f"fillvalue {fillvalue!r} is complex but the output dtype is "
-                         f"{np.dtype(result).name}: could not cast fillvalue to the output type")
-    return fv.astype(result)[()]
+        raise ValueError(f"fillvalue: `fillvalue` must be scalar or an array with one element, "
+                         f"got shape {fv.shape}")
+    return fv.reshape(())[()]
 
 
 # --------------------------------------------------------------------------- axes
+def axes_key(axes):
+    """``axes`` as None or a tuple of ints (any sign), hashable, by ``scipy.fft``'s rule: a
+    number or an iterable of integers (``operator.index``); floats, nested sequences or other
+    objects raise ``ValueError``."""
+    if axes is None:
+        return None
+    seq = (axes,) if isinstance(axes, numbers.Number) else axes
+    try:
+        return tuple(operator.index(a) for a in seq)
+    except TypeError:
+        raise ValueError(f"axes must be a scalar or iterable of integers, got {axes!r}") from None
+
+
 def normalize_axes(ndim: int, axes) -> tuple[int, ...]:
     """``axes`` (None, int or sequence) as unique non-negative ints, SciPy's checks and messages."""
     if axes is None:
         return tuple(range(ndim))
-    seq = (axes,) if np.ndim(axes) == 0 else tuple(axes)
-    if not seq:
-        raise ValueError("axes: when provided, axes cannot be empty")
+    seq = axes_key(axes)
     out = []
     for a in seq:
-        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
-            raise TypeError(f"axes must be integers, got {a!r}")
         if not -ndim <= a < ndim:
-            raise ValueError(f"axes {tuple(seq)}: axes exceeds dimensionality of input ({ndim})")
-        out.append(int(a) % ndim)
+            raise ValueError(f"axes {seq}: axes exceeds dimensionality of input ({ndim})")
+        out.append(a % ndim)
     if len(set(out)) != len(out):
-        raise ValueError(f"axes {tuple(seq)}: all axes must be unique")
+        raise ValueError(f"axes {seq}: all axes must be unique")
+    if not seq:
+        raise ValueError("axes: when provided, axes cannot be empty")
     return tuple(out)
 
 
@@ -196,10 +243,11 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
     """The correlation that reproduces ``scipy.signal.<func>(in1, in2, mode, ...)``.
 
     ``func`` is one of ``correlate``, ``convolve``, ``correlate2d``, ``convolve2d``,
-    ``fftconvolve``.  ``axes`` (not SciPy's for correlate/convolve: our batching extension) follows
-    ``fftconvolve``: axes where either operand has length 1 broadcast instead of convolving, and
-    every non-convolved axis must match or be 1.  ``prefer_small_kernel`` lets 'full' mode of the
-    N-d functions swap the operands when that gives fewer taps (same numbers, cheaper).
+    ``fftconvolve``, ``oaconvolve``.  ``axes`` (not SciPy's for correlate/convolve: our batching
+    extension) follows ``fftconvolve``: axes where either operand has length 1 broadcast instead
+    of convolving, and every non-convolved axis must match or be 1.  ``prefer_small_kernel``
+    lets 'full' mode of the N-d functions swap the operands when that gives fewer taps (same
+    numbers, cheaper).
     Raises ``ValueError``/``TypeError`` as SciPy does, naming the argument.
     """
     mode = check_mode(mode)
@@ -216,7 +264,8 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
     if 0 in s1 or 0 in s2:
         raise ValueError(f"in1 {s1} and in2 {s2} must not be empty")
     ndim = len(s1)
-    broadcasting = axes is not None or func == "fftconvolve"
+    frequency = func in FREQUENCY_FUNCS
+    broadcasting = axes is not None or frequency
     axes = normalize_axes(ndim, axes)
     if broadcasting:
         axes = tuple(a for a in axes if s1[a] != 1 and s2[a] != 1)
@@ -253,7 +302,9 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
             n = n1
         pad_lo.append(n2 - 1 - off)
         out_shape.append(n)
-    result = fftconvolve_dtype(d1, d2) if func == "fftconvolve" else result_dtype(d1, d2)
+    # The FFT functions return floats, except where no axis needs a transform: SciPy then returns
+    # the plain product, in the operands' own promoted type.
+    result = fftconvolve_dtype(d1, d2) if frequency and axes else result_dtype(d1, d2)
     check_tensor_size(f"the result of {func}", out_shape, result)
     return FilterPlan(func=func, mode=mode, shape_a=sa, shape_g=sg, axes=axes, swapped=swapped,
                       flip_kernel=not correlating, conj_kernel=correlating, pad_lo=tuple(pad_lo),

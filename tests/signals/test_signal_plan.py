@@ -140,7 +140,9 @@ def test_plan_errors(kwargs, shapes, exc, match):
 
 def test_fillvalue_rules_follow_scipy():
     assert check_fillvalue(1.7, np.dtype(np.int32)) == 1
-    assert check_fillvalue(np.array([2.5]), np.dtype(np.float32)) == np.float32(2.5)
+    assert check_fillvalue(np.array([2.5], np.float32), np.dtype(np.float32)) == np.float32(2.5)
+    with pytest.raises(ValueError, match="could not cast"):  # arrays must cast safely (SciPy)
+        check_fillvalue(np.array([2.5]), np.dtype(np.float32))
     with pytest.raises(ValueError, match="fillvalue"):
         check_fillvalue([1, 2], np.dtype(np.float64))
     with pytest.raises(ValueError, match="fillvalue"):
