@@ -25,6 +25,7 @@ ND_CONSTANTS: dict[str, int] = {
     "ND_TILE_RX": 5,     # nd_dense_tile: adjacent outputs per thread along a row (odd: conflict-free)
     "ND_TILE_ROWS": 8,   # ... rows of a tile (the block's thread rows; 32 threads per row)
     "ND_TILE_Z": 4,      # ... planes of a tile (each staged input plane serves all of them)
+    "ND_STAGE": 4,       # loads each thread has in flight while staging a tile
     # boundary modes (nd_boundary.cuh; names in cupyconv._ndimage.boundary)
     "ND_NEAREST": 0,
     "ND_WRAP": 1,

@@ -33,7 +33,8 @@
 #include "nd_boundary.cuh"
 
 #if !defined(ND_THREADS) || !defined(ND_RX) || !defined(ND_RY) || !defined(ND_RY_WIDE) || \
-    !defined(ND_MAX_DIMS) || !defined(ND_TILE_RX) || !defined(ND_TILE_ROWS) || !defined(ND_TILE_Z)
+    !defined(ND_MAX_DIMS) || !defined(ND_TILE_RX) || !defined(ND_TILE_ROWS) || !defined(ND_TILE_Z) || \
+    !defined(ND_STAGE)
 #error "compile with the defines of cupyconv._ndimage.kernels.ND_CONSTANTS"
 #endif
 
@@ -123,9 +124,19 @@ nd_line_row(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
     const Tin* xr = x + row * n;
     __syncthreads();  // weights staged; the previous row's outputs have left the tile
     const A cval = ws[K];
-    for (int i = tid; i < L + K - 1; i += NT) {
-      const nd::index_t j = nd::map_index(start - left + i, n, mode);
-      tile[i] = j < 0 ? cval : nd::load<A, Tin>::as(xr[j]);
+    // ND_STAGE loads in flight per thread before any lands in the tile (a plain loop keeps
+    // one: the mapping's branches stop the compiler from hoisting the next load)
+    for (int i0 = tid; i0 < L + K - 1; i0 += NT * ND_STAGE) {
+      A v[ND_STAGE];
+#pragma unroll
+      for (int u = 0; u < ND_STAGE; ++u) {
+        const int i = i0 + u * NT;
+        const nd::index_t j = i < L + K - 1 ? nd::map_index(start - left + i, n, mode) : -1;
+        v[u] = j < 0 ? cval : nd::load<A, Tin>::as(xr[j]);
+      }
+#pragma unroll
+      for (int u = 0; u < ND_STAGE; ++u)
+        if (i0 + u * NT < L + K - 1) tile[i0 + u * NT] = v[u];
     }
     __syncthreads();
     A acc[ND_RX], win[ND_RX];
@@ -177,9 +188,17 @@ nd_line_col(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict
     const Tin* xo = x + o * n * inner;
     __syncthreads();
     const A cval = ws[K];
-    for (int r = ty; r < TN + K - 1; r += 8) {
-      const nd::index_t j = nd::map_index(row0 - left + r, n, mode);
-      tile[r * 32 + tx] = (j < 0 || !live) ? cval : nd::load<A, Tin>::as(xo[j * inner + col]);
+    for (int r0 = ty; r0 < TN + K - 1; r0 += 8 * ND_STAGE) {  // ND_STAGE loads in flight
+      A v[ND_STAGE];
+#pragma unroll
+      for (int u = 0; u < ND_STAGE; ++u) {
+        const int r = r0 + 8 * u;
+        const nd::index_t j = r < TN + K - 1 ? nd::map_index(row0 - left + r, n, mode) : -1;
+        v[u] = (j < 0 || !live) ? cval : nd::load<A, Tin>::as(xo[j * inner + col]);
+      }
+#pragma unroll
+      for (int u = 0; u < ND_STAGE; ++u)
+        if (r0 + 8 * u < TN + K - 1) tile[(r0 + 8 * u) * 32 + tx] = v[u];
     }
     __syncthreads();
     A acc[RY], win[RY];
@@ -324,12 +343,19 @@ nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restri
       if (jlo > jhi) continue;  // no live output plane reads this one
       const nd::index_t zz = nd::map_index(z0 + lo_z + p, D0, mode);
       __syncthreads();  // the tile's previous plane (or outputs) is read
-      for (int i = tid; i < PY * PX; i += NT) {
-        const int py = i / PX, px = i - py * PX;
-        const nd::index_t r = nd::map_index(y0 + lo_y + py, D1, mode);
-        const nd::index_t c = nd::map_index(x0 + lo_x + px, D2, mode);
-        tile[i] = (zz < 0 || r < 0 || c < 0) ? cval
-                                             : nd::load<A, Tin>::as(x[(zz * D1 + r) * D2 + c]);
+      for (int i0 = tid; i0 < PY * PX; i0 += NT * ND_STAGE) {  // ND_STAGE loads in flight
+        A v[ND_STAGE];
+#pragma unroll
+        for (int u = 0; u < ND_STAGE; ++u) {
+          const int i = i0 + u * NT, py = i / PX, px = i - py * PX;
+          const nd::index_t r = i < PY * PX ? nd::map_index(y0 + lo_y + py, D1, mode) : -1;
+          const nd::index_t c = nd::map_index(x0 + lo_x + px, D2, mode);
+          v[u] = (zz < 0 || r < 0 || c < 0) ? cval
+                                            : nd::load<A, Tin>::as(x[(zz * D1 + r) * D2 + c]);
+        }
+#pragma unroll
+        for (int u = 0; u < ND_STAGE; ++u)
+          if (i0 + u * NT < PY * PX) tile[i0 + u * NT] = v[u];
       }
       __syncthreads();
 #pragma unroll
