@@ -40,10 +40,20 @@ TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense", "nd_den
 SOURCE = "ndimage/ndimage.cu"
 
 
+# Template -> the extra template arguments it is instantiated with (the others take none):
+# nd_dense_tile's output planes per block, one for 2-d arrays, ND_TILE_Z for 3-d ones.
+TEMPLATE_VARIANTS = {"nd_dense_tile": ((1,), (ND_CONSTANTS["ND_TILE_Z"],))}
+
+
 @dataclass(frozen=True)
 class NdModule(KernelModule):
     """A :class:`KernelModule` whose ``dtypes`` are ``"in:out:compute"`` triples, each naming
     the three template arguments of every kernel."""
+
+    @property
+    def name_expressions(self) -> tuple[str, ...]:
+        return tuple(self.name_expression(t, d, v) for t in self.templates for d in self.dtypes
+                     for v in TEMPLATE_VARIANTS.get(t, ((),)))
 
     def name_expression(self, template: str, dtype: str, variant: tuple[int, ...] = ()) -> str:
         args = [ND_CTYPES[d] for d in dtype.split(":")] + [str(v) for v in self.tile + tuple(variant)]

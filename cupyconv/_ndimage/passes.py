@@ -144,8 +144,14 @@ def dense_tile_plan(shape: tuple[int, ...], offsets: np.ndarray, mode: int,
     tiles = tiles_x * math.ceil(shape3[1] / TILE_Y)
     prm = np.concatenate([[*shape3, mode, ntaps, PY, PX, *lo, int(span[0]), tiles_x], starts,
                           codes]).astype(np.int64)
-    grid = (tiles, min(math.ceil(shape3[0] / TILE_Z), GRID_YZ_MAX))
+    planes = planes_per_block(shape3[0])
+    grid = (tiles, min(math.ceil(shape3[0] / planes), GRID_YZ_MAX))
     return prm, grid, smem
+
+
+def planes_per_block(planes: int) -> int:
+    """Output planes an ``nd_dense_tile`` block owns (its TZ): one where the array has one."""
+    return 1 if planes == 1 else TILE_Z
 
 
 def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> None:
@@ -161,7 +167,8 @@ def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> 
     tiled = dense_tile_plan(src.shape, offsets, mode, weights.dtype.itemsize)
     fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute),
                           "nd_dense" if tiled is None else "nd_dense_tile",
-                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
+                          f"{src.dtype.name}:{dst.dtype.name}:{compute}",
+                          () if tiled is None else (planes_per_block(int(tiled[0][0])),))
     if src.size == 0:
         return
     if tiled is not None:

@@ -303,14 +303,16 @@ nd_dense(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ 
 // host lists taps by plane, row, column, as nd_dense sums them), then per tap its code:
 //   code = ((dy - lo_y) * PX + (dx - lo_x)) * 2 + run,  run = 1 where the tap is the right
 //   neighbour of the tap before it (same plane and row): the window slides by one value.
+// TZ: output planes per block, 1 for 2-d arrays (4 planes of accumulators held 124 registers
+// a thread, two blocks an SM) and ND_TILE_Z for 3-d ones.
 // Block 32 x ND_TILE_ROWS.  Grid: x over tiles_x * ceil(D1 / ND_TILE_ROWS) tiles of a plane, y
-// over groups of ND_TILE_Z planes (grid-stride).  Shared memory: the staged plane (PY * PX),
+// over groups of TZ planes (grid-stride).  Shared memory: the staged plane (PY * PX),
 // the weights, the codes (int).  Sums run over the same taps in the same order as nd_dense's.
-template <typename Tin, typename Tout, typename A>
-__global__ void __launch_bounds__(32 * ND_TILE_ROWS)
+template <typename Tin, typename Tout, typename A, int TZ>
+__global__ void __launch_bounds__(32 * ND_TILE_ROWS, TZ == 1 ? 4 : 2)
 nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
               const long long* __restrict__ prm) {
-  const int RX = ND_TILE_RX, TY = ND_TILE_ROWS, TZ = ND_TILE_Z, TX = 32 * ND_TILE_RX;
+  const int RX = ND_TILE_RX, TY = ND_TILE_ROWS, TX = 32 * ND_TILE_RX;
   const int NT = 32 * ND_TILE_ROWS;
   const nd::index_t D0 = prm[0], D1 = prm[1], D2 = prm[2];
   const int mode = (int)prm[3], ntaps = (int)prm[4], PY = (int)prm[5], PX = (int)prm[6];
