@@ -181,6 +181,9 @@ def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> 
 
 SEP_TX = 32                          # nd_sep2d: output columns and rows of a tile
 SEP_TY = 8 * ND_CONSTANTS["ND_SEP_RY"]
+# nd_sep2d: longest filter along either axis; past it the halo outweighs the tile (a block would
+# stage more than twice the rows or columns it writes) and the 1-d passes run
+SEP_MAX_TAPS = 65
 
 
 def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
@@ -188,14 +191,14 @@ def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
     taps along the last axis and ``ky`` along the second-last of an array of ``shape``, or None
     where it does not apply: fewer than 2 dims, a plane of 2^31 elements or more (the kernel's
     index math inside a plane is 32-bit), or a tile that passes the static shared-memory limit
-    (long filters, 8-byte compute types with long filters; then the 1-d passes run).
+    or a filter longer than ``SEP_MAX_TAPS`` (then the 1-d passes run).
 
     The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`run_sep2d` completes
     them with the origins, modes and pass order."""
     if len(shape) < 2:
         return None
     H, W = shape[-2], shape[-1]
-    if H * W >= 2 ** 31:
+    if H * W >= 2 ** 31 or max(kx, ky) > SEP_MAX_TAPS:
         return None
     py, px = SEP_TY + ky - 1, SEP_TX + kx - 1
     mid = max((py + 1) * SEP_TX, SEP_TY * px)  # the larger of the two pass orders' buffers
