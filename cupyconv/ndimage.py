@@ -2,7 +2,9 @@
 
 The same signatures, defaults, boundary modes, output dtypes and exceptions as ``scipy.ndimage``
 (SciPy's docstrings describe each argument in full).  Separable filters run as one 1-d pass per
-filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo);
+filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo),
+the passes along the last two axes fused into one read of the array where the output is float32 or
+float64 and that is also the compute dtype (see ``_fuse_last_two``);
 ``correlate``/``convolve`` run a shared-memory tiled N-d kernel (arrays of up to 3 dims whose
 tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.
 
