@@ -2,7 +2,9 @@
 
 The same signatures, defaults, boundary modes, output dtypes and exceptions as ``scipy.ndimage``
 (SciPy's docstrings describe each argument in full).  Separable filters run as one 1-d pass per
-filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo);
+filtered axis (shared-memory tiles along the axis, the boundary applied while staging the halo),
+the passes along the last two axes fused into one read of the array where the output is float32 or
+float64 and that is also the compute dtype (see ``_fuse_last_two``);
 ``correlate``/``convolve`` run a shared-memory tiled N-d kernel (arrays of up to 3 dims whose
 tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from cupyconv._core.arrays import require_array
 from cupyconv._ndimage import passes
-from cupyconv._ndimage.boundary import mode_code
+from cupyconv._ndimage.boundary import CONSTANT, mode_code
 from cupyconv._ndimage.dtypes import (ND_CTYPES, check_input_dtype, compute_dtype,
                                       default_output_dtype)
 
@@ -190,9 +192,53 @@ def _finish(result, out_arr, direct: bool):
     return result
 
 
+def _fuse_last_two(chain: list, shape: tuple, in_dtype: str, out_dtype: np.dtype) -> list:
+    """``chain`` with its passes along the last two axes replaced by one ``(first, second)`` pair
+    that ``nd_sep2d`` runs in one pass over memory, where that computes what the two passes do:
+
+    - real taps, a float output whose dtype is the compute dtype of both passes (the two-pass
+      path casts the intermediate to the output dtype, as SciPy does: exact only then; integer
+      outputs truncate it), one cval, and a tile that fits (:func:`passes.sep2d_plan`);
+    - the pair adjacent in the chain, or the second movable next to the first: passes along
+      different axes commute (up to rounding) unless one pads with a constant, which pads the
+      other's intermediate, so no pass from the second back to the first may be in mode constant.
+    """
+    ndim = len(shape)
+    if ndim < 2 or out_dtype.name not in ("float32", "float64"):
+        return chain
+    at = {p.axis: i for i, p in enumerate(chain)}
+    if ndim - 1 not in at or ndim - 2 not in at:
+        return chain
+    i, j = sorted((at[ndim - 1], at[ndim - 2]))
+    pair_in = in_dtype if i == 0 else out_dtype.name  # later passes read the output dtype
+    if compute_dtype(pair_in, out_dtype.name, False) != out_dtype.name:
+        return chain
+    first, second = chain[i], chain[j]
+    if (np.iscomplexobj(first.taps) or np.iscomplexobj(second.taps)
+            or np.iscomplexobj(first.cval) or first.cval != second.cval):
+        return chain
+    if j > i + 1 and any(p.mode == CONSTANT for p in chain[i + 1:j + 1]):
+        return chain
+    px, py = (first, second) if first.axis == ndim - 1 else (second, first)
+    if passes.sep2d_plan(shape, px.taps.size, py.taps.size, out_dtype.itemsize) is None:
+        return chain
+    return chain[:i] + [(first, second)] + chain[i + 1:j] + chain[j + 1:]
+
+
+def _run_fused(src, dst, pair, compute: str) -> None:
+    first, second = pair
+    x_first = first.axis == src.ndim - 1
+    px, py = (first, second) if x_first else (second, first)
+    weights = np.concatenate([np.asarray(px.taps, compute), np.asarray(py.taps, compute),
+                              np.array([px.cval, px.divisor, py.divisor], dtype=compute)])
+    passes.run_sep2d(src, dst, weights, px.taps.size, py.taps.size, px.left, py.left, px.mode,
+                     py.mode, x_first)
+
+
 def _run_passes(x, chain: list, out_arr, out_dtype):
     """Run ``chain`` on ``x``, each pass writing ``out_dtype`` (SciPy casts between passes
-    too), ping-ponging between two buffers so no pass reads what it writes."""
+    too), ping-ponging between two buffers so no pass reads what it writes.  The passes along
+    the last two axes run fused where :func:`_fuse_last_two` allows."""
     cupy = _cupy()
     result, direct = _result_buffers(x, out_arr, out_dtype)
     if x.size == 0:
@@ -201,12 +247,16 @@ def _run_passes(x, chain: list, out_arr, out_dtype):
         result[...] = x
         return _finish(result, out_arr, direct)
     src = cupy.ascontiguousarray(x)
-    spare = cupy.empty(x.shape, out_dtype) if len(chain) > 1 else None
-    for i, p in enumerate(chain):
-        dst = result if (len(chain) - 1 - i) % 2 == 0 else spare
-        compute = compute_dtype(src.dtype.name, out_dtype.name, np.iscomplexobj(p.taps))
-        weights = _weights_buffer(p.taps, p.cval, p.divisor, compute)
-        passes.run_line(src, dst, p.axis, weights, p.left, p.mode)
+    steps = _fuse_last_two(chain, x.shape, x.dtype.name, out_dtype)
+    spare = cupy.empty(x.shape, out_dtype) if len(steps) > 1 else None
+    for i, p in enumerate(steps):
+        dst = result if (len(steps) - 1 - i) % 2 == 0 else spare
+        if isinstance(p, tuple):
+            _run_fused(src, dst, p, out_dtype.name)
+        else:
+            compute = compute_dtype(src.dtype.name, out_dtype.name, np.iscomplexobj(p.taps))
+            weights = _weights_buffer(p.taps, p.cval, p.divisor, compute)
+            passes.run_line(src, dst, p.axis, weights, p.left, p.mode)
         src = dst
     return _finish(result, out_arr, direct)
 

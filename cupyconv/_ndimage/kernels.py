@@ -26,6 +26,7 @@ ND_CONSTANTS: dict[str, int] = {
     "ND_TILE_ROWS": 8,   # ... rows of a tile (the block's thread rows; 32 threads per row)
     "ND_TILE_Z": 4,      # ... planes of a tile (each staged input plane serves all of them)
     "ND_STAGE": 4,       # loads each thread has in flight while staging a tile
+    "ND_SEP_RY": 8,      # nd_sep2d: outputs per thread down a column (tile: 8 * ND_SEP_RY x 32)
     # boundary modes (nd_boundary.cuh; names in cupyconv._ndimage.boundary)
     "ND_NEAREST": 0,
     "ND_WRAP": 1,
@@ -36,7 +37,8 @@ ND_CONSTANTS: dict[str, int] = {
 
 # Storage and compute dtype name -> C++ type of the kernels' templates.
 COMPUTE_DTYPES = ("float32", "float64", "complex64", "complex128")
-TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense", "nd_dense_tile")
+TEMPLATES = ("nd_line_row", "nd_line_col", "nd_line_direct", "nd_dense", "nd_dense_tile",
+             "nd_sep2d")
 SOURCE = "ndimage/ndimage.cu"
 
 

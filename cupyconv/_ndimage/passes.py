@@ -184,3 +184,56 @@ def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> 
     taps = np.concatenate([linear[:, None], offsets], axis=1).ravel()
     prm = np.concatenate([[ndim, src.size, mode, ntaps], shape, lo, hi, taps]).astype(np.int64)
     fn((_grid_1d(src.size),), (THREADS,), (src, device_copy(weights), dst, device_copy(prm)))
+
+
+SEP_TX = 32                          # nd_sep2d: output columns and rows of a tile
+SEP_TY = 8 * ND_CONSTANTS["ND_SEP_RY"]
+# nd_sep2d: longest filter along either axis; past it the halo outweighs the tile (a block would
+# stage more than twice the rows or columns it writes) and the 1-d passes run
+SEP_MAX_TAPS = 65
+
+
+def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
+    """(packed sizes without the per-call fields, grid, shared bytes) of ``nd_sep2d`` for ``kx``
+    taps along the last axis and ``ky`` along the second-last of an array of ``shape``, or None
+    where it does not apply: fewer than 2 dims, a plane of 2^31 elements or more (the kernel's
+    index math inside a plane is 32-bit), or a tile that passes the static shared-memory limit
+    or a filter longer than ``SEP_MAX_TAPS`` (then the 1-d passes run).
+
+    The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`run_sep2d` completes
+    them with the origins, modes and pass order."""
+    if len(shape) < 2:
+        return None
+    H, W = shape[-2], shape[-1]
+    if H * W >= 2 ** 31 or max(kx, ky) > SEP_MAX_TAPS:
+        return None
+    py, px = SEP_TY + ky - 1, SEP_TX + kx - 1
+    mid = max((py + 1) * SEP_TX, SEP_TY * px)  # the larger of the two pass orders' buffers
+    smem = (kx + ky + 3 + (py + 1) * px + mid) * compute_itemsize
+    if smem > SMEM_LIMIT:
+        return None
+    planes = math.prod(shape[:-2])
+    tiles_x = math.ceil(W / SEP_TX)
+    grid = (tiles_x * math.ceil(H / SEP_TY), max(1, min(planes, GRID_YZ_MAX)))
+    return (planes, H, W, kx, ky, tiles_x), grid, smem
+
+
+def run_sep2d(src, dst, weights: np.ndarray, kx: int, ky: int, lx: int, ly: int, mode_x: int,
+              mode_y: int, x_first: bool) -> None:
+    """dst = two 1-d correlations of src fused in one pass: along the last axis with the first
+    ``kx`` of ``weights`` (window starting ``lx`` before each output, boundary ``mode_x``) and
+    along the second-last with the next ``ky`` (``ly``, ``mode_y``), the last-axis pass first
+    where ``x_first``.  ``weights`` (compute dtype): the kx + ky taps, cval, then the divisors
+    of the last-axis and of the second-last-axis pass.  The caller checked :func:`sep2d_plan`."""
+    compute = weights.dtype.name
+    plan = sep2d_plan(src.shape, kx, ky, weights.dtype.itemsize)
+    if plan is None or weights.size != kx + ky + 3:
+        raise ValueError("nd_sep2d has no plan for this array and these filters")
+    (planes, H, W, _, _, tiles_x), grid, smem = plan
+    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), "nd_sep2d",
+                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
+    if src.size == 0:
+        return
+    prm = np.array([planes, H, W, kx, ky, lx, ly, mode_x, mode_y, int(bool(x_first)), tiles_x],
+                   np.int64)
+    fn(grid, (32, 8), (src, device_copy(weights), dst, device_copy(prm)), shared_mem=smem)

@@ -178,3 +178,45 @@ def test_dense_tiles_and_fallback(mode):
     x4 = rand(rng, (3, 4, 5, 6), "float64")
     w4 = rng.uniform(-1, 1, (2, 3, 2, 3))
     check(cn.correlate(cupy.asarray(x4), w4, mode=mode), sn.correlate(x4, w4, mode=mode))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["reflect", "constant", "nearest", "mirror", "wrap"])
+def test_fused_sep2d(monkeypatch, mode, dtype):
+    """The fused two-pass kernel (nd_sep2d) on the GPU: 2-d and 3-d arrays below, at and past
+    one 64 x 32 tile (interior tiles take the unmapped fast path), both pass orders, odd and even
+    sizes, origins, a per-axis mode pair with constant, and a halo longer than an axis."""
+    import cupy
+
+    from cupyconv._ndimage import passes
+
+    ran = []
+    real_run = passes.run_sep2d
+
+    def counted(*args, **kwargs):
+        ran.append(args[0].shape)
+        return real_run(*args, **kwargs)
+
+    rng = np.random.default_rng([MODES.index(mode), len(dtype), 5])
+    shapes = [(5, 7), (64, 32), (150, 101), (3, 9, 40), (2, 130, 66)]
+    monkeypatch.setattr(passes, "run_sep2d", counted)
+    for shape in shapes:
+        x = rand(rng, shape, dtype)
+        xd = cupy.asarray(x)
+        last2 = (-2, -1)
+        calls = [
+            ("gaussian_filter", dict(sigma=1.3, mode=mode, cval=0.5, axes=last2)),
+            ("gaussian_filter", dict(sigma=(0.8, 2.0), order=(1, 0), mode=mode, axes=last2)),
+            ("gaussian_filter", dict(sigma=0.9, radius=(2, 5), mode=("constant", mode),
+                                     axes=(-1, -2))),
+            ("uniform_filter", dict(size=(4, 5), origin=(-2, 1), mode=mode, cval=1.5,
+                                    axes=last2)),
+            ("uniform_filter", dict(size=3, mode=mode)),
+            ("sobel", dict(axis=-1, mode=mode, cval=0.75)),
+            ("sobel", dict(axis=-2, mode=mode)),
+            ("prewitt", dict(axis=-1, mode=mode)),
+        ]
+        for name, kw in calls:
+            check(getattr(cn, name)(xd, **kw), getattr(sn, name)(x, **kw))
+        check(cn.gaussian_filter(xd, 5.0, mode=mode), sn.gaussian_filter(x, 5.0, mode=mode))
+    assert {len(s) for s in ran} == {2, 3}

@@ -277,3 +277,110 @@ def test_numpy_input_refused():
 
     with pytest.raises(TypeError, match="cupy"):
         cn.gaussian_filter(np.ones((3, 3)), 1.0)
+
+
+# --------------------------------------------------------------------------- fused 2-d passes
+SEP_SHAPES = [(5, 7), (64, 32), (70, 45), (3, 9, 40), (2, 66, 33)]  # below, at and past one tile
+
+
+def _sep_calls(mode, size_even):
+    """(name, kwargs) of separable filters: both pass orders (sobel/prewitt along the last axis
+    run it first), odd and even sizes, origins, per-axis modes with one constant."""
+    s = 4 if size_even else 3
+    mixed = ("constant", mode)
+    return [
+        ("gaussian_filter", dict(sigma=1.3, mode=mode, cval=0.5)),
+        ("gaussian_filter", dict(sigma=(0.8, 2.0), order=(1, 0), mode=mode, cval=-0.5,
+                                 axes=(-2, -1))),
+        ("gaussian_filter", dict(sigma=0.9, radius=(2, 5), mode=mixed, axes=(-1, -2))),
+        ("uniform_filter", dict(size=(s, s + 1), mode=mode, cval=1.5, axes=(-2, -1))),
+        ("uniform_filter", dict(size=s, origin=-(s // 2), mode=mode, cval=0.25)),
+        ("uniform_filter", dict(size=(s + 2, 2), origin=((s + 1) // 2, 0), mode=mixed,
+                                axes=(-2, -1))),
+        ("sobel", dict(axis=-1, mode=mode, cval=0.75)),
+        ("sobel", dict(axis=-2, mode=mode)),
+        ("prewitt", dict(axis=-1, mode=mode)),
+        ("prewitt", dict(axis=0, mode=mode, cval=2.0)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_sep2d_fused_filters(host, mode, dtype):
+    """nd_sep2d (two passes in one) against scipy.ndimage: every mode, both pass orders, tiles
+    inside (the fast path) and across every border, arrays smaller than a tile and not a
+    multiple of it, stacks of planes, halos longer than an axis."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng([MODES.index(mode), len(dtype)])
+    for shape in SEP_SHAPES:
+        x = rand(rng, shape, dtype)
+        for name, kw in _sep_calls(mode, shape[-1] % 2 == 0):
+            if "axes" in kw or len(shape) == 2 or name in ("sobel", "prewitt"):
+                check(getattr(cn, name)(x, **kw), getattr(sn, name)(x, **kw))
+    check(cn.gaussian_filter(x, 6.0, mode=mode), sn.gaussian_filter(x, 6.0, mode=mode))
+    assert set(host.launches) - {"nd_line_col", "nd_line_row"} == {"nd_sep2d"}
+
+
+def test_sep2d_which_calls_fuse(host):
+    """Fused: float outputs whose dtype is the compute dtype; 3-d chains whose last-two-axis
+    passes are adjacent or may move together (no constant mode between).  Not fused: integer
+    outputs (SciPy truncates the intermediate), float32 outputs of float64 sums, complex data,
+    tiles past the shared-memory limit."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(9)
+
+    def launches(fn, x, *args, **kw):
+        host.launches.clear()
+        check(getattr(cn, fn)(x, *args, **kw), getattr(sn, fn)(x, *args, **kw))
+        return list(host.launches)
+
+    x2 = rand(rng, (20, 24), "float32")
+    assert launches("gaussian_filter", x2, 1.0) == ["nd_sep2d"]
+    assert launches("uniform_filter", x2, 5, output=np.float64) == ["nd_sep2d"]
+    assert launches("uniform_filter", x2, (1, 5)) == ["nd_line_row"]  # one filtered axis
+    xu = rand(rng, (20, 24), "uint8")
+    assert launches("sobel", xu) == ["nd_line_row", "nd_line_col"]
+    assert launches("gaussian_filter", xu, 1.0, output=np.float64) == ["nd_sep2d"]
+    assert "nd_sep2d" not in launches("gaussian_filter", xu, 1.0, output=np.float32)
+    assert "nd_sep2d" not in launches("gaussian_filter", rand(rng, (9, 8), "complex64"), 1.0)
+    x3 = rand(rng, (6, 20, 24), "float64")
+    assert launches("gaussian_filter", x3, 1.0) == ["nd_line_col", "nd_sep2d"]
+    # sobel along axis 2 runs axes 2, 0, 1: the axis-1 pass moves next to the axis-2 one ...
+    assert launches("sobel", x3, 2) == ["nd_sep2d", "nd_line_col"]
+    # ... unless a constant mode makes the order matter
+    assert "nd_sep2d" not in launches("sobel", x3, 2, mode="constant", cval=1.0)
+    assert launches("sobel", x3, 0, mode="constant", cval=1.0) == ["nd_line_col", "nd_sep2d"]
+    assert "nd_sep2d" not in launches("gaussian_filter", x3, 12.0)  # 8-byte tile too large
+    assert launches("gaussian_filter", x3.astype(np.float32), 3.9) == ["nd_line_col", "nd_sep2d"]
+    check(cn.gaussian_laplace(x3, 1.1), sn.gaussian_laplace(x3, 1.1))
+
+
+def test_sep2d_plan():
+    from cupyconv._ndimage import passes
+
+    prm, grid, smem = passes.sep2d_plan((3, 70, 45), 5, 3, 4)
+    assert prm == (3, 70, 45, 5, 3, 2) and grid == (2 * 2, 3)
+    py, px = passes.SEP_TY + 2, passes.SEP_TX + 4
+    assert smem == (5 + 3 + 3 + (py + 1) * px + max((py + 1) * 32, passes.SEP_TY * px)) * 4
+    assert passes.sep2d_plan((7,), 3, 3, 4) is None
+    assert passes.sep2d_plan((1 << 16, 1 << 15), 3, 3, 4) is None  # plane of 2^31
+    assert passes.sep2d_plan((64, 64), 33, 33, 4) is not None      # float32 up to 33 taps
+    assert passes.sep2d_plan((64, 64), 33, 33, 8) is None
+    assert passes.sep2d_plan((64, 64), 3, passes.SEP_MAX_TAPS + 1, 4) is None
+    assert passes.sep2d_plan((64, 64), 3, passes.SEP_MAX_TAPS, 4) is not None
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant", "mirror"])
+def test_sep2d_interior_tiles(host, mode):
+    """Tiles whose halo lies inside the plane (the kernel's unmapped fast path: rows 64-127 of
+    150 and columns 32-63 of 100 with a 3-tap or 5-tap filter) next to border tiles."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(MODES.index(mode))
+    x = rand(rng, (150, 100), "float32")
+    check(cn.sobel(x, 0, mode=mode, cval=0.5), sn.sobel(x, 0, mode=mode, cval=0.5))
+    check(cn.uniform_filter(x, 5, origin=(1, -2), mode=mode),
+          sn.uniform_filter(x, 5, origin=(1, -2), mode=mode))
+    assert host.launches == ["nd_sep2d", "nd_sep2d"]

@@ -29,12 +29,16 @@
 //                 (rows and columns plus halo, boundary applied while staging) with every tap in
 //                 shared memory, and each thread keeps ND_TILE_RX adjacent outputs per plane in
 //                 registers, sliding a register window along runs of adjacent taps.
+//   nd_sep2d      two 1-d passes along the last two axes fused into one pass over memory: a block
+//                 stages an input tile plus both halos once, runs the first pass into a shared
+//                 intermediate and the second into registers (separable filters of 2-d images
+//                 and stacks of them).
 #include "common.cuh"
 #include "nd_boundary.cuh"
 
 #if !defined(ND_THREADS) || !defined(ND_RX) || !defined(ND_RY) || !defined(ND_RY_WIDE) || \
     !defined(ND_MAX_DIMS) || !defined(ND_TILE_RX) || !defined(ND_TILE_ROWS) || !defined(ND_TILE_Z) || \
-    !defined(ND_STAGE)
+    !defined(ND_STAGE) || !defined(ND_SEP_RY)
 #error "compile with the defines of cupyconv._ndimage.kernels.ND_CONSTANTS"
 #endif
 
@@ -396,6 +400,149 @@ nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restri
       for (int i = tid; i < TY * TX; i += NT) {
         const nd::index_t r = y0 + i / TX, c = x0 + i % TX;
         if (r < D1 && c < D2) yp[r * D2 + c] = nd::store<Tout, A>::as(tile[i]);
+      }
+    }
+  }
+}
+
+// Two 1-d passes fused: the last two axes of an array seen as (planes, H, W), the first pass
+// along one of them and the second along the other, in the order the host's chain runs them
+// (x_first: along W first).  The order matters only in mode "constant": the second pass pads
+// the *intermediate* with cval, so an intermediate value whose row (x first) or column (y first)
+// lies outside the array is cval, not a filtered run of cvals.  The intermediate stays in shared
+// memory in the compute type A: the host fuses only where the two-pass path's intermediate cast
+// to the output type is exact (output type == compute type), so both compute the same sums.
+//
+// prm: planes, H, W, Kx, Ky, lx, ly, mode_x, mode_y, x_first, tiles_x (tiles of 32 columns).
+// w: Kx taps along W, Ky taps along H, cval, divisor of the W pass, divisor of the H pass.
+// Block 32 x 8 threads, a tile of TY = 8 * ND_SEP_RY rows by TX = 32 columns of outputs; the host
+// guarantees H * W < 2^31 (32-bit index math inside a plane; the plane offset is 64-bit).
+// Grid: x over the tiles of a plane, y over planes (grid-stride).
+// Shared memory: Kx + Ky + 3 weights, the staged input (PY + 1) x PX, PY = TY + Ky - 1,
+// PX = TX + Kx - 1 (one row past the halo: the sliding window's last step reads it and drops
+// it), then the intermediate: (PY + 1) x TX (x first) or TY x PX (y first).
+template <typename Tin, typename Tout, typename A>
+__global__ void __launch_bounds__(256)
+nd_sep2d(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
+         const long long* __restrict__ prm) {
+  const int RY = ND_SEP_RY, TY = 8 * ND_SEP_RY, TX = 32, U = 4;  // U: loads in flight per thread
+  const nd::index_t planes = prm[0];
+  const int H = (int)prm[1], W = (int)prm[2], Kx = (int)prm[3], Ky = (int)prm[4];
+  const int lx = (int)prm[5], ly = (int)prm[6], mode_x = (int)prm[7], mode_y = (int)prm[8];
+  const bool x_first = prm[9] != 0;
+  const int tiles_x = (int)prm[10];
+  const int PY = TY + Ky - 1, PX = TX + Kx - 1;
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 32 + tx;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  A* ws = reinterpret_cast<A*>(smem_raw);
+  A* tile = ws + Kx + Ky + 3;
+  A* mid = tile + (PY + 1) * PX;
+  for (int i = tid; i < Kx + Ky + 3; i += 256) ws[i] = w[i];
+  const A* wx = ws;
+  const A* wy = ws + Kx;
+  const int col0 = (int)(blockIdx.x % tiles_x) * TX, row0 = (int)(blockIdx.x / tiles_x) * TY;
+  const int r_in = row0 - ly, c_in = col0 - lx;  // the staged tile's first input row and column
+  // the whole halo inside the plane: no boundary mapping (checked once per tile)
+  const bool inside = r_in >= 0 && r_in + PY <= H && c_in >= 0 && c_in + PX <= W;
+  for (nd::index_t p = blockIdx.y; p < planes; p += gridDim.y) {
+    const Tin* xp = x + p * ((nd::index_t)H * W);
+    __syncthreads();  // weights staged; the previous plane's tiles are read
+    const A cval = ws[Kx + Ky];
+    // stage (PY x PX), U rows per thread loaded before any is stored
+    for (int c = tx; c < PX; c += 32) {
+      int cm = c_in + c;
+      if (!inside) cm = (int)nd::map_index(cm, W, mode_x);
+      for (int r0 = ty; r0 < PY; r0 += 8 * U) {
+        A v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int r = r0 + 8 * u;
+          v[u] = cval;
+          if (r < PY) {
+            if (inside) {
+              v[u] = nd::load<A, Tin>::as(xp[(r_in + r) * W + cm]);
+            } else {
+              const int rm = (int)nd::map_index(r_in + r, H, mode_y);
+              if (rm >= 0 && cm >= 0) v[u] = nd::load<A, Tin>::as(xp[rm * W + cm]);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (r0 + 8 * u < PY) tile[(r0 + 8 * u) * PX + c] = v[u];
+      }
+    }
+    __syncthreads();
+    A acc[ND_SEP_RY];
+#pragma unroll
+    for (int i = 0; i < RY; ++i) acc[i] = nd::zero<A>();
+    if (x_first) {
+      // mid[r][c] = the W pass at staged row r; cval on rows outside the array in mode constant
+      const A dx = ws[Kx + Ky + 1];
+      for (int r = ty; r < PY; r += 8) {
+        A s = nd::zero<A>();
+        const A* src = tile + r * PX + tx;
+        for (int k = 0; k < Kx; ++k) nd::madd(s, src[k], wx[k]);
+        const bool pad = mode_y == ND_CONSTANT && (r_in + r < 0 || r_in + r >= H);
+        mid[r * TX + tx] = pad ? cval : nd::divide(s, dx);
+      }
+      __syncthreads();
+      // the H pass down column tx: a register window slides over RY rows
+      A win[ND_SEP_RY];
+      const A* src = mid + ty * RY * TX + tx;
+#pragma unroll
+      for (int i = 0; i < RY; ++i) win[i] = src[i * TX];
+      for (int k = 0; k < Ky; ++k) {
+        const A wk = wy[k];
+#pragma unroll
+        for (int i = 0; i < RY; ++i) nd::madd(acc[i], win[i], wk);
+#pragma unroll
+        for (int i = 0; i < RY - 1; ++i) win[i] = win[i + 1];
+        win[RY - 1] = src[(k + RY) * TX];  // one row past the halo on the last step
+      }
+      const A dy = ws[Kx + Ky + 2];
+#pragma unroll
+      for (int i = 0; i < RY; ++i) acc[i] = nd::divide(acc[i], dy);
+    } else {
+      // mid[r][c] = the H pass at staged column c; cval on columns outside in mode constant
+      const A dy = ws[Kx + Ky + 2];
+      for (int c = tx; c < PX; c += 32) {
+        const bool pad = mode_x == ND_CONSTANT && (c_in + c < 0 || c_in + c >= W);
+        A win[ND_SEP_RY], s[ND_SEP_RY];
+        const A* src = tile + ty * RY * PX + c;
+#pragma unroll
+        for (int i = 0; i < RY; ++i) {
+          s[i] = nd::zero<A>();
+          win[i] = src[i * PX];
+        }
+        for (int k = 0; k < Ky; ++k) {
+          const A wk = wy[k];
+#pragma unroll
+          for (int i = 0; i < RY; ++i) nd::madd(s[i], win[i], wk);
+#pragma unroll
+          for (int i = 0; i < RY - 1; ++i) win[i] = win[i + 1];
+          win[RY - 1] = src[(k + RY) * PX];  // one row past the halo on the last step
+        }
+#pragma unroll
+        for (int i = 0; i < RY; ++i) mid[(ty * RY + i) * PX + c] = pad ? cval : nd::divide(s[i], dy);
+      }
+      __syncthreads();
+      const A dx = ws[Kx + Ky + 1];
+#pragma unroll
+      for (int i = 0; i < RY; ++i) {
+        const A* src = mid + (ty * RY + i) * PX + tx;
+        for (int k = 0; k < Kx; ++k) nd::madd(acc[i], src[k], wx[k]);
+        acc[i] = nd::divide(acc[i], dx);
+      }
+    }
+    // lanes write 32 adjacent columns of a row: coalesced
+    Tout* yp = y + p * ((nd::index_t)H * W);
+    const int c = col0 + tx;
+    if (c < W) {
+#pragma unroll
+      for (int i = 0; i < RY; ++i) {
+        const int r = row0 + ty * RY + i;
+        if (r < H) yp[r * W + c] = nd::store<Tout, A>::as(acc[i]);
       }
     }
   }
