@@ -352,8 +352,8 @@ def test_sep2d_which_calls_fuse(host):
     # ... unless a constant mode makes the order matter
     assert "nd_sep2d" not in launches("sobel", x3, 2, mode="constant", cval=1.0)
     assert launches("sobel", x3, 0, mode="constant", cval=1.0) == ["nd_line_col", "nd_sep2d"]
-    assert "nd_sep2d" not in launches("gaussian_filter", x3, 12.0)  # 8-byte tile too large
-    assert launches("gaussian_filter", x3.astype(np.float32), 3.9) == ["nd_line_col", "nd_sep2d"]
+    assert "nd_sep2d" not in launches("gaussian_filter", x3, 3.9)  # 33 taps: past SEP_MAX_TAPS
+    assert launches("gaussian_filter", x3.astype(np.float32), 1.6) == ["nd_line_col", "nd_sep2d"]
     check(cn.gaussian_laplace(x3, 1.1), sn.gaussian_laplace(x3, 1.1))
 
 
@@ -366,8 +366,10 @@ def test_sep2d_plan():
     assert smem == (5 + 3 + 3 + (py + 1) * px + max((py + 1) * 32, passes.SEP_TY * px)) * 4
     assert passes.sep2d_plan((7,), 3, 3, 4) is None
     assert passes.sep2d_plan((1 << 16, 1 << 15), 3, 3, 4) is None  # plane of 2^31
-    assert passes.sep2d_plan((64, 64), 33, 33, 4) is not None      # float32 up to 33 taps
-    assert passes.sep2d_plan((64, 64), 33, 33, 8) is None
+    # shared memory: the most taps fit in float32 and complex128 (16 bytes) does not
+    most = passes.SEP_MAX_TAPS
+    assert passes.sep2d_plan((64, 64), most, most, 4) is not None
+    assert passes.sep2d_plan((64, 64), most, most, 16) is None
     assert passes.sep2d_plan((64, 64), 3, passes.SEP_MAX_TAPS + 1, 4) is None
     assert passes.sep2d_plan((64, 64), 3, passes.SEP_MAX_TAPS, 4) is not None
 
