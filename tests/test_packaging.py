@@ -2,6 +2,7 @@
 README's set-up commands and CI agree."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,14 @@ def wheel(tmp_path_factory):
         pytest.skip("the SPDX `license` string and `license-files` need setuptools >= 77 "
                     f"(found {setuptools.__version__}): pip install 'setuptools>=77'")
     out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
+    # Built from a copy of what the wheel is made of: setuptools builds in the source tree's
+    # build/, which pytest-xdist workers (and a developer's own builds) would share.
+    src = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "cupyconv", src / "cupyconv",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps",
                            "--no-build-isolation", "-q", "-w", str(out)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
