@@ -5,6 +5,7 @@ filters.  Integers must match exactly (SciPy's truncation and wrap-around)."""
 import numpy as np
 import pytest
 import scipy.ndimage as sn
+from nd_cases import rand
 
 import cupyconv.ndimage as cn
 
@@ -16,14 +17,6 @@ DTYPES = ["uint8", "int16", "int32", "float32", "float64", "complex64"]
 SHAPES = {1: (37,), 2: (13, 40), 3: (6, 9, 35)}
 
 
-def rand(rng, shape, dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0 if dtype.kind == "u" else -60, 60, shape).astype(dtype)
-    a = rng.uniform(-1, 1, shape)
-    if dtype.kind == "c":
-        a = a + 1j * rng.uniform(-1, 1, shape)
-    return a.astype(dtype)
 
 
 def check(got, ref, truncation_slack=False):

@@ -6,6 +6,7 @@ origins, even and odd sizes, integer truncation and complex data.  Skipped witho
 import numpy as np
 import pytest
 import scipy.ndimage as sn
+from nd_cases import rand
 
 from host_ndimage import HostRunner, compiler
 
@@ -20,14 +21,6 @@ def host(monkeypatch):
     return HostRunner(monkeypatch)
 
 
-def rand(rng, shape, dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0 if dtype.kind == "u" else -60, 60, shape).astype(dtype)
-    a = rng.uniform(-1, 1, shape)
-    if dtype.kind == "c":
-        a = a + 1j * rng.uniform(-1, 1, shape)
-    return a.astype(dtype)
 
 
 def check(got, ref):
