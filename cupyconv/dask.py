@@ -1,0 +1,423 @@
+"""``cupyconv.ndimage`` filters and ``cupyconv.conv`` on Dask arrays (``pip install 'cupyconv[dask]'``).
+
+Every function takes a ``dask.array.Array`` and returns one, lazily: nothing runs until
+``.compute()``.  Filters go through ``dask.array.map_overlap``: each chunk is filtered together
+with a halo of its neighbours' data as deep as the filter reaches along each axis (from the filter
+size, sigma/truncate/radius and origin), and the halo is trimmed off again, so every output element
+is computed from the same inputs, in the same way, as in one call on the whole array.
+
+- At the array's edge there is no halo (``boundary="none"``): the chunk touches the edge, and the
+  filter's own ``mode`` extends it exactly as it extends the whole array.  ``mode="wrap"`` (and
+  ``"grid-wrap"``) read the far end of the axis, so those axes take their halo from there
+  (``boundary="periodic"``).  An axis filtered with both wrap and another mode (possible with
+  per-axis modes) is made one chunk.
+- Chunks thinner than the halo are merged with their neighbours first (:func:`rechunk_for_depth`);
+  an axis held in one chunk needs no halo at all.
+- Each chunk is dispatched on its array type (:func:`_backend`): CuPy chunks run
+  ``cupyconv.ndimage``; NumPy chunks run ``scipy.ndimage``, a stand-in that needs no GPU (it lets
+  the graph be built and checked on a CPU, and keeps NumPy-chunked arrays usable).
+
+``conv`` maps ``cupyconv.conv`` over chunks of the batch axis (the spatial and channel axes are made
+single chunks); NumPy chunks run the float64 ``cupyconv.reference.conv``, cast back to the input's
+dtype.
+
+``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
+GPU with the synchronous and threaded schedulers; multi-GPU (``dask_cuda.LocalCUDACluster``) and
+out-of-core volumes are not yet tested.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from cupyconv import ndimage as _nd
+from cupyconv._ndimage.boundary import mode_code
+from cupyconv._ndimage.dtypes import default_output_dtype
+
+__all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filter",
+           "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",
+           "laplace", "gaussian_laplace", "gaussian_gradient_magnitude", "conv",
+           "filter_reach", "rechunk_for_depth"]
+
+_WRAP_MODES = ("wrap", "grid-wrap")
+
+
+# --------------------------------------------------------------------------- dask and backends
+def _dask_array():
+    try:
+        import dask.array as da
+    except ImportError as exc:  # the optional extra is missing
+        raise ImportError("cupyconv.dask needs Dask: pip install 'cupyconv[dask]' "
+                          "(or pip install 'dask[array]')") from exc
+    return da
+
+
+def _require_dask(x, name: str = "input"):
+    da = _dask_array()
+    if not isinstance(x, da.Array):
+        raise TypeError(f"{name} must be a dask.array.Array, got {type(x).__name__}; wrap it with "
+                        f"dask.array.from_array({name}, chunks=...) or call cupyconv.ndimage on "
+                        f"the whole array")
+    return x
+
+
+def _is_cupy(block) -> bool:
+    return hasattr(block, "__cuda_array_interface__")
+
+
+def _backend(block):
+    """The filter module for one chunk: ``cupyconv.ndimage`` for CuPy chunks, ``scipy.ndimage``
+    (same names and signatures) for NumPy chunks."""
+    if _is_cupy(block):
+        return _nd
+    import scipy.ndimage
+
+    return scipy.ndimage
+
+
+# --------------------------------------------------------------------------- halo arithmetic
+def filter_reach(size: int, origin: int = 0) -> tuple[int, int]:
+    """(left, right): how many elements before and after an output a ``size``-tap correlation
+    with ``origin`` reads (SciPy's window: ``size // 2 + origin`` taps before the centre)."""
+    size, origin = operator.index(size), operator.index(origin)
+    left = size // 2 + origin
+    return left, size - 1 - left
+
+
+def _depth(size: int, origin: int = 0) -> int:
+    """The symmetric halo covering a ``size``-tap window with ``origin`` (more halo never changes
+    the result, only the work)."""
+    return max(0, *filter_reach(size, origin))
+
+
+def rechunk_for_depth(chunks: tuple[int, ...], depth: int) -> tuple[int, ...]:
+    """Chunk sizes along one axis with every chunk at least ``depth`` thick (a halo can only come
+    from the next chunk), merging thin chunks into their neighbours; unchanged where already so.
+    An axis shorter than ``depth`` becomes one chunk."""
+    chunks = tuple(int(c) for c in chunks)
+    if depth <= 0 or len(chunks) <= 1 or min(chunks) >= depth:
+        return chunks
+    merged: list[int] = []
+    run = 0
+    for c in chunks:
+        run += c
+        if run >= depth:
+            merged.append(run)
+            run = 0
+    if run:  # a thin remainder joins the last chunk
+        if merged:
+            merged[-1] += run
+        else:
+            merged.append(run)
+    return tuple(merged)
+
+
+def _boundary(modes: set) -> str | None:
+    """dask's boundary for an axis filtered with ``modes``: periodic for wrap, none otherwise,
+    None where both occur (the axis must then be one chunk)."""
+    wrap = {m in _WRAP_MODES for m in modes}
+    if wrap == {True, False}:
+        return None
+    return "periodic" if wrap == {True} else "none"
+
+
+def _map_filter(x, name: str, depths: dict, modes: dict, out_dtype, args=(), kwargs=None):
+    """Run the backend's ``name`` over ``x`` through map_overlap with per-axis halo ``depths``
+    (axis -> int) and ``modes`` (axis -> set of mode names used along it)."""
+    da = _dask_array()
+    from dask.array.utils import meta_from_array
+
+    kwargs = dict(kwargs or {})
+    kwargs["output"] = out_dtype
+    depth, boundary, new_chunks = {}, {}, {}
+    for ax in range(x.ndim):
+        d = int(depths.get(ax, 0))
+        b = _boundary(modes.get(ax, {"reflect"})) if d else "none"
+        chunks = x.chunks[ax]
+        if b is None:
+            chunks, b = (x.shape[ax],), "none"
+        else:
+            chunks = rechunk_for_depth(chunks, d)
+        if len(chunks) == 1:  # the whole axis is in every chunk: the mode does the edge
+            d = 0
+        new_chunks[ax] = chunks
+        depth[ax], boundary[ax] = d, b
+    if tuple(new_chunks[ax] for ax in range(x.ndim)) != x.chunks:
+        x = x.rechunk(tuple(new_chunks[ax] for ax in range(x.ndim)))
+
+    def filter_block(block):
+        return getattr(_backend(block), name)(block, *args, **kwargs)
+
+    meta = meta_from_array(x, ndim=x.ndim, dtype=out_dtype)
+    if not any(depth.values()):
+        return x.map_blocks(filter_block, dtype=out_dtype, meta=meta)
+    return da.map_overlap(filter_block, x, depth=depth, boundary=boundary, trim=True,
+                          allow_rechunk=False, dtype=out_dtype, meta=meta)
+
+
+# --------------------------------------------------------------------------- arguments
+def _out_dtype(x, output, complex_output: bool) -> np.dtype:
+    if output is None:
+        return default_output_dtype(x.dtype.name, complex_output)
+    if isinstance(output, (type, np.dtype, str)):
+        dtype = np.dtype(output)
+        return np.promote_types(dtype, np.complex64) if complex_output else dtype
+    raise TypeError(f"output must be None or a dtype for dask arrays, got "
+                    f"{type(output).__name__}: the result is a new dask array")
+
+
+def _modes_along(mode, axes) -> dict:
+    """axis -> {mode} for a scalar mode or one mode per axis of ``axes``."""
+    items = _nd._sequence(mode, len(axes), "mode")
+    for m in items:
+        mode_code(m)
+    return {ax: {m} for ax, m in zip(axes, items)}
+
+
+def _single_mode(mode, axes) -> dict:
+    if not isinstance(mode, str):
+        raise RuntimeError("A sequence of modes is not supported")
+    mode_code(mode)
+    return {ax: {mode} for ax in axes}
+
+
+def _weights(weights) -> np.ndarray:
+    return _nd._host_weights(weights)
+
+
+# --------------------------------------------------------------------------- 1-d filters
+def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """:func:`cupyconv.ndimage.correlate1d` of a dask array."""
+    x = _require_dask(input)
+    w = _weights(weights)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
+                           f"shape {w.shape}")
+    axis = _nd._axis(axis, x.ndim)
+    origin = _nd._origin(origin, w.shape[0])
+    out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
+    return _map_filter(x, "correlate1d", {axis: _depth(w.shape[0], origin)},
+                       _single_mode(mode, [axis]), out, (w,),
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+
+
+def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """:func:`cupyconv.ndimage.convolve1d` of a dask array."""
+    x = _require_dask(input)
+    w = _weights(weights)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
+                           f"shape {w.shape}")
+    axis = _nd._axis(axis, x.ndim)
+    # convolution is correlation with the reversed weights and the mirrored origin
+    mirrored = _nd._origin(-operator.index(origin) - (1 - w.shape[0] % 2), w.shape[0])
+    out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
+    return _map_filter(x, "convolve1d", {axis: _depth(w.shape[0], mirrored)},
+                       _single_mode(mode, [axis]), out, (w,),
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+
+
+def _gaussian_depth(sigma, truncate, radius) -> int:
+    return _nd._gaussian_radius(float(sigma), truncate, radius)
+
+
+def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
+                      truncate=4.0, *, radius=None):
+    """:func:`cupyconv.ndimage.gaussian_filter1d` of a dask array."""
+    x = _require_dask(input)
+    axis = _nd._axis(axis, x.ndim)
+    out = _out_dtype(x, output, False)
+    return _map_filter(x, "gaussian_filter1d", {axis: _gaussian_depth(sigma, truncate, radius)},
+                       _single_mode(mode, [axis]), out, (sigma,),
+                       dict(axis=axis, order=order, mode=mode, cval=cval, truncate=truncate,
+                            radius=radius))
+
+
+def _uniform_depth(size, origin) -> int:
+    size, origin = operator.index(size), operator.index(origin)
+    if size < 1:
+        raise RuntimeError(f"incorrect filter size {size}: size must be at least 1")
+    if size // 2 + origin < 0 or size // 2 + origin >= size:
+        raise ValueError(f"invalid origin {origin} for a uniform filter of size {size}")
+    return _depth(size, origin)
+
+
+def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """:func:`cupyconv.ndimage.uniform_filter1d` of a dask array."""
+    x = _require_dask(input)
+    axis = _nd._axis(axis, x.ndim)
+    out = _out_dtype(x, output, x.dtype.kind == "c")
+    return _map_filter(x, "uniform_filter1d", {axis: _uniform_depth(size, origin)},
+                       _single_mode(mode, [axis]), out, (size,),
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+
+
+# --------------------------------------------------------------------------- N-d filters
+def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution, axes):
+    x = _require_dask(input)
+    w = _weights(weights)
+    axes_t = _nd._axes(axes, x.ndim)
+    if w.ndim != len(axes_t):
+        raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")
+    depths = {}
+    for ax, size, o in zip(axes_t, w.shape, _nd._sequence(origin, len(axes_t), "origin")):
+        o = operator.index(o)
+        if convolution:  # reversed weights, mirrored origin (even sizes shift by one)
+            o = -o - (1 - size % 2)
+        depths[ax] = _depth(size, _nd._origin(o, size, f"origin[{ax}]"))
+    out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
+    return _map_filter(x, name, depths, _single_mode(mode, axes_t), out, (w,),
+                       dict(mode=mode, cval=cval, origin=origin, axes=axes))
+
+
+def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """:func:`cupyconv.ndimage.correlate` of a dask array."""
+    return _correlate_nd("correlate", input, weights, output, mode, cval, origin, False, axes)
+
+
+def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """:func:`cupyconv.ndimage.convolve` of a dask array."""
+    return _correlate_nd("convolve", input, weights, output, mode, cval, origin, True, axes)
+
+
+def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0,
+                    *, radius=None, axes=None):
+    """:func:`cupyconv.ndimage.gaussian_filter` of a dask array."""
+    x = _require_dask(input)
+    axes_t = _nd._axes(axes, x.ndim)
+    n = len(axes_t)
+    sigmas, radii = _nd._sequence(sigma, n, "sigma"), _nd._sequence(radius, n, "radius")
+    depths = {ax: _gaussian_depth(s, truncate, r) for ax, s, r in zip(axes_t, sigmas, radii)
+              if s > 1e-15}  # as the filter: smaller sigmas are skipped
+    out = _out_dtype(x, output, False)
+    return _map_filter(x, "gaussian_filter", depths, _modes_along(mode, axes_t), out, (sigma,),
+                       dict(order=order, mode=mode, cval=cval, truncate=truncate, radius=radius,
+                            axes=axes))
+
+
+def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """:func:`cupyconv.ndimage.uniform_filter` of a dask array."""
+    x = _require_dask(input)
+    axes_t = _nd._axes(axes, x.ndim)
+    n = len(axes_t)
+    sizes, origins = _nd._sequence(size, n, "size"), _nd._sequence(origin, n, "origin")
+    depths = {ax: _uniform_depth(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
+    out = _out_dtype(x, output, x.dtype.kind == "c")
+    return _map_filter(x, "uniform_filter", depths, _modes_along(mode, axes_t), out, (size,),
+                       dict(mode=mode, cval=cval, origin=origin, axes=axes))
+
+
+def _edge_filter(name, input, axis, output, mode, cval):
+    x = _require_dask(input)
+    _nd._axis(axis, x.ndim)
+    out = _out_dtype(x, output, x.dtype.kind == "c")
+    every = tuple(range(x.ndim))  # 3 taps along the axis, 3 smoothing taps along every other
+    return _map_filter(x, name, {ax: 1 for ax in every}, _modes_along(mode, every), out, (),
+                       dict(axis=axis, mode=mode, cval=cval))
+
+
+def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """:func:`cupyconv.ndimage.sobel` of a dask array."""
+    return _edge_filter("sobel", input, axis, output, mode, cval)
+
+
+def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """:func:`cupyconv.ndimage.prewitt` of a dask array."""
+    return _edge_filter("prewitt", input, axis, output, mode, cval)
+
+
+def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
+    """:func:`cupyconv.ndimage.laplace` of a dask array."""
+    x = _require_dask(input)
+    axes_t = _nd._axes(axes, x.ndim)
+    out = _out_dtype(x, output, False)
+    return _map_filter(x, "laplace", {ax: 1 for ax in axes_t}, _modes_along(mode, axes_t), out,
+                       (), dict(mode=mode, cval=cval, axes=axes))
+
+
+def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, kwargs):
+    x = _require_dask(input)
+    axes_t = _nd._axes(axes, x.ndim)
+    unknown = set(kwargs) - {"truncate", "radius"}
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    full = [0.0] * x.ndim  # every term filters every axis of ``axes`` (sigma 0 elsewhere)
+    for s, ax in zip(_nd._sequence(sigma, len(axes_t), "sigma"), axes_t):
+        full[ax] = s
+    radii = _nd._sequence(kwargs.get("radius"), x.ndim, "radius")
+    truncate = kwargs.get("truncate", 4.0)
+    depths = {ax: _gaussian_depth(full[ax], truncate, radii[ax]) for ax in range(x.ndim)
+              if full[ax] > 1e-15}
+    # the term of each axis runs the Gaussian along every axis with that axis's mode
+    used = {m for ms in _modes_along(mode, axes_t).values() for m in ms}
+    out = _out_dtype(x, output, False)
+    return _map_filter(x, name, depths, {ax: used for ax in range(x.ndim)}, out, (sigma,),
+                       dict(mode=mode, cval=cval, axes=axes, **kwargs))
+
+
+def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    """:func:`cupyconv.ndimage.gaussian_laplace` of a dask array."""
+    return _gaussian_derivative("gaussian_laplace", input, sigma, output, mode, cval, axes,
+                                kwargs)
+
+
+def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
+                                **kwargs):
+    """:func:`cupyconv.ndimage.gaussian_gradient_magnitude` of a dask array."""
+    return _gaussian_derivative("gaussian_gradient_magnitude", input, sigma, output, mode, cval,
+                                axes, kwargs)
+
+
+# --------------------------------------------------------------------------- convolution
+def _conv_block(block, w, bias, options):
+    """One batch chunk through ``cupyconv.conv`` (CuPy) or the float64 reference (NumPy, cast
+    back to the chunk's dtype)."""
+    if _is_cupy(block):
+        import cupy
+
+        from cupyconv.conv import conv as gpu_conv
+
+        return gpu_conv(block, cupy.asarray(w), None if bias is None else cupy.asarray(bias),
+                        **options)
+    from cupyconv import reference
+
+    def host(a):
+        return None if a is None else (a.get() if _is_cupy(a) else np.asarray(a))
+
+    y = reference.conv(block, host(w), host(bias), **options)
+    return y.astype(block.dtype, copy=False)
+
+
+def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", **kwargs):
+    """:func:`cupyconv.conv` of a dask array ``x`` of shape ``(N, C, *spatial)`` (or channels-last),
+    chunk by chunk along the batch axis N.
+
+    ``w`` (and ``bias``) are concrete arrays, NumPy or CuPy (a CuPy weight is not copied per
+    chunk), embedded once in the graph.  Chunks along the channel and spatial axes are merged
+    (each image is convolved whole).  ``kwargs`` (e.g. ``method``, ``activation``) pass to
+    :func:`cupyconv.conv`.  Returns a dask array of the input's dtype.
+    """
+    from cupyconv._core.geometry import output_shape
+
+    x = _require_dask(x, "x")
+    da = _dask_array()
+    if isinstance(w, da.Array) or isinstance(bias, da.Array):
+        raise TypeError("w and bias must be concrete (NumPy or CuPy) arrays, not dask arrays: "
+                        "call .compute() on them first")
+    if len(getattr(w, "shape", ())) != x.ndim:
+        raise ValueError(f"x must be batched, (N, C, *spatial) or (N, *spatial, C): x.ndim "
+                         f"({x.ndim}) must equal w.ndim ({len(getattr(w, 'shape', ()))})")
+    options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
+                   layout=layout, **kwargs)
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    layout=layout)
+    out_shape = output_shape(x.shape, tuple(w.shape), **geometry)  # validates before the graph
+    if any(len(c) > 1 for c in x.chunks[1:]):
+        x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
+    from dask.array.utils import meta_from_array
+
+    return x.map_blocks(_conv_block, w=w, bias=bias, options=options,
+                        chunks=(x.chunks[0],) + tuple((s,) for s in out_shape[1:]),
+                        dtype=x.dtype, meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
