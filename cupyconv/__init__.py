@@ -4,8 +4,9 @@ Kernels are CUDA/HIP source strings compiled at first use (NVRTC on NVIDIA, HIPR
 and cached; importing the package compiles nothing and does not touch the GPU.
 """
 
-# signal, ndimage: the SciPy-compatible APIs; cudnn: the removed cupy.cudnn convolutions
-from cupyconv import cudnn, jit, ndimage, reference, signal
+# signal, ndimage: the SciPy-compatible APIs; cudnn: the removed cupy.cudnn convolutions;
+# dask: the same on dask arrays (Dask itself is imported only when one of its functions runs)
+from cupyconv import cudnn, dask, jit, ndimage, reference, signal
 from cupyconv._core.caches import clear_caches
 from cupyconv._core.geometry import ConvGeometry, output_shape
 from cupyconv._core.version import __version__
@@ -18,5 +19,5 @@ from cupyconv.separable import separable_conv
 
 __all__ = ["conv", "conv1d", "conv2d", "conv3d", "conv_backward_data", "conv_backward_weight",
            "conv_transpose", "separable_conv", "gemm", "im2col", "col2im", "output_shape",
-           "ConvGeometry", "reference", "jit", "signal", "ndimage", "cudnn", "tune", "clear_caches",
+           "ConvGeometry", "reference", "jit", "signal", "ndimage", "dask", "cudnn", "tune", "clear_caches",
            "__version__"]

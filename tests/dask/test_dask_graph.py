@@ -269,6 +269,18 @@ def test_bad_arguments_fail_before_compute():
         cd.conv(da.zeros((2, 3, 8, 8), chunks=1), da.ones((2, 3, 3, 3)))
 
 
+def test_the_package_names_the_module_and_imports_no_dask():
+    import subprocess
+    import sys
+
+    import cupyconv
+
+    assert cupyconv.dask is cd and "dask" in cupyconv.__all__
+    code = "import sys, cupyconv; print('dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_missing_dask_names_the_extra(monkeypatch):
     import builtins
 
