@@ -4,7 +4,10 @@ Every function takes a ``dask.array.Array`` and returns one, lazily: nothing run
 ``.compute()``.  Filters go through ``dask.array.map_overlap``: each chunk is filtered together
 with a halo of its neighbours' data as deep as the filter reaches along each axis (from the filter
 size, sigma/truncate/radius and origin), and the halo is trimmed off again, so every output element
-is computed from the same inputs, in the same way, as in one call on the whole array.
+is computed from the same inputs as in one call on the whole array.  With ``scipy.ndimage`` the
+result is bit-identical except for the uniform filters (SciPy's running sum starts at each chunk);
+with ``cupyconv.ndimage`` a chunk may run another kernel than the whole array (fused or not, tiled
+or direct), so results agree to rounding.
 
 - At the array's edge there is no halo (``boundary="none"``): the chunk touches the edge, and the
   filter's own ``mode`` extends it exactly as it extends the whole array.  ``mode="wrap"`` (and
@@ -211,8 +214,9 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
         raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
                            f"shape {w.shape}")
     axis = _nd._axis(axis, x.ndim)
+    origin = _nd._origin(origin, w.shape[0])  # valid exactly when the mirrored one is
     # convolution is correlation with the reversed weights and the mirrored origin
-    mirrored = _nd._origin(-operator.index(origin) - (1 - w.shape[0] % 2), w.shape[0])
+    mirrored = -origin - (1 - w.shape[0] % 2)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, "convolve1d", {axis: _depth(w.shape[0], mirrored)},
                        _single_mode(mode, [axis]), out, (w,),
@@ -263,10 +267,10 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
         raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")
     depths = {}
     for ax, size, o in zip(axes_t, w.shape, _nd._sequence(origin, len(axes_t), "origin")):
-        o = operator.index(o)
+        o = _nd._origin(o, size, f"origin[{ax}]")  # valid exactly when the mirrored one is
         if convolution:  # reversed weights, mirrored origin (even sizes shift by one)
             o = -o - (1 - size % 2)
-        depths[ax] = _depth(size, _nd._origin(o, size, f"origin[{ax}]"))
+        depths[ax] = _depth(size, o)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, name, depths, _single_mode(mode, axes_t), out, (w,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes))
