@@ -41,8 +41,9 @@ from cupyconv._ndimage.dtypes import default_output_dtype
 
 __all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filter",
            "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",
-           "laplace", "gaussian_laplace", "gaussian_gradient_magnitude", "conv",
-           "filter_reach", "rechunk_for_depth"]
+           "laplace", "gaussian_laplace", "gaussian_gradient_magnitude", "signal_correlate",
+           "signal_convolve", "conv", "conv_transpose", "filter_reach", "rechunk_for_depth",
+           "window_chunks"]
 
 _WRAP_MODES = ("wrap", "grid-wrap")
 
@@ -70,14 +71,20 @@ def _is_cupy(block) -> bool:
     return hasattr(block, "__cuda_array_interface__")
 
 
-def _backend(block):
-    """The filter module for one chunk: ``cupyconv.ndimage`` for CuPy chunks, ``scipy.ndimage``
-    (same names and signatures) for NumPy chunks."""
-    if _is_cupy(block):
-        return _nd
-    import scipy.ndimage
+# Per family of functions, the module a chunk runs: (for CuPy chunks, for NumPy chunks).  The
+# NumPy stand-ins take the same names and arguments (cupyconv.reference computes in float64).
+_BACKENDS = {"ndimage": ("cupyconv.ndimage", "scipy.ndimage"),
+             "signal": ("cupyconv.signal", "scipy.signal"),
+             "conv": ("cupyconv", "cupyconv.reference")}
 
-    return scipy.ndimage
+
+def _backend(block, family: str = "ndimage"):
+    """The module that runs one chunk -- the one place the chunk's array type picks the backend:
+    ``cupyconv.ndimage`` / ``cupyconv.signal`` / ``cupyconv`` for CuPy chunks, ``scipy.ndimage`` /
+    ``scipy.signal`` / ``cupyconv.reference`` (same names and signatures) for NumPy chunks."""
+    import importlib
+
+    return importlib.import_module(_BACKENDS[family][0 if _is_cupy(block) else 1])
 
 
 # --------------------------------------------------------------------------- halo arithmetic
@@ -374,54 +381,255 @@ def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=
                                 axes, kwargs)
 
 
+# --------------------------------------------------------------------------- sliding windows
+def window_chunks(chunks, extent: int, stride: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(input chunks, output chunks) along one zero-padded axis for a 'valid' window of
+    ``extent + 1`` elements moved by ``stride``: output ``o`` reads inputs ``o * stride`` to
+    ``o * stride + extent``.
+
+    Every input chunk starts on a multiple of the stride (so a chunk's first output is its first
+    element) and is at least ``extent + 1`` thick (its halo then comes from its right neighbour
+    alone, and the last chunk has at least one output); chunk boundaries move down to the stride
+    and thin chunks merge.  A chunk other than the last gives ``size // stride`` outputs, the last
+    ``(size - extent - 1) // stride + 1``."""
+    extent, stride = operator.index(extent), operator.index(stride)
+    length = sum(int(c) for c in chunks)
+    if length < extent + 1:
+        raise ValueError(f"the axis ({length} elements after padding) is shorter than the window "
+                         f"({extent + 1} elements)")
+    starts, edge = set(), 0
+    for c in chunks[:-1]:
+        edge += int(c)
+        starts.add(stride * (edge // stride))
+    bounds = sorted(starts - {0}) + [length]
+    sizes = tuple(b - a for a, b in zip([0] + bounds[:-1], bounds))
+    sizes = rechunk_for_depth(sizes, extent + 1)
+    outs = tuple(c // stride for c in sizes[:-1]) + ((sizes[-1] - extent - 1) // stride + 1,)
+    return sizes, outs
+
+
+def _map_windows(x, windows: dict, whole: dict, block_fn, dtype):
+    """Map ``block_fn`` over ``x`` where each output reads a window of the zero-padded input.
+
+    ``windows``: axis -> (pad_lo, pad_hi, extent, stride); along such an axis output ``o`` reads
+    padded inputs ``o * stride`` to ``o * stride + extent``, and ``block_fn`` computes the 'valid'
+    (unpadded) result of its block with a right halo of ``extent`` (the blocks' windows tile the
+    output exactly, see :func:`window_chunks`).  ``whole``: axis -> output size for axes made one
+    chunk (e.g. channels).  Other axes keep their chunks and their size.  The zero padding is a
+    ``da.pad`` before the map, so a block never needs to know where it lies."""
+    da = _dask_array()
+    from dask.array.utils import meta_from_array
+
+    pads = [(0, 0)] * x.ndim
+    for ax, (lo, hi, _, _) in windows.items():
+        pads[ax] = (int(lo), int(hi))
+    if any(lo or hi for lo, hi in pads):
+        x = da.pad(x, pads, mode="constant", constant_values=0)
+    in_chunks, out_chunks, depth = list(x.chunks), list(x.chunks), {}
+    for ax in range(x.ndim):
+        depth[ax] = (0, 0)
+        if ax in windows:
+            _, _, extent, stride = windows[ax]
+            in_chunks[ax], out_chunks[ax] = window_chunks(x.chunks[ax], extent, stride)
+            if len(in_chunks[ax]) > 1:
+                depth[ax] = (0, int(extent))  # a window reaches right only
+        elif ax in whole:
+            in_chunks[ax], out_chunks[ax] = (x.shape[ax],), (int(whole[ax]),)
+    if tuple(in_chunks) != x.chunks:
+        x = x.rechunk(tuple(in_chunks))
+    meta = meta_from_array(x, ndim=x.ndim, dtype=dtype)
+    # asymmetric depths need boundary "none": the last block simply has no right halo, and its
+    # output count (window_chunks) already accounts for that
+    return da.map_overlap(block_fn, x, depth=depth, boundary="none", trim=False,
+                          allow_rechunk=False, chunks=tuple(out_chunks), dtype=dtype, meta=meta)
+
+
+# --------------------------------------------------------------------------- scipy.signal
+def _signal_filter(func, in1, in2, mode, method):
+    x = _require_dask(in1, "in1")
+    da = _dask_array()
+    if isinstance(in2, da.Array):
+        raise TypeError("in2 must be a concrete (NumPy or CuPy) array, not a dask array: call "
+                        ".compute() on it first (it is embedded once in the graph)")
+    w = in2.get() if _is_cupy(in2) else np.asarray(in2)
+    if mode not in ("full", "same", "valid"):
+        raise ValueError(f"mode must be 'full', 'same' or 'valid', got {mode!r}")
+    if w.ndim != x.ndim:
+        raise ValueError(f"in1 and in2 should have the same dimensionality, got in1.ndim "
+                         f"{x.ndim} and in2.ndim {w.ndim}")
+    if 0 in x.shape or 0 in w.shape:
+        raise ValueError(f"in1 and in2 must not be empty, got shapes {x.shape} and {w.shape}")
+    if mode == "valid" and any(k > n for n, k in zip(x.shape, w.shape)):
+        # SciPy would swap the operands; the small in2 cannot take the dask array's place
+        raise ValueError(f"in1 (the dask array) must be at least as large as in2 in every "
+                         f"dimension for 'valid' mode, got shapes {x.shape} and {w.shape}")
+    windows = {}
+    for ax, k in enumerate(w.shape):
+        # zeros around in1 so that every output is a 'valid' window of the padded array:
+        # 'full' pads k - 1 on each side; 'same' keeps the centred part of 'full', which starts
+        # (k - 1) // 2 into it (SciPy's centring, also for even k); 'valid' pads nothing
+        start = {"full": 0, "same": (k - 1) // 2, "valid": k - 1}[mode]
+        windows[ax] = (k - 1 - start, start if mode == "same" else k - 1 - start, k - 1, 1)
+    dtype = np.result_type(x.dtype, w.dtype)
+
+    def filter_block(block):
+        kernel = w
+        if _is_cupy(block):
+            import cupy
+
+            kernel = cupy.asarray(w)
+        return getattr(_backend(block, "signal"), func)(block, kernel, mode="valid",
+                                                        method=method)
+
+    return _map_windows(x, windows, {}, filter_block, dtype)
+
+
+def signal_correlate(in1, in2, mode="full", method="auto"):
+    """:func:`cupyconv.signal.correlate` (``scipy.signal.correlate`` semantics) of a dask array
+    ``in1`` with a small concrete (NumPy or CuPy) ``in2`` of the same number of dims.
+
+    Named ``signal_*`` because :func:`correlate` here is ``ndimage.correlate``.  Each chunk is
+    correlated in 'valid' mode with a halo of ``in2.shape - 1`` from its right neighbours after
+    ``in1`` is zero-padded as the mode needs ('full': ``k - 1`` on each side; 'same': SciPy's
+    centring, ``k - 1 - (k - 1) // 2`` before and ``(k - 1) // 2`` after); CuPy chunks run
+    ``cupyconv.signal.correlate``, NumPy chunks ``scipy.signal.correlate`` (``method`` is passed
+    to both; with 'auto' a chunk may take another method than the whole array, so results agree
+    to rounding).  In 'valid' mode ``in1`` must be the larger operand in every dim.
+    """
+    return _signal_filter("correlate", in1, in2, mode, method)
+
+
+def signal_convolve(in1, in2, mode="full", method="auto"):
+    """:func:`cupyconv.signal.convolve` (``scipy.signal.convolve`` semantics) of a dask array
+    ``in1`` with a small concrete ``in2``; chunking as in :func:`signal_correlate` (convolution
+    reads the same window of ``in1`` as correlation, with the kernel reversed)."""
+    return _signal_filter("convolve", in1, in2, mode, method)
+
+
 # --------------------------------------------------------------------------- convolution
-def _conv_block(block, w, bias, options):
-    """One batch chunk through ``cupyconv.conv`` (CuPy) or the float64 reference (NumPy, cast
-    back to the chunk's dtype)."""
+def _host(a):
+    return None if a is None else (a.get() if _is_cupy(a) else np.asarray(a))
+
+
+def _conv_block(block, op, w, bias, options):
+    """One chunk through ``cupyconv.<op>`` (CuPy) or the float64 ``cupyconv.reference.<op>``
+    (NumPy, cast back to the chunk's dtype)."""
+    backend = _backend(block, "conv")
     if _is_cupy(block):
         import cupy
 
-        from cupyconv.conv import conv as gpu_conv
-
-        return gpu_conv(block, cupy.asarray(w), None if bias is None else cupy.asarray(bias),
-                        **options)
-    from cupyconv import reference
-
-    def host(a):
-        return None if a is None else (a.get() if _is_cupy(a) else np.asarray(a))
-
-    y = reference.conv(block, host(w), host(bias), **options)
+        return getattr(backend, op)(block, cupy.asarray(w),
+                                      None if bias is None else cupy.asarray(bias), **options)
+    y = getattr(backend, op)(block, _host(w), _host(bias), **options)
     return y.astype(block.dtype, copy=False)
 
 
-def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", **kwargs):
-    """:func:`cupyconv.conv` of a dask array ``x`` of shape ``(N, C, *spatial)`` (or channels-last),
-    chunk by chunk along the batch axis N.
-
-    ``w`` (and ``bias``) are concrete arrays, NumPy or CuPy (a CuPy weight is not copied per
-    chunk), embedded once in the graph.  Chunks along the channel and spatial axes are merged
-    (each image is convolved whole).  ``kwargs`` (e.g. ``method``, ``activation``) pass to
-    :func:`cupyconv.conv`.  Returns a dask array of the input's dtype.
-    """
-    from cupyconv._core.geometry import output_shape
-
-    x = _require_dask(x, "x")
+def _concrete_weights(x, w, bias, what):
     da = _dask_array()
     if isinstance(w, da.Array) or isinstance(bias, da.Array):
         raise TypeError("w and bias must be concrete (NumPy or CuPy) arrays, not dask arrays: "
                         "call .compute() on them first")
     if len(getattr(w, "shape", ())) != x.ndim:
-        raise ValueError(f"x must be batched, (N, C, *spatial) or (N, *spatial, C): x.ndim "
-                         f"({x.ndim}) must equal w.ndim ({len(getattr(w, 'shape', ()))})")
-    options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                   layout=layout, **kwargs)
+        raise ValueError(f"x must be batched for {what}, (N, C, *spatial) or (N, *spatial, C): "
+                         f"x.ndim ({x.ndim}) must equal w.ndim ({len(getattr(w, 'shape', ()))})")
+
+
+def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", **kwargs):
+    """:func:`cupyconv.conv` of a dask array ``x`` of shape ``(N, C, *spatial)`` (or channels-last).
+
+    ``w`` (and ``bias``) are concrete arrays, NumPy or CuPy (a CuPy weight is not copied per
+    chunk), embedded once in the graph.  Chunks along the channel axis are merged.  Where the
+    spatial axes are single chunks, each batch chunk is convolved whole (``map_blocks``).  Where a
+    spatial axis is chunked (one very large image), ``x`` is zero-padded by ``padding`` first
+    (``da.pad``) and each chunk is convolved without padding, with a halo of
+    ``dilation * (kernel - 1)`` from its right neighbour (``map_overlap``); with ``stride`` > 1
+    the chunk boundaries are moved onto multiples of the stride (:func:`window_chunks`).
+    ``kwargs`` (e.g. ``method``, ``activation``) pass to :func:`cupyconv.conv`.  Returns a dask
+    array of the input's dtype.
+    """
+    from cupyconv._core.geometry import ConvGeometry
+
+    x = _require_dask(x, "x")
+    _concrete_weights(x, w, bias, "conv")
+    if "z" in kwargs:
+        raise TypeError("z (a residual) is not supported on dask arrays: add it to the result")
     geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                     layout=layout)
-    out_shape = output_shape(x.shape, tuple(w.shape), **geometry)  # validates before the graph
+    geom = ConvGeometry.from_shapes(x.shape, tuple(w.shape), **geometry)  # validates first
+    out_shape = geom.output_shape
+    channels_last = geom.layout == "NHWC"
+    channel_axis = x.ndim - 1 if channels_last else 1
+    spatial_axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+    from dask.array.utils import meta_from_array
+
+    if all(len(x.chunks[ax]) == 1 for ax in spatial_axes):
+        options = dict(geometry, **kwargs)
+        if any(len(c) > 1 for c in x.chunks[1:]):
+            x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
+        return x.map_blocks(_conv_block, op="conv", w=w, bias=bias, options=options,
+                            chunks=(x.chunks[0],) + tuple((s,) for s in out_shape[1:]),
+                            dtype=x.dtype, meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
+    # spatially chunked: padding moves into the graph, each chunk runs unpadded
+    windows = {ax: (lo, hi, d * (k - 1), s) for ax, lo, hi, k, s, d in
+               zip(spatial_axes, geom.pad_lo, geom.pad_hi, geom.kernel, geom.stride,
+                   geom.dilation)}
+    options = dict(stride=geom.stride, padding=0, dilation=geom.dilation, groups=groups,
+                   layout=layout, **kwargs)
+
+    def conv_block(block):
+        return _conv_block(block, "conv", w, bias, options)
+
+    y = _map_windows(x, windows, {channel_axis: out_shape[channel_axis]}, conv_block, x.dtype)
+    assert y.shape == tuple(out_shape), (y.shape, out_shape)  # window_chunks tiles the output
+    return y
+
+
+def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1,
+                   groups=1, layout="NCHW", **kwargs):
+    """:func:`cupyconv.conv_transpose` of a dask array ``x`` of shape ``(N, C_in, *spatial)`` (or
+    channels-last), chunk by chunk along the batch axis (channel and spatial chunks are merged).
+
+    ``w``/``bias`` are concrete arrays as in :func:`conv`; ``kwargs`` (e.g. ``method``) pass to
+    :func:`cupyconv.conv_transpose`.  NumPy chunks run the float64
+    ``cupyconv.reference.conv_transpose``, cast back to the input's dtype.  Returns a dask array
+    of the input's dtype.
+    """
+    from cupyconv._core.geometry import (normalize_layout, normalize_output_padding,
+                                         normalize_padding, per_dim, transpose_output_spatial)
+
+    x = _require_dask(x, "x")
+    _concrete_weights(x, w, bias, "conv_transpose")
+    if isinstance(padding, str):
+        raise ValueError(f"conv_transpose padding must be an int, a per-dim tuple or per-dim "
+                         f"(lo, hi) pairs, got {padding!r}")
+    layout = normalize_layout(layout)
+    channels_last = layout == "NHWC"
+    in_spatial = tuple(x.shape[1:-1]) if channels_last else tuple(x.shape[2:])
+    kernel = tuple(w.shape[1:-1]) if channels_last else tuple(w.shape[2:])
+    nsp = len(in_spatial)
+    if not 1 <= nsp <= 3:
+        raise ValueError(f"x must have 1-3 spatial dims, got shape {x.shape}")
+    stride_t = per_dim(stride, nsp, "stride", 1)
+    dilation_t = per_dim(dilation, nsp, "dilation", 1)
+    pad_lo, pad_hi = normalize_padding(padding, in_spatial, kernel, stride_t, dilation_t)
+    op = normalize_output_padding(output_padding, stride_t, dilation_t)
+    out_spatial = transpose_output_spatial(in_spatial, kernel, stride_t, dilation_t, pad_lo,
+                                           pad_hi, op)
+    if min(out_spatial) < 1:
+        raise ValueError(f"conv_transpose output would be empty: spatial size {out_spatial} for "
+                         f"input {in_spatial}, kernel {kernel}, padding lo {pad_lo} hi {pad_hi}")
+    groups_n = per_dim(groups, 1, "groups", 1)[0]
+    c_out = (w.shape[-1] if channels_last else w.shape[1]) * groups_n
+    if (x.shape[-1] if channels_last else x.shape[1]) != w.shape[0]:
+        raise ValueError(f"x has {x.shape[-1] if channels_last else x.shape[1]} channels but w "
+                         f"(C_in, ...) expects {w.shape[0]}: x {x.shape}, w {tuple(w.shape)}")
+    tail = out_spatial + (c_out,) if channels_last else (c_out,) + out_spatial
+    options = dict(stride=stride, padding=padding, output_padding=output_padding,
+                   dilation=dilation, groups=groups, layout=layout, **kwargs)
     if any(len(c) > 1 for c in x.chunks[1:]):
         x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
     from dask.array.utils import meta_from_array
 
-    return x.map_blocks(_conv_block, w=w, bias=bias, options=options,
-                        chunks=(x.chunks[0],) + tuple((s,) for s in out_shape[1:]),
-                        dtype=x.dtype, meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
+    return x.map_blocks(_conv_block, op="conv_transpose", w=w, bias=bias, options=options,
+                        chunks=(x.chunks[0],) + tuple((s,) for s in tail), dtype=x.dtype,
+                        meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))

@@ -294,3 +294,163 @@ def test_missing_dask_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_dask)
     with pytest.raises(ImportError, match=r"pip install 'cupyconv\[dask\]'"):
         cd.gaussian_filter(np.zeros(3), 1.0)
+
+
+# --------------------------------------------------------------------------- scipy.signal
+SIGNAL_KERNELS = {1: [(1,), (4,), (5,), (8,)], 2: [(3, 4), (2, 1), (5, 6)],
+                  3: [(2, 3, 2), (3, 1, 4)]}
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_signal_filters_equal_scipy(ndim, mode):
+    import scipy.signal as ss
+
+    rng = np.random.default_rng([ndim, len(mode)])
+    a = rng.standard_normal(SHAPES[ndim])
+    x = dask_of(a, ndim)  # uneven chunks, some of 1 element: thinner than every halo here
+    for kernel in SIGNAL_KERNELS[ndim]:
+        w = rng.standard_normal(kernel)
+        for mine, scipys in [(cd.signal_correlate, ss.correlate),
+                             (cd.signal_convolve, ss.convolve)]:
+            got = mine(x, w, mode, method="direct")
+            ref = scipys(a, w, mode, method="direct")
+            assert got.shape == ref.shape and got.dtype == ref.dtype, (mine, kernel)
+            np.testing.assert_allclose(got.compute(scheduler="synchronous"), ref, rtol=1e-12,
+                                       atol=1e-12)
+
+
+def test_signal_complex_conjugates_and_integers_are_exact():
+    import scipy.signal as ss
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((17, 12)) + 1j * rng.standard_normal((17, 12))
+    w = rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))
+    for mode in ("full", "same", "valid"):
+        np.testing.assert_allclose(cd.signal_correlate(dask_of(a, 2), w, mode).compute(),
+                                   ss.correlate(a, w, mode), rtol=1e-10, atol=1e-10)
+    ai = rng.integers(-50, 50, (29,)).astype(np.int32)
+    wi = np.array([3, -1, 2, 5], np.int16)
+    for mode in ("full", "same", "valid"):
+        got = cd.signal_convolve(dask_of(ai, 1), wi, mode)
+        ref = ss.convolve(ai, wi, mode)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.compute(), ref)
+
+
+def test_signal_auto_method_agrees_to_rounding():
+    import scipy.signal as ss
+
+    a = np.random.default_rng(5).standard_normal((40, 33))
+    w = np.random.default_rng(6).standard_normal((9, 8))
+    got = cd.signal_correlate(da.from_array(a, chunks=(13, 11)), w, "same").compute()
+    np.testing.assert_allclose(got, ss.correlate(a, w, "same"), rtol=1e-10, atol=1e-10)
+
+
+def test_signal_bad_arguments():
+    x = da.zeros((8, 8), chunks=4)
+    with pytest.raises(ValueError, match="mode"):
+        cd.signal_correlate(x, np.ones((3, 3)), "bogus")
+    with pytest.raises(ValueError, match="dimensionality"):
+        cd.signal_convolve(x, np.ones(3))
+    with pytest.raises(ValueError, match="at least as large"):
+        cd.signal_correlate(x, np.ones((9, 2)), "valid")
+    with pytest.raises(ValueError, match="empty"):
+        cd.signal_correlate(x, np.ones((0, 2)))
+    with pytest.raises(TypeError, match="in2 must be a concrete"):
+        cd.signal_correlate(x, da.ones((3, 3)))
+    with pytest.raises(TypeError, match="in1 must be a dask.array.Array"):
+        cd.signal_correlate(np.zeros((8, 8)), np.ones((3, 3)))
+    # 'full' and 'same' accept a kernel larger than in1 (zeros around in1)
+    a = np.arange(12.0).reshape(3, 4)
+    import scipy.signal as ss
+
+    got = cd.signal_correlate(da.from_array(a, chunks=(1, 3)), np.ones((5, 2)), "same")
+    np.testing.assert_allclose(got.compute(), ss.correlate(a, np.ones((5, 2)), "same"))
+
+
+# --------------------------------------------------------------------------- spatial chunks
+def test_window_chunks():
+    # stride 1: chunks kept where thick enough, thin ones merged
+    assert cd.window_chunks((5, 5, 5), 2) == ((5, 5, 5), (5, 5, 3))
+    assert cd.window_chunks((5, 1, 5), 2) == ((5, 6), (5, 4))
+    # stride 3: boundaries move down onto multiples of 3 (5 -> 3, 10 -> 9)
+    assert cd.window_chunks((5, 5, 5), 2, 3) == ((3, 6, 6), (1, 2, 2))
+    # every chunk at least extent + 1 thick
+    sizes, outs = cd.window_chunks((4, 4, 4, 4), 6, 2)
+    assert min(sizes) >= 7 and sum(sizes) == 16 and sum(outs) == (16 - 7) // 2 + 1
+    assert cd.window_chunks((3,), 0, 1) == ((3,), (3,))
+    with pytest.raises(ValueError, match="shorter than the window"):
+        cd.window_chunks((2, 1), 3)
+
+
+SPATIAL_CASES = [
+    # (x shape, chunks, w shape, options)
+    ((2, 3, 20, 17), (1, 3, (3, 7, 10), (5, 5, 7)), (4, 3, 3, 3), dict(padding=1)),
+    ((1, 2, 23, 19), (1, 2, (4, 4, 15), (2, 9, 8)), (3, 2, 3, 2),
+     dict(padding=(2, 1), stride=2, dilation=(1, 2))),
+    ((1, 2, 23), (1, 1, (4, 4, 15)), (3, 2, 3), dict(padding="same", stride=3)),
+    ((1, 2, 23), (1, 2, (1, 2, 20)), (3, 2, 4), dict(padding="same")),  # even kernel
+    ((1, 4, 9, 9, 10), (1, 4, (3, 6), (2, 7), (5, 5)), (4, 2, 2, 3, 3),
+     dict(padding=((1, 0), (0, 2), (1, 1)), stride=(2, 1, 3), groups=2)),
+    ((2, 20, 18, 3), (1, (5, 15), (9, 9), 3), (4, 3, 3, 3),
+     dict(padding=1, stride=2, layout="NHWC")),
+    ((1, 1, 30, 8), (1, 1, (10, 10, 10), 8), (1, 1, 1, 1), dict(stride=4)),  # 1x1, strided
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPATIAL_CASES)))
+def test_conv_over_spatial_chunks(case):
+    shape, chunks, wshape, kw = SPATIAL_CASES[case]
+    rng = np.random.default_rng(case)
+    a, w = rng.standard_normal(shape), rng.standard_normal(wshape)
+    b = rng.standard_normal(wshape[0])
+    y = cd.conv(da.from_array(a, chunks=chunks), w, b, **kw)
+    ref = reference.conv(a, w, b, **kw)
+    assert y.shape == ref.shape and y.dtype == a.dtype
+    np.testing.assert_allclose(y.compute(scheduler="synchronous"), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_spatial_chunks_float32_and_activation():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 5, 5)).astype(np.float32)
+    y = cd.conv(da.from_array(a, chunks=(1, 3, 9, 16)), w, padding=2, activation="relu")
+    assert y.dtype == np.float32 and len(y.chunks[2]) > 1
+    np.testing.assert_allclose(y.compute(), reference.conv(a, w, padding=2, activation="relu"),
+                               rtol=1e-5, atol=1e-4)
+    with pytest.raises(TypeError, match="z"):
+        cd.conv(da.from_array(a, chunks=(1, 3, 9, 16)), w, padding=2, z=np.zeros(1))
+
+
+# --------------------------------------------------------------------------- conv_transpose
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_conv_transpose_over_batch_chunks(spatial, layout):
+    rng = np.random.default_rng([spatial, len(layout), 7])
+    sizes = (6, 5, 4)[:spatial]
+    shape = (5, 4) + sizes if layout == "NCHW" else (5,) + sizes + (4,)
+    kernel = (3, 2, 3)[:spatial]
+    wshape = (4, 3) + kernel if layout == "NCHW" else (4,) + kernel + (3,)
+    a, w, b = rng.standard_normal(shape), rng.standard_normal(wshape), rng.standard_normal(6)
+    x = da.from_array(a, chunks=((2, 1, 2),) + tuple((s - 1, 1) for s in shape[1:]))
+    kw = dict(stride=(2, 1, 3)[:spatial], padding=1, output_padding=(1, 0, 2)[:spatial],
+              dilation=(1, 2, 1)[:spatial], groups=2, layout=layout)
+    y = cd.conv_transpose(x, w, b, **kw)
+    ref = reference.conv_transpose(a, w, b, **kw)
+    assert y.shape == ref.shape and y.chunks[0] == (2, 1, 2) and y.dtype == a.dtype
+    np.testing.assert_allclose(y.compute(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_transpose_bad_arguments_fail_before_compute():
+    x = da.zeros((2, 3, 8, 8), chunks=1)
+    with pytest.raises(ValueError, match="string modes|padding"):
+        cd.conv_transpose(x, np.ones((3, 2, 3, 3)), padding="same")
+    with pytest.raises(ValueError, match="channels"):
+        cd.conv_transpose(x, np.ones((4, 2, 3, 3)))
+    with pytest.raises(ValueError, match="output_padding"):
+        cd.conv_transpose(x, np.ones((3, 2, 3, 3)), stride=2, output_padding=2)
+    with pytest.raises(TypeError, match="concrete"):
+        cd.conv_transpose(x, da.ones((3, 2, 3, 3)))
+    with pytest.raises(ValueError, match="empty"):
+        cd.conv_transpose(x, np.ones((3, 2, 3, 3)), padding=6)
