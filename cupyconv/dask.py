@@ -20,9 +20,16 @@ or direct), so results agree to rounding.
   ``cupyconv.ndimage``; NumPy chunks run ``scipy.ndimage``, a stand-in that needs no GPU (it lets
   the graph be built and checked on a CPU, and keeps NumPy-chunked arrays usable).
 
-``conv`` maps ``cupyconv.conv`` over chunks of the batch axis (the spatial and channel axes are made
-single chunks); NumPy chunks run the float64 ``cupyconv.reference.conv``, cast back to the input's
-dtype.
+``signal_correlate`` / ``signal_convolve`` are ``cupyconv.signal.correlate`` / ``convolve`` (SciPy's
+modes) of a dask ``in1`` with a small concrete ``in2``: ``in1`` is zero-padded as the mode needs and
+each chunk is computed in 'valid' mode with a right halo (:func:`_map_windows`).  NumPy chunks run
+``scipy.signal``.
+
+``conv`` maps ``cupyconv.conv`` over chunks of the batch axis where the spatial axes are single
+chunks; spatially chunked inputs go through the same padded 'valid' windows as the signal functions
+(chunk boundaries on multiples of the stride).  ``conv_transpose`` maps over batch chunks.  NumPy
+chunks run the float64 ``cupyconv.reference`` functions, cast back to the input's dtype.  The
+backend of every chunk is picked in one place, :func:`_backend`.
 
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
 GPU with the synchronous and threaded schedulers; multi-GPU (``dask_cuda.LocalCUDACluster``) and
@@ -438,9 +445,19 @@ def _map_windows(x, windows: dict, whole: dict, block_fn, dtype):
     if tuple(in_chunks) != x.chunks:
         x = x.rechunk(tuple(in_chunks))
     meta = meta_from_array(x, ndim=x.ndim, dtype=dtype)
+
+    def contiguous_block(block):
+        # a block may be a zero-strided view (a pad chunk thicker than the window, left alone
+        # by the rechunk); the kernels take C-contiguous arrays
+        if _is_cupy(block):
+            import cupy
+
+            return block_fn(cupy.ascontiguousarray(block))
+        return block_fn(np.ascontiguousarray(block))
+
     # asymmetric depths need boundary "none": the last block simply has no right halo, and its
     # output count (window_chunks) already accounts for that
-    return da.map_overlap(block_fn, x, depth=depth, boundary="none", trim=False,
+    return da.map_overlap(contiguous_block, x, depth=depth, boundary="none", trim=False,
                           allow_rechunk=False, chunks=tuple(out_chunks), dtype=dtype, meta=meta)
 
 

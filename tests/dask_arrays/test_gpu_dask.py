@@ -105,3 +105,63 @@ def test_conv_over_batch_chunks(layout, scheduler):
     y = cd.conv(x, w, b, **kw).compute(scheduler=scheduler)
     np.testing.assert_allclose(cupy.asnumpy(y), reference.conv(a, w, b, **kw), rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_signal_filters_equal_the_whole_array_call(ndim, mode, scheduler):
+    import cupy
+    import scipy.signal as ss
+
+    import cupyconv.signal as cs
+
+    a, xd = device_input(ndim, np.float32, [ndim, len(mode), 9])
+    x = da.from_array(xd, chunks=CHUNKS[ndim])  # some chunks thinner than the halo
+    rng = np.random.default_rng(ndim)
+    for kernel in [(4, 3, 2)[:ndim], (3, 2, 5)[:ndim]]:  # even and odd along every axis
+        w = rng.uniform(-1, 1, kernel).astype(np.float32)
+        wd = cupy.asarray(w)
+        check(cd.signal_correlate(x, w, mode), cs.correlate(xd, wd, mode), scheduler)
+        check(cd.signal_convolve(x, wd, mode), cs.convolve(xd, wd, mode), scheduler)
+    got = cd.signal_correlate(x, w, mode).compute(scheduler=scheduler)
+    np.testing.assert_allclose(cupy.asnumpy(got), ss.correlate(a, w, mode), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv_over_spatial_chunks(layout, scheduler):
+    import cupy
+
+    rng = np.random.default_rng([len(layout), 3])
+    shape = (2, 4, 21, 19) if layout == "NCHW" else (2, 21, 19, 4)
+    wshape = (6, 2, 3, 4) if layout == "NCHW" else (6, 3, 4, 2)
+    a = rng.uniform(-1, 1, shape).astype(np.float32)
+    w = rng.uniform(-1, 1, wshape).astype(np.float32)
+    b = rng.uniform(-1, 1, 6).astype(np.float32)
+    xd, wd, bd = cupy.asarray(a), cupy.asarray(w), cupy.asarray(b)
+    spatial_chunks = ((5, 1, 15), (8, 11))
+    chunks = ((1, 1), (4,)) + spatial_chunks if layout == "NCHW" else \
+        ((1, 1),) + spatial_chunks + ((4,),)
+    x = da.from_array(xd, chunks=chunks)
+    for kw in [dict(padding=1, groups=2), dict(stride=(2, 3), padding=(2, 1), dilation=(1, 2))]:
+        kw["layout"] = layout
+        check(cd.conv(x, wd, bd, **kw), cupyconv.conv(xd, wd, bd, **kw), scheduler)
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_conv_transpose_over_batch_chunks(scheduler):
+    import cupy
+
+    rng = np.random.default_rng(12)
+    a = rng.uniform(-1, 1, (5, 4, 9, 7)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 2)).astype(np.float32)
+    b = rng.uniform(-1, 1, 6).astype(np.float32)
+    xd, wd, bd = cupy.asarray(a), cupy.asarray(w), cupy.asarray(b)
+    kw = dict(stride=2, padding=1, output_padding=1, groups=2)
+    x = da.from_array(xd, chunks=((2, 3), 4, 9, 7))
+    check(cd.conv_transpose(x, wd, bd, **kw), cupyconv.conv_transpose(xd, wd, bd, **kw),
+          scheduler)
+    y = cd.conv_transpose(x, w, b, **kw).compute(scheduler=scheduler)
+    np.testing.assert_allclose(cupy.asnumpy(y), reference.conv_transpose(a, w, b, **kw),
+                               rtol=1e-4, atol=1e-4)
