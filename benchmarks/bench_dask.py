@@ -1,0 +1,276 @@
+"""cupyconv.dask against dask-image on one GPU, the same chunks and scheduler (issue 19).
+
+    python3 benchmarks/bench_dask.py [--size 512] [--chunk 128] [--ops gaussian_filter,correlate]
+        [--scheduler threads] [--workers 4] [--repeat 3] [--out DIR]
+
+Problems: a float32 volume of ``--size``^3 (default 512^3, 512 MiB), generated chunk by chunk on
+the GPU (each ``--chunk``^3 chunk from its own seeded ``cupy.random`` generator, so the volume is
+never held whole), filtered with ``gaussian_filter`` sigma 2 and a dense 7^3 ``correlate`` (random
+weights in [-1, 1)), mode "reflect", by ``cupyconv.dask`` and by ``dask_image.ndfilters`` (which
+sends CuPy chunks to ``cupyx.scipy.ndimage``).  Each output chunk is reduced to one element in
+the graph, so nothing but the chunks in flight occupies the GPU.
+
+Timing: wall time of ``compute()`` of the whole graph (generation, halo exchange, filter,
+discard), best of ``--repeat`` after one warm-up run, minus the best time of the generation-only
+graph ("net").  Throughput GB/s = (input read + output written, 2 x 4 bytes per voxel) / net
+time.  Ratio = dask-image net time / ours (> 1: cupyconv faster).  Agreement: max |ours -
+dask-image| / max |dask-image| over the first chunk's region, flagged above ``TOLERANCE``.
+
+The out-of-core case: ``--size 2048 --chunk 256`` (32 GiB in, 32 GiB out, more than one GPU
+holds): the graph streams chunks, at most about ``--workers`` of them (with halos) resident at
+once; expect minutes per run, so use ``--repeat 1``.
+
+Writes ``dask-<size>-<gpu>-<commit>.json`` and ``.md`` into ``--out`` (progress on stderr, the
+table on stdout).  Needs dask[array] and dask-image: without them it says so and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_depthwise_nets import progress, results_stem, split_choices, write_results  # noqa: E402
+
+DTYPE = "float32"
+OPS = ("gaussian_filter", "correlate")
+SIGMA = 2.0
+KERNEL = 7             # the dense correlate's size per axis
+TOLERANCE = 1e-4       # max relative difference of two float32 results still called agreement
+LIBS = ("cupyconv", "dask-image")
+
+
+class Problem(NamedTuple):
+    """One filter of the ``size``^3 volume in ``chunk``^3 chunks."""
+
+    op: str
+    size: int
+    chunk: int
+
+    @property
+    def label(self) -> str:
+        what = f"sigma={SIGMA:g}" if self.op == "gaussian_filter" else f"k={KERNEL}"
+        return f"{self.size}^3 {self.op} {what} chunks {self.chunk}^3"
+
+    @property
+    def halo(self) -> int:
+        """Elements of halo each chunk needs per side (the Gaussian's radius, truncate 4)."""
+        return int(4.0 * SIGMA + 0.5) if self.op == "gaussian_filter" else KERNEL // 2
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a perfect pass moves: the input read once, the output written once."""
+        return 2 * 4 * self.size ** 3
+
+
+def problems(ops=OPS, size: int = 512, chunk: int = 128) -> list[Problem]:
+    return [Problem(op, size, chunk) for op in OPS if op in ops]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--size", type=int, default=512, help="edge of the cubic volume (512)")
+    parser.add_argument("--chunk", type=int, default=128, help="edge of a cubic chunk (128)")
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--scheduler", choices=("threads", "synchronous"), default="threads")
+    parser.add_argument("--workers", type=int, default=4, help="threads of the threaded scheduler")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per graph (3)")
+    args = parser.parse_args(argv)
+    args.quick = False  # (read by split_choices; --repeat has its own default here)
+    split_choices(parser, args, {"ops": OPS})
+    if args.size < 1 or args.chunk < 1 or args.workers < 1:
+        parser.error("--size, --chunk and --workers must be at least 1")
+    if args.chunk > args.size:
+        args.chunk = args.size
+    return args
+
+
+def block_seed(label: str, location) -> int:
+    """The seed of one chunk's generator: the same chunk gets the same values in every graph."""
+    return zlib.crc32(f"{label}:{tuple(int(i) for i in location)}".encode())
+
+
+def dense_weights():
+    """The 7^3 float32 weights of the correlate problem, uniform in [-1, 1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(zlib.crc32(b"bench_dask correlate"))
+    return rng.uniform(-1, 1, (KERNEL,) * 3).astype(np.float32)
+
+
+def random_volume(size: int, chunk: int, xp):
+    """A lazy float32 ``size``^3 volume, each chunk drawn from ``xp.random`` (``cupy`` on the
+    GPU; ``numpy`` in the CPU test) seeded by :func:`block_seed` of its position."""
+    import dask.array as da
+
+    def draw(block_info=None):
+        info = block_info[None]
+        rs = xp.random.RandomState(block_seed("volume", info["chunk-location"]))
+        return rs.uniform(-1, 1, info["chunk-shape"]).astype(xp.float32)
+
+    chunks = da.core.normalize_chunks(chunk, (size,) * 3)
+    return da.map_blocks(draw, chunks=chunks, dtype=DTYPE,
+                         meta=xp.empty((0, 0, 0), dtype=xp.float32))
+
+
+def discard(out):
+    """``out`` with each chunk reduced to its first element: computing it runs every chunk and
+    keeps none."""
+    return out.map_blocks(lambda b: b[:1, :1, :1], chunks=tuple((1,) * len(c) for c in out.chunks),
+                          dtype=out.dtype)
+
+
+def graphs(problem: Problem, volume):
+    """lib -> the lazy filtered volume."""
+    import cupy
+    import dask_image.ndfilters as dif
+
+    import cupyconv.dask as cd
+
+    if problem.op == "gaussian_filter":
+        return {"cupyconv": cd.gaussian_filter(volume, SIGMA),
+                "dask-image": dif.gaussian_filter(volume, SIGMA)}
+    w = dense_weights()
+    return {"cupyconv": cd.correlate(volume, w),
+            "dask-image": dif.correlate(volume, cupy.asarray(w))}
+
+
+def require_libraries(modules=("dask.array", "dask_image.ndfilters")) -> None:
+    """Exit with status 2 and one line on stderr where dask or dask-image is missing."""
+    import importlib
+
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name.split(".")[0].replace("_", "-"))
+    if missing:
+        print(f"bench_dask needs {' and '.join(missing)}: pip install 'dask[array]' dask-image",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+# ------------------------------------------------------------------------------------ GPU part
+def best_seconds(lazy, args) -> float:
+    """Best wall seconds of ``compute()`` over ``args.repeat`` runs after one warm-up."""
+    import cupy
+
+    times = []
+    for i in range(args.repeat + 1):
+        cupy.cuda.Device().synchronize()
+        t = time.perf_counter()
+        lazy.compute(scheduler=args.scheduler, num_workers=args.workers)
+        cupy.cuda.Device().synchronize()
+        if i:  # the first run compiles kernels and warms the pools
+            times.append(time.perf_counter() - t)
+        cupy.get_default_memory_pool().free_all_blocks()
+    return min(times)
+
+
+def max_rel_diff(out, ref) -> float:
+    import numpy as np
+
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if out.shape != ref.shape:
+        return float("inf")
+    scale = float(np.abs(ref).max())
+    return float(np.abs(out - ref).max()) / (scale if scale > 0 else 1.0)
+
+
+def row_of(problem: Problem, seconds: dict, generation_s: float, err: float) -> dict:
+    """One table row from the best times (lib -> seconds) and the generation-only time."""
+    net = {lib: max(s - generation_s, 1e-9) for lib, s in seconds.items()}
+    return {"problem": problem.label, "op": problem.op, "size": problem.size,
+            "chunk": problem.chunk, "halo": problem.halo, "bytes": problem.nbytes,
+            "generation_s": generation_s,
+            **{f"{lib}_s": seconds[lib] for lib in LIBS},
+            **{f"{lib}_net_s": net[lib] for lib in LIBS},
+            **{f"{lib}_GBps": problem.nbytes / net[lib] / 1e9 for lib in LIBS},
+            "ratio": net["dask-image"] / net["cupyconv"], "err": err, "ok": err <= TOLERANCE}
+
+
+def measure_problem(problem: Problem, args) -> dict:
+    import cupy
+
+    volume = random_volume(problem.size, problem.chunk, cupy)
+    lazy = graphs(problem, volume)
+    corner = tuple(slice(0, problem.chunk) for _ in range(3))
+    err = max_rel_diff(cupy.asnumpy(lazy["cupyconv"][corner].compute(scheduler="synchronous")),
+                       cupy.asnumpy(lazy["dask-image"][corner].compute(scheduler="synchronous")))
+    generation = best_seconds(discard(volume), args)
+    seconds = {lib: best_seconds(discard(lazy[lib]), args) for lib in LIBS}
+    return row_of(problem, seconds, generation, err)
+
+
+# --------------------------------------------------------------------------- report
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    lines = [
+        f"GPU {result['gpu']}, commit {result['commit']}, {result['date']}; CuPy "
+        f"{result['cupy']}, Dask {result['dask']}, dask-image {result['dask_image']}.  float32 "
+        f"{s['size']}^3 in {s['chunk']}^3 chunks generated on the GPU, mode reflect, "
+        f"{s['scheduler']} scheduler ({s['workers']} workers), best of {s['repeat']}.  Net = "
+        "time minus the generation-only graph; GB/s = 8 bytes per voxel / net; x = dask-image "
+        "net / cupyconv net (> 1: cupyconv faster).", "",
+        "| problem | halo | generation s | cupyconv s (net) | dask-image s (net) | cupyconv GB/s "
+        "| dask-image GB/s | x | max rel |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        err = f"{r['err']:.1e}" + ("" if r["ok"] else " **MISMATCH**")
+        lines.append(
+            f"| {r['problem']} | {r['halo']} | {r['generation_s']:.3f} | {r['cupyconv_s']:.3f} "
+            f"({r['cupyconv_net_s']:.3f}) | {r['dask-image_s']:.3f} ({r['dask-image_net_s']:.3f})"
+            f" | {r['cupyconv_GBps']:.1f} | {r['dask-image_GBps']:.1f} | {r['ratio']:.2f}x | "
+            f"{err} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    require_libraries()
+    import dask
+    import dask_image
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import measure
+    from bench import git_commit
+
+    facts = measure.device_facts()
+    plan = problems(args.ops, args.size, args.chunk)
+    progress(f"GPU {facts['gpu']}; CuPy {facts['cupy']}; Dask {dask.__version__}; commit "
+             f"{git_commit()}; {len(plan)} problems")
+    t0 = time.perf_counter()
+    rows = []
+    for problem in plan:
+        rows.append(measure_problem(problem, args))
+        r = rows[-1]
+        progress(f"{r['problem']}: cupyconv {r['cupyconv_GBps']:.1f} GB/s, dask-image "
+                 f"{r['dask-image_GBps']:.1f} GB/s, {r['ratio']:.2f}x, max rel {r['err']:.1e}")
+    result = {"benchmark": "dask", **facts, "python": platform.python_version(),
+              "dask": dask.__version__, "dask_image": getattr(dask_image, "__version__", "?"),
+              "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "settings": {"dtype": DTYPE, "size": args.size, "chunk": args.chunk,
+                           "scheduler": args.scheduler, "workers": args.workers,
+                           "repeat": args.repeat, "sigma": SIGMA, "kernel": KERNEL,
+                           "tolerance": TOLERANCE},
+              "rows": rows, "seconds": time.perf_counter() - t0}
+    text = markdown(result)
+    path = write_results(result, args.out,
+                         results_stem(f"dask-{args.size}", facts["gpu"], result["commit"], False),
+                         text)
+    print(text)
+    progress(f"{len(rows)} problems in {result['seconds']:.0f} s; wrote {path} and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
