@@ -144,7 +144,8 @@ def test_conv_over_spatial_chunks(layout, scheduler):
     chunks = ((1, 1), (4,)) + spatial_chunks if layout == "NCHW" else \
         ((1, 1),) + spatial_chunks + ((4,),)
     x = da.from_array(xd, chunks=chunks)
-    for kw in [dict(padding=1, groups=2), dict(stride=(2, 3), padding=(2, 1), dilation=(1, 2))]:
+    for kw in [dict(padding=1, groups=2),
+               dict(stride=(2, 3), padding=(2, 1), dilation=(1, 2), groups=2)]:
         kw["layout"] = layout
         check(cd.conv(x, wd, bd, **kw), cupyconv.conv(xd, wd, bd, **kw), scheduler)
 
