@@ -471,6 +471,8 @@ def _signal_filter(func, in1, in2, mode, method):
     w = in2.get() if _is_cupy(in2) else np.asarray(in2)
     if mode not in ("full", "same", "valid"):
         raise ValueError(f"mode must be 'full', 'same' or 'valid', got {mode!r}")
+    if method not in ("auto", "direct", "fft"):
+        raise ValueError(f"method must be 'auto', 'direct' or 'fft', got {method!r}")
     if w.ndim != x.ndim:
         raise ValueError(f"in1 and in2 should have the same dimensionality, got in1.ndim "
                          f"{x.ndim} and in2.ndim {w.ndim}")

@@ -351,6 +351,8 @@ def test_signal_bad_arguments():
     x = da.zeros((8, 8), chunks=4)
     with pytest.raises(ValueError, match="mode"):
         cd.signal_correlate(x, np.ones((3, 3)), "bogus")
+    with pytest.raises(ValueError, match="method"):
+        cd.signal_correlate(x, np.ones((3, 3)), method="fast")
     with pytest.raises(ValueError, match="dimensionality"):
         cd.signal_convolve(x, np.ones(3))
     with pytest.raises(ValueError, match="at least as large"):
@@ -365,8 +367,12 @@ def test_signal_bad_arguments():
     a = np.arange(12.0).reshape(3, 4)
     import scipy.signal as ss
 
-    got = cd.signal_correlate(da.from_array(a, chunks=(1, 3)), np.ones((5, 2)), "same")
-    np.testing.assert_allclose(got.compute(), ss.correlate(a, np.ones((5, 2)), "same"))
+    w = np.arange(10.0).reshape(5, 2)
+    for mode in ("full", "same"):
+        got = cd.signal_correlate(da.from_array(a, chunks=(1, 3)), w, mode)
+        np.testing.assert_allclose(got.compute(), ss.correlate(a, w, mode))
+        got = cd.signal_convolve(da.from_array(a, chunks=(1, 3)), w, mode, method="fft")
+        np.testing.assert_allclose(got.compute(), ss.convolve(a, w, mode), atol=1e-10)
 
 
 # --------------------------------------------------------------------------- spatial chunks
