@@ -200,18 +200,11 @@ def _single_mode(mode, axes) -> dict:
     return {ax: {mode} for ax in axes}
 
 
-def _weights(weights) -> np.ndarray:
-    return _nd._host_weights(weights)
-
-
 # --------------------------------------------------------------------------- 1-d filters
 def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """:func:`cupyconv.ndimage.correlate1d` of a dask array."""
     x = _require_dask(input)
-    w = _weights(weights)
-    if w.ndim != 1 or w.shape[0] < 1:
-        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
-                           f"shape {w.shape}")
+    w = _nd._host_weights_1d(weights)
     axis = _nd._axis(axis, x.ndim)
     origin = _nd._origin(origin, w.shape[0])
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
@@ -223,10 +216,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
 def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """:func:`cupyconv.ndimage.convolve1d` of a dask array."""
     x = _require_dask(input)
-    w = _weights(weights)
-    if w.ndim != 1 or w.shape[0] < 1:
-        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
-                           f"shape {w.shape}")
+    w = _nd._host_weights_1d(weights)
     axis = _nd._axis(axis, x.ndim)
     origin = _nd._origin(origin, w.shape[0])  # valid exactly when the mirrored one is
     # convolution is correlation with the reversed weights and the mirrored origin
@@ -275,7 +265,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
 # --------------------------------------------------------------------------- N-d filters
 def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution, axes):
     x = _require_dask(input)
-    w = _weights(weights)
+    w = _nd._host_weights(weights)
     axes_t = _nd._axes(axes, x.ndim)
     if w.ndim != len(axes_t):
         raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")

@@ -65,10 +65,18 @@ def _host_weights(weights, name: str = "weights") -> np.ndarray:
     return w
 
 
+def _host_weights_1d(weights) -> np.ndarray:
+    """:func:`_host_weights` of a 1-d filter: a RuntimeError (SciPy's) unless 1-d and non-empty."""
+    w = _host_weights(weights)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
+                           f"shape {w.shape}")
+    return w
+
+
 def _resolve_output(output, x, complex_output: bool):
     """(the caller's output array or None, the output dtype): SciPy's rules for ``output`` as
     None, a dtype (or type, or dtype name) or an array of the input's shape."""
-    cupy = _cupy()
     if output is None:
         dtype = default_output_dtype(x.dtype.name, complex_output)
         arr = None
@@ -299,10 +307,7 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
     """Convolve ``input`` along ``axis`` with the 1-d ``weights`` (as ``scipy.ndimage.convolve1d``):
     correlation with the reversed weights, the origin mirrored (an even length shifts it by one)."""
     x = _input(input)
-    w = _host_weights(weights)
-    if w.ndim != 1 or w.shape[0] < 1:
-        raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
-                           f"shape {w.shape}")
+    w = _host_weights_1d(weights)
     origin = -operator.index(origin) - (1 - w.shape[0] % 2)
     return _filter1d(x, w[::-1], axis, output, mode, cval, origin)
 
