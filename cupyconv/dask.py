@@ -27,18 +27,26 @@ each chunk is computed in 'valid' mode with a right halo (:func:`_map_windows`).
 
 ``conv`` maps ``cupyconv.conv`` over chunks of the batch axis where the spatial axes are single
 chunks; spatially chunked inputs go through the same padded 'valid' windows as the signal functions
-(chunk boundaries on multiples of the stride).  ``conv_transpose`` maps over batch chunks.  NumPy
-chunks run the float64 ``cupyconv.reference`` functions, cast back to the input's dtype.  The
-backend of every chunk is picked in one place, :func:`_backend`.
+(chunk boundaries on multiples of the stride).  ``conv_transpose`` and ``separable_conv`` map over
+batch chunks.  Weights are one key of the graph (a distributed scheduler sends them to each worker
+once) and each worker copies them to a device once (:func:`_for_block`).  NumPy chunks run the
+float64 ``cupyconv.reference`` functions, cast back to the input's dtype.  The backend of every
+chunk is picked in one place, :func:`_backend`.
+
+``gpu=True`` (every function): NumPy chunks are copied, with their halo, to the current GPU, run
+there and copied back (:func:`_staged`) -- the out-of-core path for volumes in host memory or on
+disk: the halos are cut on the host, so only the chunks in flight occupy the GPU.
 
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
-GPU with the synchronous and threaded schedulers; multi-GPU (``dask_cuda.LocalCUDACluster``) and
-out-of-core volumes are not yet tested.
+GPU with the synchronous and threaded schedulers, a one-worker ``dask_cuda.LocalCUDACluster``,
+and ``gpu=True`` on a memmap eight times CuPy's pool limit; several GPUs are not yet tested.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -49,8 +57,8 @@ from cupyconv._ndimage.dtypes import default_output_dtype
 __all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filter",
            "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",
            "laplace", "gaussian_laplace", "gaussian_gradient_magnitude", "signal_correlate",
-           "signal_convolve", "conv", "conv_transpose", "filter_reach", "rechunk_for_depth",
-           "window_chunks"]
+           "signal_convolve", "conv", "conv_transpose", "separable_conv", "filter_reach",
+           "rechunk_for_depth", "window_chunks"]
 
 _WRAP_MODES = ("wrap", "grid-wrap")
 
@@ -92,6 +100,25 @@ def _backend(block, family: str = "ndimage"):
     import importlib
 
     return importlib.import_module(_BACKENDS[family][0 if _is_cupy(block) else 1])
+
+
+def _staged(block_fn, gpu):
+    """``block_fn`` as the chunk function of a map: with ``gpu`` true, a NumPy chunk (with its
+    halo) is copied to the current GPU, ``block_fn`` runs there and its result is copied back;
+    otherwise (and for CuPy chunks) ``block_fn`` runs on the chunk as it is."""
+    if gpu is None or gpu is False:
+        return block_fn
+    if gpu is not True:
+        raise TypeError(f"gpu must be None, False or True, got {gpu!r}")
+
+    def staged(block, *args, **kwargs):
+        if _is_cupy(block):
+            return block_fn(block, *args, **kwargs)
+        import cupy
+
+        return cupy.asnumpy(block_fn(cupy.asarray(block), *args, **kwargs))
+
+    return staged
 
 
 # --------------------------------------------------------------------------- halo arithmetic
@@ -140,9 +167,11 @@ def _boundary(modes: set) -> str | None:
     return "periodic" if wrap == {True} else "none"
 
 
-def _map_filter(x, name: str, depths: dict, modes: dict, out_dtype, args=(), kwargs=None):
+def _map_filter(x, name: str, depths: dict, modes: dict, out_dtype, args=(), kwargs=None,
+                gpu=None):
     """Run the backend's ``name`` over ``x`` through map_overlap with per-axis halo ``depths``
-    (axis -> int) and ``modes`` (axis -> set of mode names used along it)."""
+    (axis -> int) and ``modes`` (axis -> set of mode names used along it); ``gpu``: see
+    :func:`_staged`."""
     da = _dask_array()
     from dask.array.utils import meta_from_array
 
@@ -167,6 +196,7 @@ def _map_filter(x, name: str, depths: dict, modes: dict, out_dtype, args=(), kwa
     def filter_block(block):
         return getattr(_backend(block), name)(block, *args, **kwargs)
 
+    filter_block = _staged(filter_block, gpu)
     meta = meta_from_array(x, ndim=x.ndim, dtype=out_dtype)
     if not any(depth.values()):
         return x.map_blocks(filter_block, dtype=out_dtype, meta=meta)
@@ -201,7 +231,8 @@ def _single_mode(mode, axes) -> dict:
 
 
 # --------------------------------------------------------------------------- 1-d filters
-def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0, *,
+                gpu=None):
     """:func:`cupyconv.ndimage.correlate1d` of a dask array."""
     x = _require_dask(input)
     w = _nd._host_weights_1d(weights)
@@ -210,10 +241,11 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, "correlate1d", {axis: _depth(w.shape[0], origin)},
                        _single_mode(mode, [axis]), out, (w,),
-                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
 
-def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0, *,
+               gpu=None):
     """:func:`cupyconv.ndimage.convolve1d` of a dask array."""
     x = _require_dask(input)
     w = _nd._host_weights_1d(weights)
@@ -224,7 +256,7 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, "convolve1d", {axis: _depth(w.shape[0], mirrored)},
                        _single_mode(mode, [axis]), out, (w,),
-                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
 
 def _gaussian_depth(sigma, truncate, radius) -> int:
@@ -232,7 +264,7 @@ def _gaussian_depth(sigma, truncate, radius) -> int:
 
 
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
-                      truncate=4.0, *, radius=None):
+                      truncate=4.0, *, radius=None, gpu=None):
     """:func:`cupyconv.ndimage.gaussian_filter1d` of a dask array."""
     x = _require_dask(input)
     axis = _nd._axis(axis, x.ndim)
@@ -240,7 +272,7 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
     return _map_filter(x, "gaussian_filter1d", {axis: _gaussian_depth(sigma, truncate, radius)},
                        _single_mode(mode, [axis]), out, (sigma,),
                        dict(axis=axis, order=order, mode=mode, cval=cval, truncate=truncate,
-                            radius=radius))
+                            radius=radius), gpu)
 
 
 def _uniform_depth(size, origin) -> int:
@@ -252,18 +284,19 @@ def _uniform_depth(size, origin) -> int:
     return _depth(size, origin)
 
 
-def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0, *,
+                     gpu=None):
     """:func:`cupyconv.ndimage.uniform_filter1d` of a dask array."""
     x = _require_dask(input)
     axis = _nd._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter1d", {axis: _uniform_depth(size, origin)},
                        _single_mode(mode, [axis]), out, (size,),
-                       dict(axis=axis, mode=mode, cval=cval, origin=origin))
+                       dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
 
 # --------------------------------------------------------------------------- N-d filters
-def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution, axes):
+def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution, axes, gpu):
     x = _require_dask(input)
     w = _nd._host_weights(weights)
     axes_t = _nd._axes(axes, x.ndim)
@@ -277,21 +310,25 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
         depths[ax] = _depth(size, o)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, name, depths, _single_mode(mode, axes_t), out, (w,),
-                       dict(mode=mode, cval=cval, origin=origin, axes=axes))
+                       dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
 
 
-def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None,
+              gpu=None):
     """:func:`cupyconv.ndimage.correlate` of a dask array."""
-    return _correlate_nd("correlate", input, weights, output, mode, cval, origin, False, axes)
+    return _correlate_nd("correlate", input, weights, output, mode, cval, origin, False, axes,
+                         gpu)
 
 
-def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None,
+             gpu=None):
     """:func:`cupyconv.ndimage.convolve` of a dask array."""
-    return _correlate_nd("convolve", input, weights, output, mode, cval, origin, True, axes)
+    return _correlate_nd("convolve", input, weights, output, mode, cval, origin, True, axes,
+                         gpu)
 
 
 def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0,
-                    *, radius=None, axes=None):
+                    *, radius=None, axes=None, gpu=None):
     """:func:`cupyconv.ndimage.gaussian_filter` of a dask array."""
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
@@ -302,10 +339,11 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     out = _out_dtype(x, output, False)
     return _map_filter(x, "gaussian_filter", depths, _modes_along(mode, axes_t), out, (sigma,),
                        dict(order=order, mode=mode, cval=cval, truncate=truncate, radius=radius,
-                            axes=axes))
+                            axes=axes), gpu)
 
 
-def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None,
+                   gpu=None):
     """:func:`cupyconv.ndimage.uniform_filter` of a dask array."""
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
@@ -314,38 +352,38 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     depths = {ax: _uniform_depth(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter", depths, _modes_along(mode, axes_t), out, (size,),
-                       dict(mode=mode, cval=cval, origin=origin, axes=axes))
+                       dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
 
 
-def _edge_filter(name, input, axis, output, mode, cval):
+def _edge_filter(name, input, axis, output, mode, cval, gpu):
     x = _require_dask(input)
     _nd._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
     every = tuple(range(x.ndim))  # 3 taps along the axis, 3 smoothing taps along every other
     return _map_filter(x, name, {ax: 1 for ax in every}, _modes_along(mode, every), out, (),
-                       dict(axis=axis, mode=mode, cval=cval))
+                       dict(axis=axis, mode=mode, cval=cval), gpu)
 
 
-def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
+def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0, *, gpu=None):
     """:func:`cupyconv.ndimage.sobel` of a dask array."""
-    return _edge_filter("sobel", input, axis, output, mode, cval)
+    return _edge_filter("sobel", input, axis, output, mode, cval, gpu)
 
 
-def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0, *, gpu=None):
     """:func:`cupyconv.ndimage.prewitt` of a dask array."""
-    return _edge_filter("prewitt", input, axis, output, mode, cval)
+    return _edge_filter("prewitt", input, axis, output, mode, cval, gpu)
 
 
-def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
+def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None, gpu=None):
     """:func:`cupyconv.ndimage.laplace` of a dask array."""
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
     out = _out_dtype(x, output, False)
     return _map_filter(x, "laplace", {ax: 1 for ax in axes_t}, _modes_along(mode, axes_t), out,
-                       (), dict(mode=mode, cval=cval, axes=axes))
+                       (), dict(mode=mode, cval=cval, axes=axes), gpu)
 
 
-def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, kwargs):
+def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, gpu, kwargs):
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
     unknown = set(kwargs) - {"truncate", "radius"}
@@ -362,20 +400,21 @@ def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, kwargs):
     used = {m for ms in _modes_along(mode, axes_t).values() for m in ms}
     out = _out_dtype(x, output, False)
     return _map_filter(x, name, depths, {ax: used for ax in range(x.ndim)}, out, (sigma,),
-                       dict(mode=mode, cval=cval, axes=axes, **kwargs))
+                       dict(mode=mode, cval=cval, axes=axes, **kwargs), gpu)
 
 
-def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, gpu=None,
+                     **kwargs):
     """:func:`cupyconv.ndimage.gaussian_laplace` of a dask array."""
-    return _gaussian_derivative("gaussian_laplace", input, sigma, output, mode, cval, axes,
+    return _gaussian_derivative("gaussian_laplace", input, sigma, output, mode, cval, axes, gpu,
                                 kwargs)
 
 
 def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
-                                **kwargs):
+                                gpu=None, **kwargs):
     """:func:`cupyconv.ndimage.gaussian_gradient_magnitude` of a dask array."""
     return _gaussian_derivative("gaussian_gradient_magnitude", input, sigma, output, mode, cval,
-                                axes, kwargs)
+                                axes, gpu, kwargs)
 
 
 # --------------------------------------------------------------------------- sliding windows
@@ -405,7 +444,7 @@ def window_chunks(chunks, extent: int, stride: int = 1) -> tuple[tuple[int, ...]
     return sizes, outs
 
 
-def _map_windows(x, windows: dict, whole: dict, block_fn, dtype):
+def _map_windows(x, windows: dict, whole: dict, block_fn, dtype, gpu=None, **kwargs):
     """Map ``block_fn`` over ``x`` where each output reads a window of the zero-padded input.
 
     ``windows``: axis -> (pad_lo, pad_hi, extent, stride); along such an axis output ``o`` reads
@@ -413,7 +452,8 @@ def _map_windows(x, windows: dict, whole: dict, block_fn, dtype):
     (unpadded) result of its block with a right halo of ``extent`` (the blocks' windows tile the
     output exactly, see :func:`window_chunks`).  ``whole``: axis -> output size for axes made one
     chunk (e.g. channels).  Other axes keep their chunks and their size.  The zero padding is a
-    ``da.pad`` before the map, so a block never needs to know where it lies."""
+    ``da.pad`` before the map, so a block never needs to know where it lies.  ``kwargs`` pass to
+    ``block_fn`` (dask keys among them are computed first, once); ``gpu``: see :func:`_staged`."""
     da = _dask_array()
     from dask.array.utils import meta_from_array
 
@@ -436,23 +476,25 @@ def _map_windows(x, windows: dict, whole: dict, block_fn, dtype):
         x = x.rechunk(tuple(in_chunks))
     meta = meta_from_array(x, ndim=x.ndim, dtype=dtype)
 
-    def contiguous_block(block):
+    def contiguous_block(block, **kw):
         # a block may be a zero-strided view (a pad chunk thicker than the window, left alone
         # by the rechunk); the kernels take C-contiguous arrays
         if _is_cupy(block):
             import cupy
 
-            return block_fn(cupy.ascontiguousarray(block))
-        return block_fn(np.ascontiguousarray(block))
+            return block_fn(cupy.ascontiguousarray(block), **kw)
+        return block_fn(np.ascontiguousarray(block), **kw)
 
+    contiguous_block = _staged(contiguous_block, gpu)
     # asymmetric depths need boundary "none": the last block simply has no right halo, and its
     # output count (window_chunks) already accounts for that
     return da.map_overlap(contiguous_block, x, depth=depth, boundary="none", trim=False,
-                          allow_rechunk=False, chunks=tuple(out_chunks), dtype=dtype, meta=meta)
+                          allow_rechunk=False, chunks=tuple(out_chunks), dtype=dtype, meta=meta,
+                          **kwargs)
 
 
 # --------------------------------------------------------------------------- scipy.signal
-def _signal_filter(func, in1, in2, mode, method):
+def _signal_filter(func, in1, in2, mode, method, gpu):
     x = _require_dask(in1, "in1")
     da = _dask_array()
     if isinstance(in2, da.Array):
@@ -490,10 +532,10 @@ def _signal_filter(func, in1, in2, mode, method):
         return getattr(_backend(block, "signal"), func)(block, kernel, mode="valid",
                                                         method=method)
 
-    return _map_windows(x, windows, {}, filter_block, dtype)
+    return _map_windows(x, windows, {}, filter_block, dtype, gpu)
 
 
-def signal_correlate(in1, in2, mode="full", method="auto"):
+def signal_correlate(in1, in2, mode="full", method="auto", *, gpu=None):
     """:func:`cupyconv.signal.correlate` (``scipy.signal.correlate`` semantics) of a dask array
     ``in1`` with a small concrete (NumPy or CuPy) ``in2`` of the same number of dims.
 
@@ -505,61 +547,117 @@ def signal_correlate(in1, in2, mode="full", method="auto"):
     to both; with 'auto' a chunk may take another method than the whole array, so results agree
     to rounding).  In 'valid' mode ``in1`` must be the larger operand in every dim.
     """
-    return _signal_filter("correlate", in1, in2, mode, method)
+    return _signal_filter("correlate", in1, in2, mode, method, gpu)
 
 
-def signal_convolve(in1, in2, mode="full", method="auto"):
+def signal_convolve(in1, in2, mode="full", method="auto", *, gpu=None):
     """:func:`cupyconv.signal.convolve` (``scipy.signal.convolve`` semantics) of a dask array
     ``in1`` with a small concrete ``in2``; chunking as in :func:`signal_correlate` (convolution
     reads the same window of ``in1`` as correlation, with the kernel reversed)."""
-    return _signal_filter("convolve", in1, in2, mode, method)
+    return _signal_filter("convolve", in1, in2, mode, method, gpu)
 
 
 # --------------------------------------------------------------------------- convolution
+# Weights and biases travel as one graph key (_shared): a distributed scheduler sends them to
+# each worker once, not with every task.  Each worker then keeps one device copy per device
+# (_for_block), made by its first CuPy block and reused by later ones.  The cache holds the host
+# tuple it was made from, so the id in its key cannot be reused while the entry lives.
+_COPIES_MAX = 16
+_copies: OrderedDict = OrderedDict()   # (id(arrays), device id) -> (arrays, device copies)
+_copies_lock = threading.Lock()
+
+
+def _shared(arrays: tuple):
+    """``arrays`` (weights and biases, None allowed) as one dask key, a task argument."""
+    import dask
+
+    return dask.delayed(arrays, pure=True, traverse=False)
+
+
+def _for_block(arrays: tuple, block) -> tuple:
+    """``arrays`` in the block's array type: host arrays for a NumPy block; for a CuPy block,
+    CuPy arrays on the block's device, copied once per device and reused."""
+    if not _is_cupy(block):
+        return tuple(_host(a) for a in arrays)
+    import cupy
+
+    key = (id(arrays), block.device.id)
+    with _copies_lock:
+        hit = _copies.get(key)
+        if hit is not None:
+            _copies.move_to_end(key)
+            return hit[1]
+    with block.device:
+        copies = tuple(None if a is None else cupy.asarray(a) for a in arrays)
+    with _copies_lock:
+        _copies[key] = (arrays, copies)
+        while len(_copies) > _COPIES_MAX:
+            _copies.popitem(last=False)
+    return copies
+
+
 def _host(a):
     return None if a is None else (a.get() if _is_cupy(a) else np.asarray(a))
 
 
-def _conv_block(block, op, w, bias, options):
+# options of the GPU functions that choose how, not what (the float64 reference has none)
+_GPU_ONLY_OPTIONS = ("method", "precision")
+
+
+def _conv_block(block, op, weights, options):
     """One chunk through ``cupyconv.<op>`` (CuPy) or the float64 ``cupyconv.reference.<op>``
-    (NumPy, cast back to the chunk's dtype)."""
+    (NumPy, cast back to the chunk's dtype); ``weights``: the positional weight/bias arguments."""
     backend = _backend(block, "conv")
     if _is_cupy(block):
-        import cupy
-
-        return getattr(backend, op)(block, cupy.asarray(w),
-                                      None if bias is None else cupy.asarray(bias), **options)
-    y = getattr(backend, op)(block, _host(w), _host(bias), **options)
+        return getattr(backend, op)(block, *_for_block(weights, block), **options)
+    options = {k: v for k, v in options.items() if k not in _GPU_ONLY_OPTIONS}
+    y = getattr(backend, op)(block, *_for_block(weights, block), **options)
     return y.astype(block.dtype, copy=False)
 
 
-def _concrete_weights(x, w, bias, what):
+def _concrete_weights(x, weights: dict, what):
     da = _dask_array()
-    if isinstance(w, da.Array) or isinstance(bias, da.Array):
-        raise TypeError("w and bias must be concrete (NumPy or CuPy) arrays, not dask arrays: "
-                        "call .compute() on them first")
+    for name, a in weights.items():
+        if isinstance(a, da.Array):
+            raise TypeError(f"{name} must be a concrete (NumPy or CuPy) array, not a dask array: "
+                            f"call .compute() on it first")
+    w = next(iter(weights.values()))
     if len(getattr(w, "shape", ())) != x.ndim:
         raise ValueError(f"x must be batched for {what}, (N, C, *spatial) or (N, *spatial, C): "
                          f"x.ndim ({x.ndim}) must equal w.ndim ({len(getattr(w, 'shape', ()))})")
 
 
-def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", **kwargs):
+def _map_batch(x, op: str, weights: tuple, options: dict, tail: tuple, gpu=None):
+    """``cupyconv.<op>`` over the chunks of the batch axis (the other axes made one chunk);
+    ``tail``: the output's shape after the batch axis."""
+    from dask.array.utils import meta_from_array
+
+    if any(len(c) > 1 for c in x.chunks[1:]):
+        x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
+    return x.map_blocks(_staged(_conv_block, gpu), op=op, weights=_shared(weights),
+                        options=options,
+                        chunks=(x.chunks[0],) + tuple((int(s),) for s in tail), dtype=x.dtype,
+                        meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
+
+
+def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", gpu=None,
+         **kwargs):
     """:func:`cupyconv.conv` of a dask array ``x`` of shape ``(N, C, *spatial)`` (or channels-last).
 
-    ``w`` (and ``bias``) are concrete arrays, NumPy or CuPy (a CuPy weight is not copied per
-    chunk), embedded once in the graph.  Chunks along the channel axis are merged.  Where the
-    spatial axes are single chunks, each batch chunk is convolved whole (``map_blocks``).  Where a
-    spatial axis is chunked (one very large image), ``x`` is zero-padded by ``padding`` first
-    (``da.pad``) and each chunk is convolved without padding, with a halo of
-    ``dilation * (kernel - 1)`` from its right neighbour (``map_overlap``); with ``stride`` > 1
-    the chunk boundaries are moved onto multiples of the stride (:func:`window_chunks`).
-    ``kwargs`` (e.g. ``method``, ``activation``) pass to :func:`cupyconv.conv`.  Returns a dask
-    array of the input's dtype.
+    ``w`` (and ``bias``) are concrete arrays, NumPy or CuPy, held once in the graph (one key, sent
+    to each worker once; each worker copies them to a device once).  Chunks along the channel axis
+    are merged.  Where the spatial axes are single chunks, each batch chunk is convolved whole
+    (``map_blocks``).  Where a spatial axis is chunked (one very large image), ``x`` is
+    zero-padded by ``padding`` first (``da.pad``) and each chunk is convolved without padding,
+    with a halo of ``dilation * (kernel - 1)`` from its right neighbour (``map_overlap``); with
+    ``stride`` > 1 the chunk boundaries are moved onto multiples of the stride
+    (:func:`window_chunks`).  ``kwargs`` (e.g. ``method``, ``activation``) pass to
+    :func:`cupyconv.conv`.  Returns a dask array of the input's dtype.
     """
     from cupyconv._core.geometry import ConvGeometry
 
     x = _require_dask(x, "x")
-    _concrete_weights(x, w, bias, "conv")
+    _concrete_weights(x, {"w": w, "bias": bias}, "conv")
     if "z" in kwargs:
         raise TypeError("z (a residual) is not supported on dask arrays: add it to the result")
     geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
@@ -569,32 +667,22 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     channels_last = geom.layout == "NHWC"
     channel_axis = x.ndim - 1 if channels_last else 1
     spatial_axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
-    from dask.array.utils import meta_from_array
-
     if all(len(x.chunks[ax]) == 1 for ax in spatial_axes):
-        options = dict(geometry, **kwargs)
-        if any(len(c) > 1 for c in x.chunks[1:]):
-            x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
-        return x.map_blocks(_conv_block, op="conv", w=w, bias=bias, options=options,
-                            chunks=(x.chunks[0],) + tuple((s,) for s in out_shape[1:]),
-                            dtype=x.dtype, meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
+        return _map_batch(x, "conv", (w, bias), dict(geometry, **kwargs), out_shape[1:], gpu)
     # spatially chunked: padding moves into the graph, each chunk runs unpadded
     windows = {ax: (lo, hi, d * (k - 1), s) for ax, lo, hi, k, s, d in
                zip(spatial_axes, geom.pad_lo, geom.pad_hi, geom.kernel, geom.stride,
                    geom.dilation)}
     options = dict(stride=geom.stride, padding=0, dilation=geom.dilation, groups=groups,
                    layout=layout, **kwargs)
-
-    def conv_block(block):
-        return _conv_block(block, "conv", w, bias, options)
-
-    y = _map_windows(x, windows, {channel_axis: out_shape[channel_axis]}, conv_block, x.dtype)
+    y = _map_windows(x, windows, {channel_axis: out_shape[channel_axis]}, _conv_block, x.dtype,
+                     gpu, op="conv", weights=_shared((w, bias)), options=options)
     assert y.shape == tuple(out_shape), (y.shape, out_shape)  # window_chunks tiles the output
     return y
 
 
 def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1,
-                   groups=1, layout="NCHW", **kwargs):
+                   groups=1, layout="NCHW", gpu=None, **kwargs):
     """:func:`cupyconv.conv_transpose` of a dask array ``x`` of shape ``(N, C_in, *spatial)`` (or
     channels-last), chunk by chunk along the batch axis (channel and spatial chunks are merged).
 
@@ -607,7 +695,7 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
                                          normalize_padding, per_dim, transpose_output_spatial)
 
     x = _require_dask(x, "x")
-    _concrete_weights(x, w, bias, "conv_transpose")
+    _concrete_weights(x, {"w": w, "bias": bias}, "conv_transpose")
     if isinstance(padding, str):
         raise ValueError(f"conv_transpose padding must be an int, a per-dim tuple or per-dim "
                          f"(lo, hi) pairs, got {padding!r}")
@@ -635,10 +723,31 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     tail = out_spatial + (c_out,) if channels_last else (c_out,) + out_spatial
     options = dict(stride=stride, padding=padding, output_padding=output_padding,
                    dilation=dilation, groups=groups, layout=layout, **kwargs)
-    if any(len(c) > 1 for c in x.chunks[1:]):
-        x = x.rechunk((x.chunks[0],) + tuple((s,) for s in x.shape[1:]))
-    from dask.array.utils import meta_from_array
+    return _map_batch(x, "conv_transpose", (w, bias), options, tail, gpu)
 
-    return x.map_blocks(_conv_block, op="conv_transpose", w=w, bias=bias, options=options,
-                        chunks=(x.chunks[0],) + tuple((s,) for s in tail), dtype=x.dtype,
-                        meta=meta_from_array(x, ndim=x.ndim, dtype=x.dtype))
+
+def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, padding=0,
+                   dilation=1, activation=None, layout="NCHW", gpu=None, **kwargs):
+    """:func:`cupyconv.separable_conv` (depthwise, ``activation``, pointwise) of a dask array
+    ``x`` of shape ``(N, C, *spatial)`` (or channels-last), chunk by chunk along the batch axis
+    (channel and spatial chunks are merged).
+
+    The weights and biases are concrete arrays held once in the graph, as in :func:`conv`;
+    ``kwargs`` (``method``) pass to :func:`cupyconv.separable_conv`.  NumPy chunks run the
+    float64 ``cupyconv.reference.separable_conv``, cast back to the input's dtype.  Returns a
+    dask array of the input's dtype.
+    """
+    from cupyconv._depthwise.separable import ACTIVATIONS
+    from cupyconv.separable import separable_geometry
+
+    x = _require_dask(x, "x")
+    _concrete_weights(x, {"w_dw": w_dw, "w_pw": w_pw, "bias_dw": bias_dw, "bias_pw": bias_pw},
+                      "separable_conv")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+    dw, kp = separable_geometry(x.shape, w_dw.shape, w_pw.shape, stride=stride,
+                                padding=padding, dilation=dilation, layout=layout)
+    tail = dw.layout_shape(1, kp, dw.out_spatial)[1:]
+    options = dict(stride=stride, padding=padding, dilation=dilation, activation=activation,
+                   layout=layout, **kwargs)
+    return _map_batch(x, "separable_conv", (w_dw, w_pw, bias_dw, bias_pw), options, tail, gpu)

@@ -26,8 +26,8 @@ from cupyconv._core.activation import activate_reference, activation_code
 from cupyconv._core.geometry import (ConvGeometry, normalize_layout, normalize_output_padding,
                                      normalize_padding, per_dim, transpose_output_spatial)
 
-__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose", "im2col",
-           "col2im"]
+__all__ = ["conv", "conv_backward_data", "conv_backward_weight", "conv_transpose",
+           "separable_conv", "im2col", "col2im"]
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -150,6 +150,17 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
             raise ValueError(f"activation {activation!r} is not defined for complex data")
         return y
     return activate_reference(y, activation)
+
+
+def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, padding=0, dilation=1,
+                   activation=None, layout="NCHW"):
+    """:func:`cupyconv.separable_conv` in float64: the depthwise :func:`conv` (``groups`` = x's
+    channels, ``activation`` applied to it) followed by the pointwise one."""
+    x = _as_float64(x, "x")
+    channels = x.shape[-1 if normalize_layout(layout) == "NHWC" else 1]
+    t = conv(x, w_dw, bias_dw, stride=stride, padding=padding, dilation=dilation,
+             groups=channels, layout=layout, activation=activation)
+    return conv(t, w_pw, bias_pw, layout=layout)
 
 
 def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, groups=1,

@@ -65,24 +65,8 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     layout = normalize_layout(layout)
-    if not 3 <= x.ndim <= 5:
-        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {x.shape}")
-    channels = x.shape[-1] if layout == "NHWC" else x.shape[1]
-    dw = ConvGeometry.from_shapes(x.shape, w_dw.shape, stride=stride, padding=padding,
-                                  dilation=dilation, groups=channels, layout=layout, dtype=dtype)
-    if w_pw.ndim != x.ndim:
-        raise ValueError(f"w_pw must have as many dims as x ({x.ndim}), got shape {w_pw.shape}")
-    pw_kernel = w_pw.shape[1:-1] if layout == "NHWC" else w_pw.shape[2:]
-    pw_in = w_pw.shape[-1] if layout == "NHWC" else w_pw.shape[1]
-    if any(k != 1 for k in pw_kernel) or pw_in != dw.out_channels:
-        want = ((("K",) + (1,) * (x.ndim - 2) + (dw.out_channels,)) if layout == "NHWC"
-                else ("K", dw.out_channels) + (1,) * (x.ndim - 2))
-        raise ValueError(f"w_pw must be a pointwise weight of shape {want} for {layout} "
-                         f"(the depthwise conv has {dw.out_channels} output channels), "
-                         f"got {w_pw.shape}")
-    kp = w_pw.shape[0]
-    if kp < 1:
-        raise ValueError("w_pw must have at least one output channel")
+    dw, kp = separable_geometry(x.shape, w_dw.shape, w_pw.shape, stride=stride, padding=padding,
+                                dilation=dilation, layout=layout, dtype=dtype)
     b_dw = _bias(bias_dw, "bias_dw", dw.out_channels, dtype)
     b_pw = _bias(bias_pw, "bias_pw", kp, dtype)
     budget = smem_limit(x.data.device_id)
@@ -101,6 +85,34 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
         remember(key, prepare_separable(dw, method, budget, activation,
                                         (x, w_dw, w_pw, b_dw, b_pw), y))
     return y
+
+
+def separable_geometry(x_shape, w_dw_shape, w_pw_shape, *, stride=1, padding=0, dilation=1,
+                       layout="NCHW", dtype=None):
+    """(the depthwise :class:`ConvGeometry`, pointwise output channels) of a batched separable
+    layer, from shapes alone; ValueError naming the argument for a shape that does not fit."""
+    layout = normalize_layout(layout)
+    x_shape, w_pw_shape = tuple(x_shape), tuple(w_pw_shape)
+    if not 3 <= len(x_shape) <= 5:
+        raise ValueError(f"x must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape "
+                         f"{x_shape}")
+    channels = x_shape[-1] if layout == "NHWC" else x_shape[1]
+    dw = ConvGeometry.from_shapes(x_shape, tuple(w_dw_shape), stride=stride, padding=padding,
+                                  dilation=dilation, groups=channels, layout=layout, dtype=dtype)
+    if len(w_pw_shape) != len(x_shape):
+        raise ValueError(f"w_pw must have as many dims as x ({len(x_shape)}), got shape "
+                         f"{w_pw_shape}")
+    pw_kernel = w_pw_shape[1:-1] if layout == "NHWC" else w_pw_shape[2:]
+    pw_in = w_pw_shape[-1] if layout == "NHWC" else w_pw_shape[1]
+    if any(k != 1 for k in pw_kernel) or pw_in != dw.out_channels:
+        want = ((("K",) + (1,) * (len(x_shape) - 2) + (dw.out_channels,)) if layout == "NHWC"
+                else ("K", dw.out_channels) + (1,) * (len(x_shape) - 2))
+        raise ValueError(f"w_pw must be a pointwise weight of shape {want} for {layout} "
+                         f"(the depthwise conv has {dw.out_channels} output channels), "
+                         f"got {w_pw_shape}")
+    if w_pw_shape[0] < 1:
+        raise ValueError("w_pw must have at least one output channel")
+    return dw, w_pw_shape[0]
 
 
 def _bias(b, name: str, channels: int, dtype: str):

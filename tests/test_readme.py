@@ -70,6 +70,9 @@ def test_each_example_runs(line, source):
 
     if "import dask" in source or "dask." in source:  # the optional extra cupyconv[dask]
         pytest.importorskip("dask.array")
+    if "dask_cuda" in source:  # the multi-GPU recipe's own extras
+        pytest.importorskip("dask_cuda")
+        pytest.importorskip("distributed")
 
     exec(compile(source, f"README.md:{line}", "exec"), {"__name__": "readme_example"})
     cupy.cuda.Device().synchronize()

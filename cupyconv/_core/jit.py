@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from cupyconv._core.caches import register
 from cupyconv._core.kernels import REGISTRY, KernelModule
-from cupyconv._core.program import Kernel
+from cupyconv._core.program import Kernel, bind_thread_context
 
 __all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS",
            "arch_options", "wave_size"]
@@ -190,6 +190,7 @@ def _entry(module: KernelModule) -> _Entry:
             return entry
         import cupy
 
+        bind_thread_context()  # compiling loads the module: a driver call
         start = time.perf_counter()
         options = COMPILE_OPTIONS + arch_options(key[3])
         raw = None
@@ -214,6 +215,7 @@ def get_function(module: KernelModule, template: str, dtype: str,
     name = module.name_expression(template, dtype, variant)
     kernel = entry.kernels.get(name)
     if kernel is None:
+        bind_thread_context()  # loading the module is a driver call (see there)
         kernel = entry.kernels[name] = Kernel(entry.module.get_function(name))
     return kernel
 

@@ -33,6 +33,24 @@ from cupyconv._core.caches import register
 _RECORDER: contextvars.ContextVar = contextvars.ContextVar("cupyconv_recorder", default=None)
 # device pointer -> constant array (see keep_constant); a program keeps the ones it points at
 _CONSTANTS: dict[int, object] = {}
+_THREAD = threading.local()  # .bound: this host thread has a CUDA context current
+
+
+def bind_thread_context() -> None:
+    """Make the current device's primary context current in this host thread, once per thread.
+
+    A new host thread (dask's threaded scheduler, a thread pool) has no CUDA context current
+    until a runtime call creates one; kernels load (``cuModuleLoadData``) and launch
+    (``cuLaunchKernel``) through the driver API, which then fails with
+    ``CUDA_ERROR_INVALID_CONTEXT`` -- e.g. a thread whose first GPU work is a cupyconv call on
+    arrays made elsewhere, with its output served from CuPy's pool.  ``cudaSetDevice`` binds the
+    primary context (CUDA 12+; CuPy's ``Device.use`` skips it when the id is already current).
+    Later device switches go through ``cudaSetDevice`` as well, so the thread stays bound."""
+    if not getattr(_THREAD, "bound", False):
+        from cupy.cuda import runtime
+
+        runtime.setDevice(runtime.getDevice())
+        _THREAD.bound = True
 
 
 class Kernel:
@@ -55,6 +73,7 @@ class Kernel:
         return getattr(self.raw, name)
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        bind_thread_context()
         rec = _RECORDER.get()
         if rec is not None:
             rec.launch(self.raw, grid, block, args, shared_mem)
@@ -259,6 +278,7 @@ class Program:
         if self.temp_bytes:  # freed when this returns: the pool reuses them in stream order
             temps = [self._alloc(n) for n in self.temp_bytes]
             ptrs += [t.ptr for t in temps]
+        bind_thread_context()
         stream = self._stream().ptr
         if poison and temps:
             for t, n in zip(temps, self.temp_bytes):

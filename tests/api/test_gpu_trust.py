@@ -728,3 +728,68 @@ def test_out_aliasing_an_input_is_refused(name, warm):
     assert np.array_equal(out.get(), out_before), f"{name}: out was written"
     for a, b in zip(inputs, before):
         assert np.array_equal(a.get(), b), f"{name}: an input was modified"
+
+
+# ------------------------------------------------------------------------- new host threads
+def _in_new_thread(fn):
+    """``fn()`` in a new host thread (no CUDA context current there yet); its result, or the
+    exception it raised."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["exc"] = exc
+
+    th = threading.Thread(target=target)
+    th.start()
+    th.join()
+    if "exc" in box:
+        raise box["exc"]
+    return box["result"]
+
+
+def _thread_problems(rng):
+    """name -> (call(), float64 reference): one of each family (GEMM paths, depthwise, fused
+    separable, ndimage, signal)."""
+    import cupy
+    import scipy.ndimage as sn
+    import scipy.signal as ss
+
+    problems = {name: _stream_problem(name, "NCHW", "float32", 2, rng)
+                for name in ("implicit-fwd", "implicit-dgrad-s2", "dw-wgrad", "separable-fused")}
+    img = uniform(rng, (37, 41), "float32")
+    dimg = cupy.asarray(img)
+    problems["ndimage-gaussian"] = (lambda: cc.ndimage.gaussian_filter(dimg, 1.5),
+                                    sn.gaussian_filter(img.astype(np.float64), 1.5))
+    ker = uniform(rng, (5, 4), "float32")
+    dker = cupy.asarray(ker)
+    problems["signal-correlate"] = (lambda: cc.signal.correlate(dimg, dker, method="direct"),
+                                    ss.correlate(img.astype(np.float64), ker.astype(np.float64),
+                                                 method="direct"))
+    return problems
+
+
+THREAD_PROBLEMS = ("implicit-fwd", "implicit-dgrad-s2", "dw-wgrad", "separable-fused",
+                   "ndimage-gaussian", "signal-correlate")
+
+
+@pytest.mark.parametrize("name", THREAD_PROBLEMS)
+def test_calls_from_new_host_threads(name):
+    """A host thread's first GPU work is a cupyconv call on arrays made in another thread, its
+    output served from CuPy's pool (as in dask's threaded scheduler): first with the kernels to
+    load (caches cleared), then a repeat (the prepared replay) in another new thread."""
+    import cupy
+
+    call, ref = _thread_problems(rng_for("threads", name))[name]
+    first = call()                       # compiles (CuPy's disk cache), fills the pool
+    del first
+    cupy.cuda.Device().synchronize()
+    cc.clear_caches()                    # the new thread loads the modules itself
+    results = [_in_new_thread(call) for _ in range(3)]
+    cupy.cuda.Device().synchronize()
+    tol = tolerance("float32", ref)
+    for i, r in enumerate(results):
+        err = rel_error(r, ref)
+        assert err <= tol, f"{name}: call {i} in a new thread: error {err:.3e} (tol {tol:.1e})"

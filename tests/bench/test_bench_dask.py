@@ -96,3 +96,35 @@ def test_missing_dask_image_exits_with_2(bd, capsys):
     assert err.count("\n") == 1 and "bench_dask needs surely-not-a-module-dask-image-x" in err
     assert "pip install" in err
     bd.require_libraries(("dask.array",))  # present: no exit
+
+
+def test_conv_options_and_report_sections(bd):
+    args = bd.parse_args(["--layers", "res2 3x3 64,res4 3x3 256", "--images", "500",
+                          "--host-size", "64"])
+    assert args.layers == ["res2 3x3 64", "res4 3x3 256"] and args.images == 500
+    assert bd.parse_args([]).layers[0] == "resnet50 conv1 7x7 s2"
+    with pytest.raises(SystemExit):
+        bd.parse_args(["--layers", "res9"])
+    with pytest.raises(SystemExit):
+        bd.parse_args(["--images", "-1"])
+    image, wshape, opts = bd.conv_problem("resnet50 conv1 7x7 s2")
+    assert image == (3, 224, 224) and wshape == (64, 3, 7, 7)
+    assert opts == dict(stride=2, padding=3, dilation=1, groups=1)
+    p = bd.problems(size=512, chunk=128)[0]
+    row = bd.row_of(p, {"cupyconv": 1.5, "dask-image": 3.0}, 0.5, 2e-6)
+    row.update(in_memory_GBps={"cupyconv": 400.0, "cupyx": 80.0}, streamed_fraction=0.025)
+    conv = {"layer": "res2 3x3 64", "images": 500, "chunk": 128,
+            "cupyconv.dask_img_per_s": 9000.0, "cupyconv loop_img_per_s": 10000.0,
+            "dask_efficiency": 0.9, "torch loop_img_per_s": 12000.0}
+    result = {"gpu": "NVIDIA H100", "commit": "abc1234", "date": "2026-01-01", "cupy": "13",
+              "dask": "2026.8.0", "dask_image": "2025.1",
+              "settings": {"size": 512, "chunk": 128, "scheduler": "threads", "workers": 4,
+                           "repeat": 3},
+              "rows": [row], "conv_rows": [conv],
+              "host_out_of_core": {"shape": [64, 1024, 1024], "chunks": [128, 256, 256],
+                                   "s": 0.5, "GBps": 1.1}}
+    text = bd.markdown(result)
+    assert "| 400.0 | 80.0 | 2.5% |" in text
+    assert "| res2 3x3 64 | 9000 | 10000 | 90% | 12000 |" in text
+    assert "1.1 GB/s" in text
+

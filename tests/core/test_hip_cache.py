@@ -216,6 +216,7 @@ def fake_hip(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cupy, "RawModule", FakeRawModule)
     monkeypatch.setattr(jit, "_target", lambda: ("hiprtc", "gfx90a:sramecc+:xnack-", 0))
+    monkeypatch.setattr(jit, "bind_thread_context", lambda: None)  # no device
     monkeypatch.setattr(jit, "_hip_options", lambda options: options + ("-I/opt/rocm/include",))
     monkeypatch.setattr(jit, "_hiprtc_version", lambda: "hiprtc 6.2")
     monkeypatch.setattr(jit, "_hiprtc_compile", fake_hiprtc)
@@ -271,6 +272,7 @@ def test_a_stored_code_object_that_does_not_load_is_compiled_again(fake_hip, mon
 
 def test_nvidia_keeps_cupys_path(fake_hip, monkeypatch):
     monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_90", 0))
+    monkeypatch.setattr(jit, "bind_thread_context", lambda: None)  # no device
     kernel = jit.get_function(DIRECT_CONV, "direct_conv", "float32")
     assert kernel.raw == ("compiled by cupy", "direct_conv<float>")
     assert fake_hip == []

@@ -75,6 +75,7 @@ def test_concurrent_first_calls_compile_once(monkeypatch):
 
     monkeypatch.setattr(cupy, "RawModule", _FakeRawModule)
     monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_90", 0))
+    monkeypatch.setattr(jit, "bind_thread_context", lambda: None)  # no device
     jit.clear_cache()
     _FakeRawModule.compiles = 0
     got = []
@@ -92,6 +93,7 @@ def test_concurrent_first_calls_compile_once(monkeypatch):
     assert info["modules"][0]["arch"] == "sm_90"
     # another arch is another binary
     monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_80", 0))
+    monkeypatch.setattr(jit, "bind_thread_context", lambda: None)  # no device
     jit.get_function(DIRECT_CONV, "direct_conv", "float16")
     assert _FakeRawModule.compiles == 2
     jit.clear_cache()

@@ -69,7 +69,7 @@ def test_halo_per_filter(monkeypatch, call, depths):
     """Each filter asks map_filter for the halo its window reaches along each axis."""
     seen = {}
 
-    def spy(x, name, d, modes, out_dtype, args=(), kwargs=None):
+    def spy(x, name, d, modes, out_dtype, args=(), kwargs=None, gpu=None):
         seen.update({ax: v for ax, v in d.items() if v})
         return x
 
@@ -460,3 +460,85 @@ def test_conv_transpose_bad_arguments_fail_before_compute():
         cd.conv_transpose(x, da.ones((3, 2, 3, 3)))
     with pytest.raises(ValueError, match="empty"):
         cd.conv_transpose(x, np.ones((3, 2, 3, 3)), padding=6)
+
+
+# --------------------------------------------------------------------------- separable_conv
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_separable_conv_over_batch_chunks(spatial, layout):
+    rng = np.random.default_rng([spatial, len(layout), 13])
+    c, m, k = 3, 2, 5
+    sizes = (9, 7)[:spatial]
+    kernel = (3, 5)[:spatial]
+    shape = (6, c) + sizes if layout == "NCHW" else (6,) + sizes + (c,)
+    wdw = (m * c, 1) + kernel if layout == "NCHW" else (m * c,) + kernel + (1,)
+    ones = (1,) * spatial
+    wpw = (k, m * c) + ones if layout == "NCHW" else (k,) + ones + (m * c,)
+    a, w1, w2 = rng.standard_normal(shape), rng.standard_normal(wdw), rng.standard_normal(wpw)
+    b1, b2 = rng.standard_normal(m * c), rng.standard_normal(k)
+    x = da.from_array(a, chunks=((4, 2),) + tuple((s - 1, 1) for s in shape[1:]))
+    kw = dict(stride=2, padding=1, activation="relu6", layout=layout)
+    y = cd.separable_conv(x, w1, w2, b1, b2, method="fused", **kw)  # method: GPU only, dropped
+    ref = reference.separable_conv(a, w1, w2, b1, b2, **kw)
+    # the reference composes the two reference convolutions
+    t = np.clip(reference.conv(a, w1, b1, stride=2, padding=1, groups=c, layout=layout), 0, 6)
+    np.testing.assert_allclose(ref, reference.conv(t, w2, b2, layout=layout), rtol=1e-12)
+    assert y.shape == ref.shape and y.chunks[0] == (4, 2) and y.dtype == a.dtype
+    np.testing.assert_allclose(y.compute(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_separable_conv_bad_arguments_fail_before_compute():
+    x = da.zeros((2, 4, 8, 8), chunks=1)
+    wdw, wpw = np.ones((4, 1, 3, 3)), np.ones((5, 4, 1, 1))
+    with pytest.raises(ValueError, match="w_pw"):
+        cd.separable_conv(x, wdw, np.ones((5, 3, 1, 1)))
+    with pytest.raises(ValueError, match="activation"):
+        cd.separable_conv(x, wdw, wpw, activation="gelu")
+    with pytest.raises(TypeError, match="w_pw must be a concrete"):
+        cd.separable_conv(x, wdw, da.ones((5, 4, 1, 1)))
+    with pytest.raises(ValueError, match="batched"):
+        cd.separable_conv(da.zeros((4, 8, 8), chunks=2), wdw, wpw)
+
+
+@pytest.mark.parametrize("chunked", ["batch", "spatial"])
+def test_weights_are_one_key_every_task_reads(chunked):
+    """The weights and bias enter the graph once, as one key that every convolution task
+    depends on (a distributed scheduler sends it to each worker once)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 3, 16, 16))
+    w, b = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    chunks = (2, 3, 16, 16) if chunked == "batch" else (8, 3, 6, 16)
+    y = cd.conv(da.from_array(a, chunks=chunks), w, b, padding=1)
+    graph = dict(y.__dask_graph__())
+    weight_keys = [key for key in graph if not isinstance(key, tuple)]
+    assert len(weight_keys) == 1
+    conv_keys = [key for key in graph if isinstance(key, tuple) and key[0] == y.name]
+    assert len(conv_keys) == y.npartitions > 1
+    assert all(weight_keys[0] in graph[key].dependencies for key in conv_keys), \
+        "a conv task does not read the weights key"
+    np.testing.assert_allclose(y.compute(), reference.conv(a, w, b, padding=1), rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- gpu=
+def test_every_function_takes_gpu_and_checks_it_before_compute():
+    import inspect
+
+    x = da.zeros((4, 3, 8, 8), chunks=2)
+    for name in cd.__all__:
+        fn = getattr(cd, name)
+        if name in ("filter_reach", "rechunk_for_depth", "window_chunks"):
+            continue
+        param = inspect.signature(fn).parameters.get("gpu")
+        assert param is not None and param.kind is param.KEYWORD_ONLY and param.default is None, \
+            name
+    with pytest.raises(TypeError, match="gpu must be None, False or True"):
+        cd.gaussian_filter(x, 1.0, gpu="yes")
+    with pytest.raises(TypeError, match="gpu must be"):
+        cd.conv(x, np.ones((2, 3, 3, 3)), gpu=1)
+    with pytest.raises(TypeError, match="gpu must be"):
+        cd.signal_correlate(x, np.ones((1, 1, 3, 3)), gpu="cuda")
+    # gpu=False is the default dispatch: NumPy chunks run the CPU stand-in
+    a = np.random.default_rng(2).standard_normal((9, 10))
+    np.testing.assert_array_equal(cd.gaussian_filter(da.from_array(a, chunks=4), 1.0,
+                                                     gpu=False).compute(),
+                                  sn.gaussian_filter(a, 1.0))
