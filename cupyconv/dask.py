@@ -523,16 +523,11 @@ def _signal_filter(func, in1, in2, mode, method, gpu):
         windows[ax] = (k - 1 - start, start if mode == "same" else k - 1 - start, k - 1, 1)
     dtype = np.result_type(x.dtype, w.dtype)
 
-    def filter_block(block):
-        kernel = w
-        if _is_cupy(block):
-            import cupy
+    def filter_block(block, weights):
+        return getattr(_backend(block, "signal"), func)(block, *_for_block(weights, block),
+                                                        mode="valid", method=method)
 
-            kernel = cupy.asarray(w)
-        return getattr(_backend(block, "signal"), func)(block, kernel, mode="valid",
-                                                        method=method)
-
-    return _map_windows(x, windows, {}, filter_block, dtype, gpu)
+    return _map_windows(x, windows, {}, filter_block, dtype, gpu, weights=_shared((w,)))
 
 
 def signal_correlate(in1, in2, mode="full", method="auto", *, gpu=None):
