@@ -39,8 +39,9 @@ PRECISIONS = (("fp16", "float16", "exact", "NHWC"), ("bf16", "bfloat16", "exact"
 PASSES = ("forward", "data", "weight")
 
 
-def layer_rows(torch, l2_bytes: int, repeat: int, only: str) -> list[dict]:
-    """One row per (layer, precision): ms of each pass for cupyconv and cuDNN, and the ratios."""
+def layer_rows(torch, l2_bytes: int, repeat: int, only: str, labels=()) -> list[dict]:
+    """One row per (layer, precision): ms of each pass for cupyconv and cuDNN, and the ratios
+    (the precisions whose label is in ``labels``, or all)."""
     import cupy
 
     F, grad = torch.nn.functional, torch.nn.grad
@@ -51,6 +52,8 @@ def layer_rows(torch, l2_bytes: int, repeat: int, only: str) -> list[dict]:
         n, c, h, w, k, r, s, p, d, g = SUITE[name]
         opts = dict(stride=s, padding=p, dilation=d, groups=g)
         for label, dtype, precision, layout in PRECISIONS:
+            if labels and label not in labels:
+                continue
             tdt = measure.torch_dtype(torch, dtype)
             cl = layout == "NHWC"
             fmt = torch.channels_last if cl else torch.contiguous_format
@@ -100,14 +103,17 @@ def layer_rows(torch, l2_bytes: int, repeat: int, only: str) -> list[dict]:
     return rows
 
 
-def gemm_rows(torch, sizes, repeat: int) -> list[dict]:
-    """cupyconv.gemm against cuBLAS (torch.matmul) per size and precision."""
+def gemm_rows(torch, sizes, repeat: int, labels=()) -> list[dict]:
+    """cupyconv.gemm against cuBLAS (torch.matmul) per size and precision (those in ``labels``,
+    or all)."""
     import cupy
 
     rows = []
     for size in sizes:
         for label, dtype, precision in (("fp16", "float16", "exact"), ("bf16", "bfloat16", "exact"),
                                         ("tf32", "float32", "tf32"), ("fp32", "float32", "exact")):
+            if labels and label not in labels:
+                continue
             gen = torch.Generator(device="cuda").manual_seed(size)
             at = torch.empty((size, size), device="cuda").uniform_(-1, 1, generator=gen)
             bt = torch.empty((size, size), device="cuda").uniform_(-1, 1, generator=gen)
@@ -164,18 +170,25 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--only", default="", help="layers whose name contains this")
     parser.add_argument("--gemm", default="4096,8192", help="GEMM sizes ('' to skip)")
+    parser.add_argument("--precision", default="",
+                        help="comma-separated precision labels to run (default: all): "
+                             + ", ".join(p[0] for p in PRECISIONS))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     torch = measure.load_torch(quiet=True)  # the message below says it
     if torch is None:
         print("bench_precision needs PyTorch with CUDA (the cuDNN / cuBLAS peer)", file=sys.stderr)
         return 2
+    labels = tuple(v for v in args.precision.split(",") if v)
+    unknown = set(labels) - {p[0] for p in PRECISIONS}
+    if unknown:
+        parser.error(f"--precision: unknown label(s) {sorted(unknown)}")
     facts = measure.device_facts()
     result = {**facts, **measure.torch_facts(torch), "commit": git_commit(),
-              "layers": layer_rows(torch, facts["l2_bytes"], args.repeat, args.only)}
+              "layers": layer_rows(torch, facts["l2_bytes"], args.repeat, args.only, labels)}
     result["summary"] = summary(result["layers"])
     sizes = [int(v) for v in args.gemm.split(",") if v]
-    result["gemm"] = gemm_rows(torch, sizes, max(3, args.repeat // 4)) if sizes else []
+    result["gemm"] = gemm_rows(torch, sizes, max(3, args.repeat // 4), labels) if sizes else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"precision-{facts['gpu'].replace(' ', '_')}-{result['commit']}"

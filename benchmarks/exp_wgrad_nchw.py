@@ -2,7 +2,7 @@
 (``cupyconv._gemm.backward.STAGE_NCHW_X``), on the ResNet-50 layers of the suite, fp32, TF32,
 fp16 and bf16, with cuDNN at the same precision for scale.
 
-    python3 benchmarks/exp_wgrad_nchw.py [--repeat 10]
+    python3 benchmarks/exp_wgrad_nchw.py [--repeat 10] [--precision tf32,fp16]
 """
 
 from __future__ import annotations
@@ -32,13 +32,18 @@ PRECISIONS = (("fp32", "float32", "exact"), ("tf32", "float32", "tf32"),
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--precision", default="", help="comma-separated labels (default: all): "
+                    + ", ".join(p[0] for p in PRECISIONS))
     args = ap.parse_args(argv)
+    labels = tuple(v for v in args.precision.split(",") if v)
     torch = measure.load_torch()
     l2 = measure.device_facts()["l2_bytes"]
     for name in LAYERS:
         n, c, h, w, k, r, s, p, d, g = SUITE[name]
         opts = dict(stride=s, padding=p, dilation=d, groups=g)
         for label, dtype, precision in PRECISIONS:
+            if labels and label not in labels:
+                continue
             tdt = measure.torch_dtype(torch, dtype)
             x0 = torch.empty((n, c, h, w), device="cuda").uniform_(-1, 1)
             w0 = torch.empty((k, c // g, r, r), device="cuda").uniform_(-1, 1)

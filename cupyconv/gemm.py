@@ -8,7 +8,7 @@ from cupyconv._core.arrays import prepare_out, require_array, require_float_dtyp
 from cupyconv._core.copy import contiguous
 from cupyconv._core.geometry import check_matrix_product
 from cupyconv._core.launch import GRID_YZ_MAX
-from cupyconv._core.kernels import MATH_MMA, MATH_TF32, MATH_WGMMA_TF32
+from cupyconv._core.kernels import MATH_MMA, MATH_TF32
 from cupyconv._core.precision import gemm_math, resolve_precision
 from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
@@ -91,10 +91,9 @@ def _run(a, b, c, precision: str = "exact") -> None:
         sb = _elem_strides(b)
     av = MatrixView(a, rs=sa[-2], ks=sa[-1], so=sa[0] if a.ndim == 3 else 0)
     bv = MatrixView(b, rs=sb[-1], ks=sb[-2], so=sb[0] if b.ndim == 3 else 0)  # rows = n
-    # the mma.sync loops copy k-contiguous rows in 16-byte chunks, and TF32 wgmma reads K-major
-    # operands only; 16-bit wgmma reads either orientation
-    k_major_only = gemm_math(c.dtype.name, precision, c.data.device_id) in (
-        MATH_MMA, MATH_TF32, MATH_WGMMA_TF32)
+    # the mma.sync loops copy k-contiguous rows in 16-byte chunks; wgmma reads either orientation
+    # (TF32 slices that land MN-major are transposed in shared memory)
+    k_major_only = gemm_math(c.dtype.name, precision, c.data.device_id) in (MATH_MMA, MATH_TF32)
     if not av.kcontig and (k_major_only or not bv.kcontig):
         # the (k-strided A, k-strided B) kernel is not built: make A row-major
         a = contiguous(a)

@@ -46,11 +46,47 @@ def copy_into(src, dst) -> None:
     if len(dims) > COPY_DIMS:
         raise ValueError(f"copy_into handles at most {COPY_DIMS} non-mergeable dims, got "
                          f"{len(dims)}")
+    pair = _transposed_pair(dims)
+    if pair is not None:
+        _transpose_copy(src, dst, dims, *pair)
+        return
     dims = [(1, 0, 0)] * (COPY_DIMS - len(dims)) + dims
     ext, ss, ds = zip(*dims)
     fn = jit.get_function(STRIDED_COPY, "strided_copy", src.dtype.name)
     grid, block = launch_grid(total)
     fn(grid, block, (src, dst, *int64s((total,) + ext + ss + ds)))
+
+
+# Extent both transposed dims need for the tiled kernel: below it a 32 x 32 tile is mostly idle
+# and the element-wise kernel does as well (a channels-first copy of 3-channel images).
+_TRANSPOSE_MIN_EXTENT = 16
+_TRANSPOSE_TILE = 32  # transpose_copy's CC_TT
+
+
+def _transposed_pair(dims):
+    """``(a, b)``: the indices of the dims along which src (a) and dst (b) are contiguous when they
+    differ and both are long enough for :func:`_transpose_copy` (a layout change such as
+    channels-first <-> channels-last), else None.  At most four other dims."""
+    a = next((i for i, (_, s, _) in enumerate(dims) if s == 1), None)
+    b = next((i for i, (_, _, d) in enumerate(dims) if d == 1), None)
+    if a is None or b is None or a == b or len(dims) > 6:
+        return None
+    if min(dims[a][0], dims[b][0]) < _TRANSPOSE_MIN_EXTENT:
+        return None
+    return a, b
+
+
+def _transpose_copy(src, dst, dims, a: int, b: int) -> None:
+    """The copy ``dims`` (merged: extent, src stride, dst stride) through 32 x 32 shared-memory
+    tiles of dims a (src-contiguous) and b (dst-contiguous); the other dims index the tiles."""
+    outer = [d for i, d in enumerate(dims) if i not in (a, b)]
+    outer = [(1, 0, 0)] * (4 - len(outer)) + outer
+    ext, ss, ds = zip(*outer)
+    tiles = (-(-dims[a][0] // _TRANSPOSE_TILE) * -(-dims[b][0] // _TRANSPOSE_TILE)
+             * math.prod(ext))
+    fn = jit.get_function(STRIDED_COPY, "transpose_copy", src.dtype.name)
+    fn((max(1, min(tiles, 1 << 20)),), (_TRANSPOSE_TILE, 8),
+       (src, dst, *int64s((dims[a][0], dims[b][0], dims[b][1], dims[a][2]) + ext + ss + ds)))
 
 
 def contiguous(a):

@@ -253,17 +253,18 @@ def stage_nchw_x(geom: ConvGeometry, device_id: int) -> bool:
     """Whether channels-first backward-weight copies x to channels-last before the kernel (dy is
     always copied) rather than reading it through its strides (channel stride H*W), which
     defeats the loader's vector and asynchronous copies.  Measured on an H100 (ResNet-50 layers,
-    batch 32, benchmarks/exp_wgrad_nchw.py): on the tensor-core loops the copy pays for 3x3
-    layers (fp16/bf16 0.45-0.60 -> 0.12-0.50 ms, TF32 3-10 % faster) and for 16-bit 1x1 ones
-    (12 %); it loses for TF32 1x1 (9 %; stride 2: 0.48 -> 0.74 ms, the copy reads all of x for
-    a quarter of it), for channels that are not whole 16-byte chunks (conv1's 3: 5-7 %) and on
-    the exact fp32 loop (2-70 %)."""
+    batch 32, benchmarks/exp_wgrad_nchw.py, the copy a tiled transpose): the copy pays wherever
+    the channels split into whole 16-byte chunks -- tensor-core loops 3x3 fp16 0.43-0.56 ->
+    0.09-0.40 ms, TF32 0.34-0.51 -> 0.15-0.31 ms, 1x1 TF32 0.30-0.38 -> 0.22-0.27 ms; exact fp32
+    3x3 4-17 % -- except a stride-2 1x1 layer on the exact fp32 loop (0.32 -> 0.39 ms: the copy
+    moves all of x, the kernel reads a quarter).  Without whole chunks (conv1's 3 channels) the
+    copy lost 6-9 %."""
     if STAGE_NCHW_X is not None:
         return STAGE_NCHW_X
-    item = itemsize(geom.dtype)
-    chunks = geom.in_channels // geom.groups * item % 16 == 0
-    return (gemm_math(geom.dtype, geom.precision, device_id) != MATH_SIMT and chunks
-            and (item == 2 or math.prod(geom.kernel) > 1))
+    chunks = geom.in_channels // geom.groups * itemsize(geom.dtype) % 16 == 0
+    skips_input = math.prod(geom.kernel) == 1 and any(s > 1 for s in geom.stride)
+    simt = gemm_math(geom.dtype, geom.precision, device_id) == MATH_SIMT
+    return chunks and not (simt and skips_input)
 
 
 def _run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:

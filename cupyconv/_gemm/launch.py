@@ -503,21 +503,36 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
             *int64s(xs + ys[:2]), *ints((prob.groups, splits)))
 
 
+# Experiment switch for benchmarks/exp_stage_nchw.py: None lets staged_channels decide; True
+# (False) stages (never stages) channels-first x with whole chunks on the tensor-core loops.
+STAGE_CF_X: bool | None = None
+
+
 def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -> int:
     """The channels per group of the channels-last copy of x that ``prob`` runs on (y keeps its
-    layout), or 0 where it runs on x as it is.  The tensor-core loops' multistage copies move
-    16-byte chunks of channels straight to shared memory; where a group's channels are not whole
-    chunks (ResNet's 3-channel conv1) the register-staged loop gathers single elements across
-    taps, and a copy of x zero-padded to whole chunks (zero weights for the padding) pays for its
-    pass over x: conv1 TF32 0.53 -> 0.35 ms, fp16 0.33 -> 0.29 ms (H100, benchmarks/NOTES.md).
-    Channels-first x with whole chunks is read as it is: a channels-last copy lost on most of
-    ResNet-50's layers (the copy of a large x costs more than the faster loop saves)."""
+    layout), or 0 where it runs on x as it is.  Only on the tensor-core loops, whose multistage
+    copies move 16-byte chunks of channels straight to shared memory; the register-staged loop
+    they fall back to otherwise gathers single elements.
+
+    - Channels-last groups whose channels are not whole chunks (ResNet's 3-channel conv1) run on
+      a copy zero-padded to whole chunks (zero weights for the padding): conv1 TF32 0.53 -> 0.35
+      ms, fp16 0.33 -> 0.29 ms (H100, benchmarks/NOTES.md).
+    - Channels-first x (padded the same way) with a kernel larger than 1x1: the copy (a tiled
+      transpose) costs less than the multistage loop saves: ResNet-50 3x3 layers at batch 32,
+      forward fp16 0.13-0.28 -> 0.07-0.11 ms, TF32 0.17-0.20 -> 0.12-0.18 ms, backward-data
+      alike (H100, benchmarks/exp_stage_nchw.py).  1x1 layers read x as it is: a stride-2 1x1
+      reads a quarter of x, which the copy would move whole (TF32 0.149 -> 0.198 ms), and
+      backward-data's 1x1 phases lost (0.08 -> 0.20 ms)."""
     math_kind = plan.math if plan is not None else gemm_math(prob.dtype, prob.precision, device_id)
     if math_kind == MATH_SIMT:
         return 0
     cg = prob.in_channels // prob.groups
     chunk = 16 // itemsize(prob.dtype)
     padded = -(-cg // chunk) * chunk
+    if not prob.channels_last:
+        stage = math.prod(prob.kernel) > 1 if STAGE_CF_X is None else STAGE_CF_X
+        if stage:
+            return padded
     return padded if padded != cg else 0
 
 

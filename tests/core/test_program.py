@@ -1,13 +1,15 @@
 """CPU tests of the prepared-call machinery's pure parts: argument packing of a recorded launch
 (natural alignment, as the kernel ABI lays parameters out), the refusal of arguments a replay
-could not reproduce, and the strided-copy dim merging."""
+could not reproduce, and the strided-copy dim merging and transpose detection."""
 
+import itertools
+import math
 import types
 
 import numpy as np
 import pytest
 
-from cupyconv._core.copy import _merged
+from cupyconv._core.copy import _merged, _transposed_pair
 from cupyconv._core.program import Recorder
 
 
@@ -62,3 +64,38 @@ def test_a_failed_recording_records_nothing_more():
 ])
 def test_copy_dims_merge_runs_that_are_one_run_in_both_arrays(shape, src, dst, want):
     assert _merged(shape, src, dst) == want
+
+
+@pytest.mark.parametrize("dims,want", [
+    ([(32, 1, 64), (64, 32, 1)], (0, 1)),                     # a 2-d transpose
+    ([(8, 4096, 4096), (64, 1, 64), (64, 64, 1)], (1, 2)),    # batched: NCHW -> NHWC
+    ([(8, 4096, 4096), (64, 64, 1), (64, 1, 64)], (2, 1)),    # NHWC -> NCHW
+    ([(120, 1, 1)], None),                                    # contiguous in both along one dim
+    ([(3, 1, 64), (64, 3, 1)], None),                         # 3 channels: too short to tile
+    ([(32, 2, 64), (64, 64, 1)], None),                       # src has no unit-stride dim
+])
+def test_copies_that_transpose_take_the_tiled_kernel(dims, want):
+    assert _transposed_pair(dims) == want
+
+
+@pytest.mark.parametrize("shape,perm", [((2, 40, 17, 33), (0, 2, 3, 1)), ((3, 50, 70), (2, 0, 1)),
+                                        ((40, 16), (1, 0)), ((2, 3, 33, 17, 20), (4, 1, 0, 3, 2))])
+def test_tiled_transpose_indexing_matches_the_copy(shape, perm):
+    """transpose_copy's index arithmetic (tile walk, outer dims) emulated on the host."""
+    a = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    src = a.transpose(perm)
+    dst = np.empty(src.shape, np.float32)
+    dims = _merged(src.shape, [s // 4 for s in src.strides], [s // 4 for s in dst.strides])
+    pair = _transposed_pair(dims)
+    assert pair is not None
+    ia, ib = pair
+    outer = [d for i, d in enumerate(dims) if i not in pair]
+    ext, ss, ds = zip(*([(1, 0, 0)] * (4 - len(outer)) + outer))
+    flat, out = a.ravel(), np.full(dst.size, np.nan, np.float32)
+    ea, eb = dims[ia][0], dims[ib][0]
+    ai, bi = np.meshgrid(np.arange(ea), np.arange(eb), indexing="ij")
+    for idx in itertools.product(*(range(e) for e in ext)):
+        so = sum(i * s for i, s in zip(idx, ss))
+        do = sum(i * s for i, s in zip(idx, ds))
+        out[do + ai * dims[ia][2] + bi] = flat[so + ai + bi * dims[ib][1]]
+    np.testing.assert_array_equal(out.reshape(dst.shape), src)

@@ -215,3 +215,33 @@ def test_every_merge_factor_of_the_grid_divides_its_groups():
         for f in merge_factors(g):
             m = merged_geometry(g, f)
             assert m.groups * f == groups and m.weight_shape[1] == f * cg
+
+
+@pytest.mark.parametrize("dtype,prec,ker,stride,c,want", [
+    ("float16", "exact", (3, 3), 1, 64, True),    # tensor cores, whole chunks
+    ("float32", "tf32", (1, 1), 2, 256, True),    # TF32 stride-2 1x1: the copy still paid
+    ("float32", "exact", (3, 3), 1, 64, True),    # SIMT 3x3
+    ("float32", "exact", (1, 1), 2, 256, False),  # SIMT stride-2 1x1: x is read a quarter
+    ("float32", "tf32", (7, 7), 2, 3, False),     # 3 channels: no whole 16-byte chunks
+])
+def test_channels_first_backward_weight_stages_x_where_measured(modelled_h100, dtype, prec, ker,
+                                                               stride, c, want):
+    from dataclasses import replace
+
+    geom = replace(_geom(n=4, c=c, k=64, sp=(28, 28), ker=ker, dtype=dtype, stride=stride),
+                   precision=prec)
+    assert backward.stage_nchw_x(geom, 0) is want
+
+
+@pytest.mark.parametrize("layout,dtype,prec,ker,c,want", [
+    ("NCHW", "float16", "exact", (3, 3, 1), 64, 64),   # channels-first 3x3: copied
+    ("NCHW", "float32", "tf32", (1, 1, 1), 64, 0),     # channels-first 1x1: read as it is
+    ("NCHW", "float32", "exact", (3, 3, 1), 64, 0),    # SIMT: never
+    ("NHWC", "float16", "exact", (3, 3, 1), 64, 0),    # channels-last whole chunks: as it is
+    ("NHWC", "float32", "tf32", (7, 7, 1), 3, 4),      # channels-last 3 channels: padded to 4
+    ("NCHW", "bfloat16", "exact", (7, 7, 1), 3, 8),    # channels-first 3 channels: padded to 8
+])
+def test_implicit_conv_stages_x_where_measured(modelled_h100, layout, dtype, prec, ker, c, want):
+    prob = launch.ImplicitConv(dtype, layout == "NHWC", 4, c, 64, 1, (28, 28, 1), (28, 28, 1),
+                               ker, (1, 1, 1), (1, 1, 1), (1, 1, 0), prec)
+    assert launch.staged_channels(prob, None, 0) == want

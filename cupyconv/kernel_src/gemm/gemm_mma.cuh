@@ -586,10 +586,11 @@ struct WgmmaTile {
                 "warpgroup layout");
   static_assert(STAGES >= 3, "two slices in flight behind one batch of wgmma");
   // Whether loaders of these orientations can feed it: an MN-major tile of a warpgroup must
-  // start on a 64-row atom (A's always do: 64 rows per warpgroup); TF32 takes K-major only.
+  // start on a 64-row atom (A's always do: 64 rows per warpgroup).  TF32 wgmma reads K-major
+  // operands only: MN-major TF32 slices are transposed in place once landed (transpose_stage).
   template <typename ALoader, typename BLoader>
   static constexpr bool feeds() {
-    return TF32 ? ALoader::KMAJOR && BLoader::KMAJOR : BLoader::KMAJOR || WN % 64 == 0;
+    return TF32 || BLoader::KMAJOR || WN % 64 == 0;
   }
 };
 
@@ -608,12 +609,66 @@ __device__ __forceinline__ void round_tf32_stage(tf32* s) {
   }
 }
 
+// TF32 slices that land MN-major (rows contiguous: backward-weight's dy and transposed im2col)
+// are rewritten K-major in place, rounded on the way (PTX has no transposed TF32 wgmma).  Each
+// thread moves 4 x 4 blocks: four 16-byte loads of 4 rows at k .. k + 3 from the SwizzledMN128
+// layout, four 16-byte stores of one row's 4 k to the SwizzledK128 one.  Block b of a 32-row
+// atom takes row group l = b % 8 and k chunk (l + b / 8) % 8: each quarter-warp's loads and
+// stores then hit 8 distinct 16-byte bank groups (conflict-free both ways).  In place, so a
+// barrier separates every thread's loads (read_mn_blocks) from the stores (write_k_blocks).
+template <int ROWS, int THREADS>
+struct StageTranspose {
+  static constexpr int BLOCKS = ROWS * 2, NB = (BLOCKS + THREADS - 1) / THREADS;  // BK = 32 floats
+  uint4 v[NB][4];  // v[i][e]: row 4 l + e of block i, its 4 k, rounded
+
+  __device__ __forceinline__ static void block(int b, int& row, int& k) {
+    const int l = b % 8;
+    row = (b / 64) * 32 + 4 * l;
+    k = 4 * ((l + (b % 64) / 8) % 8);
+  }
+  __device__ __forceinline__ void read_mn_blocks(const tf32* s) {
+    typedef SwizzledMN128<tf32, 32> From;
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const int b = threadIdx.x + i * THREADS;
+      if (BLOCKS % THREADS != 0 && b >= BLOCKS) break;
+      int row, k;
+      block(b, row, k);
+      unsigned in[4][4];  // in[j][e]: row + e at k + j
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<uint4*>(in[j]) = *reinterpret_cast<const uint4*>(s + From::at(row, k + j));
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        v[i][e] = make_uint4(round_tf32_bits(in[0][e]), round_tf32_bits(in[1][e]),
+                             round_tf32_bits(in[2][e]), round_tf32_bits(in[3][e]));
+    }
+  }
+  __device__ __forceinline__ void write_k_blocks(tf32* s) const {
+    typedef SwizzledK128<tf32> To;
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const int b = threadIdx.x + i * THREADS;
+      if (BLOCKS % THREADS != 0 && b >= BLOCKS) break;
+      int row, k;
+      block(b, row, k);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *reinterpret_cast<uint4*>(s + To::at(row + e, k)) = v[i][e];
+    }
+  }
+};
+
 template <typename Cfg, typename S, typename ALoader, typename BLoader>
 __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, int kb, int ke,
                                                     float (&acc)[Cfg::TM][Cfg::TN], void* smem) {
   typedef WgmmaTile<Cfg, S> L;
-  typedef WgmmaOperand<S, Cfg::BK, ALoader::KMAJOR> OpA;
-  typedef WgmmaOperand<S, Cfg::BK, BLoader::KMAJOR> OpB;
+  // How each operand's slices land (the loader's orientation) and how wgmma reads them: TF32
+  // slices that land MN-major are read K-major after transpose_stage.
+  constexpr bool XA = L::TF32 && !ALoader::KMAJOR, XB = L::TF32 && !BLoader::KMAJOR;
+  typedef typename WgmmaOperand<S, Cfg::BK, ALoader::KMAJOR>::Slot SlotA;
+  typedef typename WgmmaOperand<S, Cfg::BK, BLoader::KMAJOR>::Slot SlotB;
+  typedef WgmmaOperand<S, Cfg::BK, ALoader::KMAJOR || XA> OpA;
+  typedef WgmmaOperand<S, Cfg::BK, BLoader::KMAJOR || XB> OpB;
   constexpr int STAGES = L::STAGES, NF = L::WN / 8;
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
   base += (1024 - (smem_addr(base) & 1023)) & 1023;
@@ -632,26 +687,48 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
 #pragma unroll
   for (int s = 0; s < STAGES - 2; ++s) {
     if (s < ktiles) {
-      la.template issue<typename OpA::Slot>(As + s * L::A_STAGE);
-      lb.template issue<typename OpB::Slot>(Bs + s * L::B_STAGE);
+      la.template issue<SlotA>(As + s * L::A_STAGE);
+      lb.template issue<SlotB>(Bs + s * L::B_STAGE);
     }
     cp_async_commit();
   }
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<STAGES - 3>();  // slice kt has landed (this thread's copies) ...
-    if constexpr (L::TF32 && TF32_ROUND_STAGE) {  // (every thread's: rounded in place)
-      __syncthreads();
-      round_tf32_stage<L::A_STAGE, Cfg::THREADS>(As + (kt % STAGES) * L::A_STAGE);
-      round_tf32_stage<L::B_STAGE, Cfg::THREADS>(Bs + (kt % STAGES) * L::B_STAGE);
-    }
-    fence_proxy_async();          // ... is visible to the tensor cores' reads ...
-    __syncthreads();              // ... for every thread's copies; batch kt - 2 is done
     const int next = kt + STAGES - 2;
-    if (next < ktiles) {
-      la.template issue<typename OpA::Slot>(As + (next % STAGES) * L::A_STAGE);
-      lb.template issue<typename OpB::Slot>(Bs + (next % STAGES) * L::B_STAGE);
+    if constexpr (XA || XB) {     // (every thread's: transposed and rounded in place)
+      __syncthreads();            // (batch kt - 2 is done too: its buffer takes slice next)
+      if (next < ktiles) {
+        la.template issue<SlotA>(As + (next % STAGES) * L::A_STAGE);
+        lb.template issue<SlotB>(Bs + (next % STAGES) * L::B_STAGE);
+      }
+      cp_async_commit();
+      S* a = As + (kt % STAGES) * L::A_STAGE;
+      S* b = Bs + (kt % STAGES) * L::B_STAGE;
+      StageTranspose<Cfg::BM, Cfg::THREADS> ta;
+      StageTranspose<Cfg::BN, Cfg::THREADS> tb;
+      if constexpr (XA) ta.read_mn_blocks(a);
+      if constexpr (XB) tb.read_mn_blocks(b);
+      __syncthreads();
+      if constexpr (XA) ta.write_k_blocks(a);
+      else round_tf32_stage<L::A_STAGE, Cfg::THREADS>(a);
+      if constexpr (XB) tb.write_k_blocks(b);
+      else round_tf32_stage<L::B_STAGE, Cfg::THREADS>(b);
+      fence_proxy_async();
+      __syncthreads();
+    } else {
+      if constexpr (L::TF32 && TF32_ROUND_STAGE) {  // (every thread's: rounded in place)
+        __syncthreads();
+        round_tf32_stage<L::A_STAGE, Cfg::THREADS>(As + (kt % STAGES) * L::A_STAGE);
+        round_tf32_stage<L::B_STAGE, Cfg::THREADS>(Bs + (kt % STAGES) * L::B_STAGE);
+      }
+      fence_proxy_async();          // ... is visible to the tensor cores' reads ...
+      __syncthreads();              // ... for every thread's copies; batch kt - 2 is done
+      if (next < ktiles) {
+        la.template issue<SlotA>(As + (next % STAGES) * L::A_STAGE);
+        lb.template issue<SlotB>(Bs + (next % STAGES) * L::B_STAGE);
+      }
+      cp_async_commit();
     }
-    cp_async_commit();
     const unsigned long long da = OpA::desc(As + (kt % STAGES) * L::A_STAGE + a_off);
     const unsigned long long db = OpB::desc(Bs + (kt % STAGES) * L::B_STAGE + b_off);
     wgmma_fence();
