@@ -52,6 +52,10 @@ HOLDOUT = {
     "3-d 200x200x64 9x9x3": ((200, 200, 64), (9, 9, 3), None),
     "3-d 96^3 15x15x15": ((96, 96, 96), (15, 15, 15), None),
     "1-d 1000003, 1001 taps": ((1000003,), (1001,), None),
+    # added with DIRECT_3D_FACTOR (fitted on other volumes): 3-d judged on new shapes too
+    "3-d 160x120x80 7x7x7": ((160, 120, 80), (7, 7, 7), None),
+    "3-d 256x256x48 3x3x9": ((256, 256, 48), (3, 3, 9), None),
+    "3-d 100^3 9x9x9": ((100, 100, 100), (9, 9, 9), None),
 }
 OURS = ("direct", "fft", "auto")
 

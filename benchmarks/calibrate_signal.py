@@ -1,10 +1,10 @@
 """Calibrate the signal API's cost model (cupyconv/_signal_cost.py) on the GPU.
 
-    python3 benchmarks/calibrate_signal.py [--repeat 10] [--quick]
+    python3 benchmarks/calibrate_signal.py [--repeat 10] [--quick] [--only-3d]
 
 Times ``correlate(..., method="direct")`` and ``method="fft"`` on a grid of problems (images
-512^2-4096^2 with square kernels 3-63, 1-d signals, batched stacks; float32, plus a smaller grid
-per other dtype), fits the model's constants by least squares on the model's own features, and
+512^2-4096^2 with square kernels 3-63, 1-d signals, batched stacks, 3-d volumes; float32, plus
+a smaller grid per other dtype), fits the model's constants by least squares on the model's own features, and
 prints them ready to paste into _signal_cost.py, with the worst ratio of the auto choice to the
 faster method over the grid before and after the fit.  Writes the raw timings as JSON under
 benchmarks/results/.
@@ -32,6 +32,11 @@ from cupyconv._core.timing import time_gpu  # noqa: E402
 from bench import git_commit  # noqa: E402
 
 
+# 3-d volumes for DIRECT_3D_FACTOR (none of bench_signal's held-out shapes)
+GRID_3D = tuple(("float32", v, k, None) for v in ((64, 64, 64), (128, 128, 128), (192, 160, 64))
+                for k in ((3, 3, 3), (5, 5, 5), (7, 7, 7), (11, 11, 11), (3, 3, 13), (13, 5, 1)))
+
+
 def grid(quick: bool):
     sizes = (512, 2048, 4096) if quick else (512, 1024, 2048, 4096)
     kernels = (3, 7, 15, 31, 63) if quick else (3, 5, 7, 11, 15, 21, 31, 45, 63)
@@ -48,7 +53,8 @@ def grid(quick: bool):
 
 
 def features(plan, compute):
-    """(direct units, bytes moved, fft units) exactly as the cost model computes them."""
+    """(direct units, bytes moved, fft units) exactly as the cost model computes them (the
+    direct units without the 3-d factor)."""
     k = [plan.shape_g[a] for a in plan.axes]
     units = plan.outputs() * math.prod(k[:-1]) * (k[-1] + cost.ROW_OVERHEAD)
     moved = (math.prod(plan.shape_a) + plan.outputs()) * np.dtype(compute).itemsize
@@ -56,11 +62,11 @@ def features(plan, compute):
     return units, moved, cost.FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))
 
 
-def measure(repeat: int, quick: bool):
+def measure(repeat: int, problems):
     import cupy
 
     rows = []
-    for dtype, s1, s2, axes in grid(quick):
+    for dtype, s1, s2, axes in problems:
         rng = cupy.random.default_rng(0)
         a = rng.uniform(-1, 1, s1).astype(dtype)
         k = rng.uniform(-1, 1, s2).astype(dtype)
@@ -70,6 +76,7 @@ def measure(repeat: int, quick: bool):
              for m in ("direct", "fft")}
         units, moved, fft_units = features(plan, compute)
         rows.append(dict(dtype=dtype, in1=s1, in2=s2, axes=axes, compute=compute,
+                         ndim=len(plan.axes),
                          fft_dtype=fft_work_dtype(plan), direct_ms=t["direct"], fft_ms=t["fft"],
                          units=units, moved=moved, fft_units=fft_units))
         print(f"{dtype:10s} {str(s1):20s} {str(s2):12s} direct {t['direct']:8.3f} ms  "
@@ -105,11 +112,22 @@ def fit(rows):
     return out
 
 
+def fit_3d(rows, consts) -> float:
+    """DIRECT_3D_FACTOR: the least-squares scale of the direct slope on 3-axis problems, the
+    other constants as given."""
+    rs = [r for r in rows if r["ndim"] == 3]
+    base = [r["units"] * consts["DIRECT_MS_PER_GTAP"][r["compute"]] / 1e9 for r in rs]
+    rest = [r["direct_ms"] - consts["DIRECT_FIXED_MS"] - r["moved"] / cost.BANDWIDTH_BYTES_PER_MS
+            for r in rs]
+    return float(sum(b * y for b, y in zip(base, rest)) / sum(b * b for b in base))
+
+
 def worst_choice(rows, consts) -> float:
     """Largest (time of the method the model picks) / (faster measured time) over the grid."""
     worst = 1.0
     for r in rows:
-        d = (consts["DIRECT_FIXED_MS"] + r["units"] * consts["DIRECT_MS_PER_GTAP"].get(
+        factor = consts.get("DIRECT_3D_FACTOR", 1.0) if r.get("ndim") == 3 else 1.0
+        d = (consts["DIRECT_FIXED_MS"] + factor * r["units"] * consts["DIRECT_MS_PER_GTAP"].get(
             r["compute"], cost.DIRECT_MS_PER_GTAP[r["compute"]]) / 1e9
             + r["moved"] / cost.BANDWIDTH_BYTES_PER_MS)
         f = consts["FFT_FIXED_MS"] + r["fft_units"] * consts["FFT_MS_PER_GUNIT"].get(
@@ -123,11 +141,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="a smaller grid (about a minute)")
+    ap.add_argument("--only-3d", action="store_true",
+                    help="time the 3-d volumes only and fit DIRECT_3D_FACTOR alone")
     args = ap.parse_args()
-    rows = measure(args.repeat, args.quick)
     current = dict(DIRECT_FIXED_MS=cost.DIRECT_FIXED_MS, DIRECT_MS_PER_GTAP=cost.DIRECT_MS_PER_GTAP,
-                   FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT)
-    fitted = fit(rows)
+                   FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT,
+                   DIRECT_3D_FACTOR=cost.DIRECT_3D_FACTOR)
+    rows = measure(args.repeat, GRID_3D if args.only_3d else tuple(grid(args.quick)) + GRID_3D)
+    fitted = dict(current) if args.only_3d else fit(rows)
+    fitted["DIRECT_3D_FACTOR"] = fit_3d(rows, fitted)
     print(f"\nworst auto / fastest over the grid: current constants {worst_choice(rows, current):.2f}, "
           f"fitted {worst_choice(rows, fitted):.2f}\n\nfitted constants for cupyconv/_signal_cost.py:")
     for name, value in fitted.items():
