@@ -271,13 +271,33 @@ def clang_archs() -> tuple[str, ...]:
     return CLANG_ARCHS + tuple(a for a in CLANG_OPTIONAL_ARCHS if clang_for(a))
 
 
-def _clang_command(exe: str, arch: str, src: str, out: str) -> list[str]:
+# Debian's HIP headers (ROCm 5.2) use what clang 22 removed: the __AMDGCN_WAVEFRONT_SIZE macro
+# (amd_warp_functions.h) and the __llvm_amdgcn_rcp_f16 / _2f16 builtins (amd_hip_fp16.h).  Before
+# those headers, for clang 22 and later only: the macro from the target's wave size and the two
+# reciprocals as plain functions.  Our kernels use neither (common.cuh takes the wave size from
+# CC_WAVE_SIZE); this only lets the old headers parse.
+_NEW_CLANG_SHIM = """#if __clang_major__ >= 22
+#ifndef __AMDGCN_WAVEFRONT_SIZE
+#define __AMDGCN_WAVEFRONT_SIZE CC_WAVE_SIZE
+#endif
+typedef _Float16 cupyconv_shim_half2 __attribute__((ext_vector_type(2)));
+static __attribute__((device)) inline _Float16 __llvm_amdgcn_rcp_f16(_Float16 x) {
+  return (_Float16)1.0f / x;
+}
+static __attribute__((device)) inline cupyconv_shim_half2 __llvm_amdgcn_rcp_2f16(cupyconv_shim_half2 x) {
+  return (cupyconv_shim_half2){(_Float16)1.0f / x.x, (_Float16)1.0f / x.y};
+}
+#endif
+"""
+
+
+def _clang_command(exe: str, arch: str, src: str, out: str, shim: str) -> list[str]:
     # HIPRTC's options (COMPILE_OPTIONS, the wave size) plus what HIPRTC does by itself: -O3
     # and the HIP runtime header in front (HIPRTC pre-includes it; here __HIPCC_RTC__ is not
-    # defined, so common.cuh includes hip_fp16.h itself).
+    # defined, so common.cuh includes hip_fp16.h itself); ``shim`` (_NEW_CLANG_SHIM) before it.
     return [exe, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3",
-            "-S", "--rocm-path=/usr", "-include", "hip/hip_runtime.h", "-Wno-pass-failed",
-            *COMPILE_OPTIONS, *arch_options(arch), src, "-o", out]
+            "-S", "--rocm-path=/usr", "-include", shim, "-include", "hip/hip_runtime.h",
+            "-Wno-pass-failed", *COMPILE_OPTIONS, *arch_options(arch), src, "-o", out]
 
 
 def clang_compile(code: str, name_expressions, arch: str, assembly: bool = False):
@@ -298,9 +318,13 @@ def clang_compile(code: str, name_expressions, arch: str, assembly: bool = False
               "__attribute__((used)) static const void* cupyconv_instances[] = {\n" + table + "};\n")
     with tempfile.TemporaryDirectory(prefix="cupyconv-clang-") as tmp:
         src, out = os.path.join(tmp, "module.hip"), os.path.join(tmp, "module.s")
+        shim = os.path.join(tmp, "clang_shim.h")
         with open(src, "w") as f:
             f.write(source)
-        proc = subprocess.run(_clang_command(exe, arch, src, out), capture_output=True, text=True)
+        with open(shim, "w") as f:
+            f.write(_NEW_CLANG_SHIM)
+        proc = subprocess.run(_clang_command(exe, arch, src, out, shim), capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{os.path.basename(exe)} error for {arch}:\n{proc.stderr}")
         with open(out) as f:
