@@ -429,7 +429,9 @@ __device__ __forceinline__ void gemm_mainloop_mma_async(ALoader& la, BLoader& lb
 // (loaders.cuh), k-contiguous rows or, for 16-bit operands whose rows are contiguous
 // (backward-weight, a row-major B), row-contiguous k (wgmma's transposed operands), which wgmma
 // reads straight from shared memory through matrix descriptors: no ldmatrix, no operand
-// registers.  TF32 slices are rounded in place once landed (one more barrier per slice).  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
+// registers.  TF32 slices are rounded in place once landed (one more barrier per slice), and
+// MN-major TF32 slices transposed to K-major there too (StageTranspose: three barriers per
+// slice).  The loaders' 16-byte cp.async copies keep STAGES - 2 slices in flight; one batch of
 // wgmma (a slice: BK / 16 instructions) stays in flight across the next slice's barrier, so the
 // tensor cores never wait for the copies' issue.  Slice kt is written to the buffer that batch
 // kt - 2 read: every warpgroup finished that batch (wait_group 1 in iteration kt - 1) before the
@@ -587,7 +589,7 @@ struct WgmmaTile {
   static_assert(STAGES >= 3, "two slices in flight behind one batch of wgmma");
   // Whether loaders of these orientations can feed it: an MN-major tile of a warpgroup must
   // start on a 64-row atom (A's always do: 64 rows per warpgroup).  TF32 wgmma reads K-major
-  // operands only: MN-major TF32 slices are transposed in place once landed (transpose_stage).
+  // operands only: MN-major TF32 slices are transposed in place once landed (StageTranspose).
   template <typename ALoader, typename BLoader>
   static constexpr bool feeds() {
     return TF32 || BLoader::KMAJOR || WN % 64 == 0;
@@ -613,8 +615,8 @@ __device__ __forceinline__ void round_tf32_stage(tf32* s) {
 // are rewritten K-major in place, rounded on the way (PTX has no transposed TF32 wgmma).  Each
 // thread moves 4 x 4 blocks: four 16-byte loads of 4 rows at k .. k + 3 from the SwizzledMN128
 // layout, four 16-byte stores of one row's 4 k to the SwizzledK128 one.  Block b of a 32-row
-// atom takes row group l = b % 8 and k chunk (l + b / 8) % 8: each quarter-warp's loads and
-// stores then hit 8 distinct 16-byte bank groups (conflict-free both ways).  In place, so a
+// atom takes row group l = b % 8 and k chunk (l + b / 8) % 8: a warp's 16-byte loads and stores
+// then hit each 16-byte bank group exactly 4 times (conflict-free both ways).  In place, so a
 // barrier separates every thread's loads (read_mn_blocks) from the stores (write_k_blocks).
 template <int ROWS, int THREADS>
 struct StageTranspose {
