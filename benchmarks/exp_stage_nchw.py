@@ -20,8 +20,8 @@ import cupy  # noqa: E402
 
 import cupyconv  # noqa: E402
 import measure  # noqa: E402
-from bench import SUITE  # noqa: E402
 from bench_precision import LAYERS  # noqa: E402
+from exp_wgrad_nchw import layer_operands  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._gemm import launch  # noqa: E402
 from measure import time_gpu  # noqa: E402
@@ -41,23 +41,12 @@ def main(argv=None) -> int:
     F, grad = torch.nn.functional, torch.nn.grad
     l2 = measure.device_facts()["l2_bytes"]
     for name in LAYERS:
-        n, c, h, w, k, r, s, p, d, g = SUITE[name]
-        opts = dict(stride=s, padding=p, dilation=d, groups=g)
         for label, dtype, precision in PRECISIONS:
             if labels and label not in labels:
                 continue
-            tdt = measure.torch_dtype(torch, dtype)
-            x0 = torch.empty((n, c, h, w), device="cuda").uniform_(-1, 1)
-            w0 = torch.empty((k, c // g, r, r), device="cuda").uniform_(-1, 1).to(tdt)
-            y_shape = F.conv2d(x0[:1], w0.float(), **opts).shape[1:]
-            per_copy = (x0.numel() + n * int(torch.tensor(y_shape).prod())) * x0.element_size()
-            copies = measure.rotation_copies(l2, per_copy)
-            tops = [(torch.empty_like(x0).uniform_(-1, 1).to(tdt),
-                     torch.empty((n, *y_shape), device="cuda").uniform_(-1, 1).to(tdt))
-                    for _ in range(copies)]
-            cops = [tuple(cupy.from_dlpack(t) for t in pair) for pair in tops]
+            opts, x_shape, w_shape, tops, cops = layer_operands(torch, name, dtype, l2)
+            w0 = measure.torch_operand_copies(torch, (w_shape,), dtype, False, 1, seed=1)[0][0]
             wc = cupy.from_dlpack(w0)
-            x_shape = tuple(x0.shape)
             ours = {"forward": lambda o: cupyconv.conv(o[0], wc, precision=precision, **opts),
                     "data": lambda o: cupyconv.conv_backward_data(o[1], wc, x_shape,
                                                                   precision=precision, **opts)}

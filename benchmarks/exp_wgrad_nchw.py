@@ -8,6 +8,7 @@ fp16 and bf16, with cuDNN at the same precision for scale.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -29,6 +30,24 @@ PRECISIONS = (("fp32", "float32", "exact"), ("tf32", "float32", "tf32"),
               ("fp16", "float16", "exact"), ("bf16", "bfloat16", "exact"))
 
 
+def layer_operands(torch, name: str, dtype: str, l2_bytes: int):
+    """``(opts, x_shape, w_shape, tops, cops)`` of suite layer ``name`` in channels-first
+    ``dtype``: conv options, shapes, and (x, dy) operand copies rotated past the L2 as PyTorch
+    tensors (``tops``) and the same memory as CuPy arrays (``cops``)."""
+    n, c, h, w, k, r, s, p, d, g = SUITE[name]
+    opts = dict(stride=s, padding=p, dilation=d, groups=g)
+    x_shape, w_shape = (n, c, h, w), (k, c // g, r, r)
+    y_shape = tuple(torch.nn.functional.conv2d(torch.empty((1, c, h, w), device="cuda"),
+                                               torch.empty(w_shape, device="cuda"),
+                                               **opts).shape[1:])
+    item = torch.empty((), dtype=measure.torch_dtype(torch, dtype)).element_size()
+    per_copy = (math.prod(x_shape) + n * math.prod(y_shape)) * item
+    copies = measure.rotation_copies(l2_bytes, per_copy)
+    tops = measure.torch_operand_copies(torch, (x_shape, (n, *y_shape)), dtype, False, copies)
+    cops = [tuple(cupy.from_dlpack(t) for t in pair) for pair in tops]
+    return opts, x_shape, w_shape, tops, cops
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
@@ -39,22 +58,10 @@ def main(argv=None) -> int:
     torch = measure.load_torch()
     l2 = measure.device_facts()["l2_bytes"]
     for name in LAYERS:
-        n, c, h, w, k, r, s, p, d, g = SUITE[name]
-        opts = dict(stride=s, padding=p, dilation=d, groups=g)
         for label, dtype, precision in PRECISIONS:
             if labels and label not in labels:
                 continue
-            tdt = measure.torch_dtype(torch, dtype)
-            x0 = torch.empty((n, c, h, w), device="cuda").uniform_(-1, 1)
-            w0 = torch.empty((k, c // g, r, r), device="cuda").uniform_(-1, 1)
-            y_shape = torch.nn.functional.conv2d(x0[:1], w0, **opts).shape[1:]
-            per_copy = (x0.numel() + n * int(torch.tensor(y_shape).prod())) * x0.element_size()
-            copies = measure.rotation_copies(l2, per_copy)
-            tops = [(torch.empty_like(x0).uniform_(-1, 1).to(tdt),
-                     torch.empty((n, *y_shape), device="cuda").uniform_(-1, 1).to(tdt))
-                    for _ in range(copies)]
-            cops = [tuple(cupy.from_dlpack(t) for t in pair) for pair in tops]
-            w_shape = tuple(w0.shape)
+            opts, _, w_shape, tops, cops = layer_operands(torch, name, dtype, l2)
             times = {}
             for stage in (False, True):
                 backward.STAGE_NCHW_X = stage
@@ -65,9 +72,8 @@ def main(argv=None) -> int:
                     repeat=args.repeat)
             backward.STAGE_NCHW_X = None
             measure.set_cudnn_tf32(torch, precision == "tf32")
-            wt = w0.to(tdt)
             times["cudnn"] = time_gpu(measure.rotating(
-                lambda o: torch.nn.grad.conv2d_weight(o[0], wt.shape, o[1], **opts), tops),
+                lambda o: torch.nn.grad.conv2d_weight(o[0], w_shape, o[1], **opts), tops),
                 repeat=args.repeat)
             measure.set_cudnn_tf32(torch, False)
             print(f"{name:22s} {label:5s} strided {times['strided']:.4f}  staged "
