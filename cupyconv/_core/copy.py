@@ -66,10 +66,11 @@ _TRANSPOSE_TILE = 32  # transpose_copy's CC_TT
 def _transposed_pair(dims):
     """``(a, b)``: the indices of the dims along which src (a) and dst (b) are contiguous when they
     differ and both are long enough for :func:`_transpose_copy` (a layout change such as
-    channels-first <-> channels-last), else None.  At most four other dims."""
+    channels-first <-> channels-last), else None.  (copy_into allows COPY_DIMS = 6 dims, so
+    at most four others index the tiles.)"""
     a = next((i for i, (_, s, _) in enumerate(dims) if s == 1), None)
     b = next((i for i, (_, _, d) in enumerate(dims) if d == 1), None)
-    if a is None or b is None or a == b or len(dims) > 6:
+    if a is None or b is None or a == b:
         return None
     if min(dims[a][0], dims[b][0]) < _TRANSPOSE_MIN_EXTENT:
         return None
