@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from cupyconv._core import jit
 from cupyconv._core.kernels import KERNEL_CONSTANTS, STRIDED_COPY
-from cupyconv._core.launch import int64s, launch_grid
+from cupyconv._core.launch import int64s, ints, launch_grid
 from cupyconv._core.program import scratch
 
 COPY_DIMS = KERNEL_CONSTANTS["CC_COPY_DIMS"]
@@ -52,9 +54,25 @@ def copy_into(src, dst) -> None:
         return
     dims = [(1, 0, 0)] * (COPY_DIMS - len(dims)) + dims
     ext, ss, ds = zip(*dims)
+    # (the kernel divides by multiplication only where every index fits 31 bits)
+    muls, shifts = zip(*(magic_divisor(e) if total < 2 ** 31 else (0, 0) for e in ext))
     fn = jit.get_function(STRIDED_COPY, "strided_copy", src.dtype.name)
     grid, block = launch_grid(total)
-    fn(grid, block, (src, dst, *int64s((total,) + ext + ss + ds)))
+    fn(grid, block, (src, dst, *int64s((total,) + ext + ss + ds),
+                     *(np.uint32(m) for m in muls), *ints(shifts)))
+
+
+def magic_divisor(d: int) -> tuple[int, int]:
+    """``(mul, shr)`` with ``n // d == (n * mul >> 32) >> shr`` for every 0 <= n < 2^31 (the
+    strided copy's division by an extent; ``mul`` 0 stands for d == 1).  With 2^(l-1) < d <= 2^l,
+    mul = ceil(2^(31+l) / d) < 2^32 and n * mul / 2^(31+l) exceeds n / d by less than
+    n / 2^(31+l) < 1 / d, too little to reach the next integer."""
+    if not 1 <= d < 2 ** 31:
+        raise ValueError(f"magic_divisor needs 1 <= d < 2^31, got {d}")
+    if d == 1:
+        return 0, 0
+    ceil_log2 = (d - 1).bit_length()
+    return -(-(1 << (31 + ceil_log2)) // d), ceil_log2 - 1
 
 
 # Extent both transposed dims need for the tiled kernel: below it a 32 x 32 tile is mostly idle
@@ -88,6 +106,39 @@ def _transpose_copy(src, dst, dims, a: int, b: int) -> None:
     fn = jit.get_function(STRIDED_COPY, "transpose_copy", src.dtype.name)
     fn((max(1, min(tiles, 1 << 20)),), (_TRANSPOSE_TILE, 8),
        (src, dst, *int64s((dims[a][0], dims[b][0], dims[b][1], dims[a][2]) + ext + ss + ds)))
+
+
+# Widest unfolded row (taps x channels, padded) unfold_width takes: its per-column table lives in
+# 8 bytes of shared memory per column.
+UNFOLD_MAX_WIDTH = 4096
+
+
+def unfold_width(x, strides, spatial, out_width: int, kernel_width: int, stride: int,
+                 dilation: int, pad: int, width: int):
+    """The width-unfolded copy of activation ``x`` (``kernel_src/common/copy.cu``
+    ``unfold_width``): C-contiguous (N, *spatial[:-1], out_width, width) whose element
+    [..., o, j * C + c] is x at column o * stride + j * dilation - pad, channel c (zero outside x
+    and for j >= kernel_width).  ``strides``: x's (n, c, d, h, w) element strides
+    (``launch.element_strides``), ``spatial`` its (D, H, W) padded in front to three dims."""
+    batch, (d, h, w) = x.shape[0], spatial
+    out = scratch((batch,) + (d, h)[3 - (x.ndim - 2):] + (out_width, width), x.dtype)
+    rows, cols = batch * d * h, out_width * width
+    if out.size == 0 or x.size == 0:
+        return out
+    channels = x.size // (batch * d * h * w)
+    if cols >= 2 ** 30:  # (with a thread's step added, still below 2^31)
+        raise ValueError(f"unfold_width: a row of {cols} elements does not fit 30 bits")
+    if width > UNFOLD_MAX_WIDTH:
+        raise ValueError(f"unfold_width: width {width} exceeds {UNFOLD_MAX_WIDTH}")
+    # about 8 columns per thread: the row's decode and the thread's start amortize over them
+    grid_y = min(65535, -(-cols // (256 * 8)))
+    fn = jit.get_function(STRIDED_COPY, "unfold_width", x.dtype.name)
+    fn((min(rows, 1 << 20), grid_y), (256,),
+       (x, out, np.int64(rows), *ints((d, h, w, channels, out_width, kernel_width, stride,
+                                       dilation, pad, width)),
+        *int64s((strides[0], strides[2], strides[3], strides[4], strides[1]))),
+       shared_mem=2 * width * 4)
+    return out
 
 
 def contiguous(a):

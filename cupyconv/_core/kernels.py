@@ -138,7 +138,7 @@ def load_source(name: str) -> str:
 
 
 # Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
-STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy", "transpose_copy"))
+STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy", "transpose_copy", "unfold_width"))
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
 # Grouped direct kernel (grouped_conv.cu): register tiles (TK output channels, TW pixels) per
 # thread; which one runs is the plan's choice (cupyconv._direct.grouped).  One binary per dtype.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from cupyconv._core import jit
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
-from cupyconv._core.copy import contiguous, copy_into
+from cupyconv._core.copy import UNFOLD_MAX_WIDTH, contiguous, copy_into, unfold_width
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (GEMM_TILES, LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT,
@@ -536,6 +536,68 @@ def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -
     return padded if padded != cg else 0
 
 
+# Width unfolding (the forward pass of layers whose channels are not whole chunks): the columns
+# (tap along W, channel) of one output pixel's kernel row become the channels of a staged copy
+# of x (one unfold_width launch), and the kernel keeps its other dims with width 1.  ResNet-50's
+# conv1 (3 channels, 7x7) then reads K = 7 x 24 instead of 49 x 8 (fp16: 8-channel chunks):
+# 0.279 -> 0.214 ms at batch 32, a one-channel 80-tap 1-d layer 0.25 -> 0.16 ms, 5x5 and 3x3x3
+# one-channel layers 1.2-1.4x faster; TF32 conv1 (K 7 x 24 against 49 x 4) and VGG's TF32 3x3
+# on 3 channels (no K saved) gain nothing (H100, benchmarks/exp_unfold.py).  Used where it
+# shrinks K by UNFOLD_GAIN or more; UNFOLD_W, the experiment switch, forces it on or off.
+UNFOLD_GAIN = 1.5
+UNFOLD_W: bool | None = None
+
+
+def unfolded_channels(prob: ImplicitConv, cg_to: int) -> int:
+    """Channels per pixel of the width-unfolded copy of x that ``prob`` (staged to ``cg_to``
+    channels) runs on (the kernel width's taps times the channels, padded to whole 16-byte
+    chunks), or 0 where it runs on the channel-padded copy."""
+    kw, cg = prob.kernel[2], prob.in_channels // prob.groups
+    if prob.groups != 1 or kw == 1 or cg == cg_to:
+        return 0
+    chunk = 16 // itemsize(prob.dtype)
+    width = -(-kw * cg // chunk) * chunk
+    # (the unfolding kernel indexes a row's columns in 32 bits and tabulates them)
+    if prob.out_spatial[2] * width >= 2 ** 30 or width > UNFOLD_MAX_WIDTH:
+        return 0
+    if UNFOLD_W is not None:
+        return width if UNFOLD_W else 0
+    return width if width * UNFOLD_GAIN <= kw * cg_to else 0
+
+
+def _unfolded(prob: ImplicitConv, x, wt, w_cf: bool, width: int):
+    """``prob`` on the width-unfolded copy of x (:func:`copy.unfold_width`: channels-last,
+    ``width`` channels per output column, x[..., ow * SW + j * DW - PW, c] at channel j * C + c)
+    and its weights as (K, taps / KW, width) to match."""
+    k_out, c = prob.out_channels, prob.in_channels
+    kw = prob.kernel[2]
+    x_u = unfold_width(x, element_strides(x, prob.channels_last), prob.spatial,
+                       prob.out_spatial[2], kw, prob.stride[2], prob.dilation[2], prob.pad_lo[2],
+                       width)
+    rows = math.prod(prob.kernel[:2])
+    w_src = (wt.reshape(k_out, c, rows, kw).transpose(0, 2, 3, 1) if w_cf
+             else wt.reshape(k_out, rows, kw, c))
+    w_u = scratch((k_out, rows, width), wt.dtype)
+    if width > kw * c:
+        zero_fill(w_u)
+    copy_into(w_src, _split_last(w_u, kw, c))
+    unfolded = replace(prob, channels_last=True, in_channels=width,
+                       spatial=prob.spatial[:2] + (prob.out_spatial[2],),
+                       kernel=prob.kernel[:2] + (1,), stride=prob.stride[:2] + (1,),
+                       dilation=prob.dilation[:2] + (1,), pad_lo=prob.pad_lo[:2] + (0,),
+                       out_channels_last=prob.y_channels_last)
+    return unfolded, x_u, w_u, False
+
+
+def _split_last(a, parts: int, size: int):
+    """The first ``parts * size`` elements of C-contiguous ``a``'s last dim, as a view with that
+    dim split into (parts, size)."""
+    from cupy.lib.stride_tricks import as_strided
+
+    return as_strided(a, a.shape[:-1] + (parts, size),
+                      a.strides[:-1] + (size * a.itemsize, a.itemsize))
+
+
 def channels_last_copy(x, channels_last: bool, groups: int, cg_to: int):
     """x (channels-first or channels-last) as a C-contiguous channels-last copy whose groups'
     channels are zero-padded to ``cg_to`` each."""
@@ -592,7 +654,11 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     device_id = y.data.device_id
     cg_to = staged_channels(prob, plan, device_id)
     if cg_to:
-        prob, x, wt, w_cf = _staged(prob, x, wt, w_cf, cg_to)
+        width = unfolded_channels(prob, cg_to)
+        if width:
+            prob, x, wt, w_cf = _unfolded(prob, x, wt, w_cf, width)
+        else:
+            prob, x, wt, w_cf = _staged(prob, x, wt, w_cf, cg_to)
         m, n, k, groups = prob.gemm
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
                     "conv_fprop", (m, n, k, groups), prob.dtype,

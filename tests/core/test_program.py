@@ -1,6 +1,7 @@
 """CPU tests of the prepared-call machinery's pure parts: argument packing of a recorded launch
 (natural alignment, as the kernel ABI lays parameters out), the refusal of arguments a replay
-could not reproduce, and the strided-copy dim merging and transpose detection."""
+could not reproduce, the strided-copy dim merging and transpose detection, and the strided copy's
+division by magic numbers."""
 
 import itertools
 import math
@@ -9,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from cupyconv._core.copy import _merged, _transposed_pair
+from cupyconv._core.copy import _merged, _transposed_pair, magic_divisor
 from cupyconv._core.program import Recorder
 
 
@@ -99,3 +100,49 @@ def test_tiled_transpose_indexing_matches_the_copy(shape, perm):
         do = sum(i * s for i, s in zip(idx, ds))
         out[do + ai * dims[ia][2] + bi] = flat[so + ai + bi * dims[ib][1]]
     np.testing.assert_array_equal(out.reshape(dst.shape), src)
+
+
+def _magic_quotient(n: int, d: int) -> int:
+    mul, shr = magic_divisor(d)
+    return n if mul == 0 else ((n * mul) >> 32) >> shr
+
+
+def test_magic_division_is_exact_below_2_31():
+    """strided_copy's quotient umulhi(n, mul) >> shr against n // d: every n up to 3d for
+    d < 2000, the top of the range, multiples and their neighbours, and random pairs."""
+    top = 2 ** 31 - 1
+    for d in range(1, 2000):
+        mul, _ = magic_divisor(d)
+        assert 0 <= mul < 2 ** 32
+        for n in itertools.chain(range(3 * d + 2), (top, top - 1, top // d * d, top // d * d - 1)):
+            assert _magic_quotient(n, d) == n // d, (n, d)
+    rng = np.random.default_rng(7)
+    for d, n in zip(rng.integers(1, 2 ** 31, 20000), rng.integers(0, 2 ** 31, 20000)):
+        d, n = int(d), int(n)
+        for v in (n, n // d * d, max(0, n // d * d - 1), top):
+            assert _magic_quotient(v, d) == v // d, (v, d)
+    with pytest.raises(ValueError, match="2\\^31"):
+        magic_divisor(2 ** 31)
+
+
+@pytest.mark.parametrize("shape,perm,step", [((3, 5, 7, 2), (0, 2, 1, 3), 1),
+                                             ((4, 6, 9), (2, 1, 0), 2), ((2, 3, 4, 5, 6, 7), None, 1)])
+def test_strided_copy_decode_with_magic_numbers(shape, perm, step):
+    """strided_copy's narrow path emulated on the host: each element's (src, dst) offsets from
+    its index decoded with the magic divisions equal the views' own element offsets."""
+    a = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    src = a if perm is None else a.transpose(perm)
+    src = src[..., ::step]
+    dst = np.full(src.shape, -1, np.int64)
+    dims = _merged(src.shape, [s // 8 for s in src.strides], [s // 8 for s in dst.strides])
+    ext, ss, ds = zip(*([(1, 0, 0)] * (6 - len(dims)) + dims))
+    base = src.__array_interface__["data"][0] - a.__array_interface__["data"][0]
+    flat, out = a.ravel(), dst.ravel()
+    for idx in range(src.size):
+        r, so, do = idx, 0, 0
+        for e, s_, d_ in zip(reversed(ext), reversed(ss), reversed(ds)):
+            q = _magic_quotient(r, e)
+            i = r - q * e
+            r, so, do = q, so + i * s_, do + i * d_
+        out[do] = flat[base // 8 + so]
+    np.testing.assert_array_equal(dst, src)

@@ -245,3 +245,18 @@ def test_implicit_conv_stages_x_where_measured(modelled_h100, layout, dtype, pre
     prob = launch.ImplicitConv(dtype, layout == "NHWC", 4, c, 64, 1, (28, 28, 1), (28, 28, 1),
                                ker, (1, 1, 1), (1, 1, 1), (1, 1, 0), prec)
     assert launch.staged_channels(prob, None, 0) == want
+
+
+@pytest.mark.parametrize("dtype,ker,c,groups,want", [
+    ("float16", (1, 7, 7), 3, 1, 24),     # ResNet conv1: K 7 x 24 instead of 49 x 8
+    ("bfloat16", (1, 3, 3), 3, 1, 16),    # 3x3 on an image: 3 x 16 against 9 x 8 (1.5x)
+    ("float32", (1, 7, 7), 3, 1, 0),      # TF32: 7 x 24 against 49 x 4 gains too little
+    ("float16", (1, 1, 80), 1, 1, 80),    # 1-d, one channel: 80 against 80 x 8
+    ("float16", (1, 7, 1), 3, 1, 0),      # one tap along W: nothing to unfold
+    ("float16", (1, 3, 3), 6, 2, 0),      # groups: the unfolded channels would mix them
+])
+def test_implicit_conv_unfolds_width_where_k_shrinks(modelled_h100, dtype, ker, c, groups, want):
+    prob = launch.ImplicitConv(dtype, True, 4, c, 64, groups, (1, 28, 28), (1, 28, 28), ker,
+                               (1, 1, 1), (1, 1, 1), (0, 1, 1), "tf32" if dtype == "float32"
+                               else "exact")
+    assert launch.unfolded_channels(prob, launch.staged_channels(prob, None, 0)) == want
