@@ -45,9 +45,10 @@ PROBLEMS = [
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--dtype", default="float32,float16", help="comma-separated dtypes")
     args = ap.parse_args(argv)
     l2 = measure.device_facts()["l2_bytes"]
-    for dtype in ("float32", "float16"):
+    for dtype in args.dtype.split(","):
         for xs, ws, opts in PROBLEMS:
             for layout in ("NCHW", "NHWC"):
                 x0 = cupy.random.default_rng(0).standard_normal(xs, dtype=cupy.float32).astype(dtype)
@@ -60,14 +61,14 @@ def main(argv=None) -> int:
                 geom = ConvGeometry.from_shapes(x0.shape, w.shape, layout=layout, dtype=dtype,
                                                 **opts)
                 times = {}
-                for method in ("depthwise", "implicit_gemm", "auto"):
+                for method in ("depthwise", "implicit_gemm", "im2col_gemm", "direct", "auto"):
                     times[method] = time_gpu(measure.rotating(
                         lambda x: cupyconv.conv(x, w, layout=layout, method=method, **opts),
                         copies), repeat=args.repeat)
                 pick = heuristic_choice(geom, "auto", x0.device.id).name
                 rate = geom.flops / (times["depthwise"] * 1e-3) / 1e12
                 print(f"{dtype:8s} {layout} x{xs} w{ws} {opts}: depthwise {times['depthwise']:.4f}"
-                      f" implicit {times['implicit_gemm']:.4f} auto {times['auto']:.4f} ({pick})"
+                      f" implicit {times['implicit_gemm']:.4f} im2col {times['im2col_gemm']:.4f} direct {times['direct']:.4f} auto {times['auto']:.4f} ({pick})"
                       f" | {geom.flops / 1e9:.2f} GFLOP {geom.bytes_moved(x0.itemsize) / 1e6:.1f}"
                       f" MB -> depthwise {rate:.2f} TFLOP/s", flush=True)
                 del copies

@@ -21,7 +21,7 @@ from typing import Callable
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous_vector
-from cupyconv._core.dtypes import HALF_DTYPES, itemsize
+from cupyconv._core.dtypes import itemsize
 from cupyconv._core.epilogue import residual_like
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.precision import gemm_math
@@ -33,7 +33,8 @@ from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._gemm.forward import (forward_merge, gemm_launch_shape, is_pointwise,
                                     run_im2col_gemm, run_implicit_gemm)
 from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
-                                   forced_plan, grid_fits, plan_gemm, sm_count, with_build)
+                                   few_channel_seconds, few_channels, forced_plan, grid_fits,
+                                   plan_gemm, sm_count, with_build)
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -98,6 +99,17 @@ _DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles (benchma
 _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
 # channels-last kernels (depthwise_cl.cu): an estimate below the tile kernel's, not yet measured
 _DEPTHWISE_CL_BANDWIDTH = 2e12
+# Arithmetic rates of the depthwise kernels (H100, benchmarks/exp_depthwise_rate.py): each output
+# chains its taps, so large kernels and channel multipliers (a one-channel input with many
+# filters is "depthwise" too) are bound by them, not by bytes.  Highest rates measured: plane
+# kernel 12 TFLOP/s (7x7), channels-last 5.5 (7x7), tile 0.65-1.1, gather 0.5-1.4 (the top of
+# that range: the GEMM estimate it competes with is optimistic on grouped problems); the bytes-only
+# model sent an 80-tap one-channel 1-d layer with 128 filters to the tile kernel: 8 ms against
+# 0.26 ms on the GEMM.
+_DEPTHWISE_PLANE_RATE = 12e12
+_DEPTHWISE_CL_RATE = 5e12
+_DEPTHWISE_TILE_RATE = 1e12
+_DEPTHWISE_GATHER_RATE = 1e12
 
 
 def _bytes(g: ConvGeometry) -> int:
@@ -107,24 +119,30 @@ def _bytes(g: ConvGeometry) -> int:
 def _direct_cost(g: ConvGeometry, device_id: int) -> float:
     waves = math.ceil(math.prod(g.output_shape) / (sm_count(device_id) * _DIRECT_THREADS_PER_SM))
     chain = waves * (g.in_channels // g.groups) * math.prod(g.kernel) * _DIRECT_STEP_S
-    return max(g.flops / _DIRECT_RATE, _bytes(g) / _DIRECT_BANDWIDTH, chain)
+    # (its re-reads cost per element: 16-bit storage is no cheaper, H100: a one-channel fp16
+    # 3x3 with 16 filters ran 0.63 ms, as in fp32, where 2-byte bytes predicted half)
+    moved = g.bytes_moved(max(4, itemsize(g.dtype)))
+    return max(g.flops / _DIRECT_RATE, moved / _DIRECT_BANDWIDTH, chain)
 
 
 def _depthwise_cost(g: ConvGeometry, device_id: int) -> float:
+    """Bytes at the kernel's bandwidth or FLOPs at its rate, whichever takes longer, both scaled
+    by the share of its threads that hold outputs (``fill``)."""
     p = plane_plan(g)
     if p is not None:  # (assumes contiguous planes, as conv's inputs usually are)
         oh, ow = g.as_3d()["out_spatial"][1:]
         # idle lanes: columns past the plane in the last strip, rows past it in the last item
         fill = (oh * ow * p.gw * p.qw) / (math.ceil(oh / p.ry) * p.ry * p.strips * 4 * p.qw * 32)
-        return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
-    if channels_last_applies(g):
-        return _bytes(g) / _DEPTHWISE_CL_BANDWIDTH
-    t = tile_plan(g, False)
-    if t is None:
-        return _bytes(g) / _DEPTHWISE_GATHER_BANDWIDTH
-    oh, ow = g.as_3d()["out_spatial"][1:]
-    fill = oh * ow / (t.tiles_h * t.by * t.vr * t.tiles_w * t.tile_w)  # idle edge-tile threads
-    return _bytes(g) / (_DEPTHWISE_BANDWIDTH * fill)
+        bandwidth, rate = _DEPTHWISE_BANDWIDTH, _DEPTHWISE_PLANE_RATE
+    elif channels_last_applies(g):
+        fill, bandwidth, rate = 1.0, _DEPTHWISE_CL_BANDWIDTH, _DEPTHWISE_CL_RATE
+    elif (t := tile_plan(g, False)) is None:
+        fill, bandwidth, rate = 1.0, _DEPTHWISE_GATHER_BANDWIDTH, _DEPTHWISE_GATHER_RATE
+    else:
+        oh, ow = g.as_3d()["out_spatial"][1:]
+        fill = oh * ow / (t.tiles_h * t.by * t.vr * t.tiles_w * t.tile_w)  # idle edge-tile threads
+        bandwidth, rate = _DEPTHWISE_BANDWIDTH, _DEPTHWISE_TILE_RATE
+    return max(_bytes(g) / bandwidth, g.flops / rate) / fill
 
 
 def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
@@ -147,12 +165,18 @@ def _im2col_applicable(g: ConvGeometry) -> bool:
 
 
 def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
-    gemm = plan_gemm(g.dtype, *gemm_launch_shape(g, "im2col_gemm")[1], device_id, g.precision)
+    shape = gemm_launch_shape(g, "im2col_gemm")[1]
+    gemm_s = _IM2COL_GEMM_FACTOR * plan_gemm(g.dtype, *shape, device_id, g.precision).seconds
+    if few_channels(g.dtype, g.precision, g.in_channels // g.groups, device_id):
+        # (as the implicit GEMM's estimate of such problems: latency- and traffic-bound blocks)
+        gemm_s = max(gemm_s, few_channel_seconds(g.dtype, g.precision, *shape, device_id))
     if is_pointwise(g):  # the column matrix is x itself: no im2col pass
-        return _IM2COL_GEMM_FACTOR * gemm.seconds
-    col_bytes = math.prod(g.col_shape) * (2 if g.dtype in HALF_DTYPES else 4)
-    return (_IM2COL_PASSES * col_bytes / BANDWIDTH + LAUNCH_S
-            + _IM2COL_GEMM_FACTOR * gemm.seconds)
+        return gemm_s
+    # (4 bytes per column element whatever the dtype: the im2col kernel writes elements one by
+    # one, and 16-bit ones cost as much, H100: a one-channel 80-tap fp16 1-d layer spent ~0.2 ms
+    # on its 41 MB column matrix; float64 is counted at 4 as it was fitted)
+    col_bytes = math.prod(g.col_shape) * 4
+    return _IM2COL_PASSES * col_bytes / BANDWIDTH + LAUNCH_S + gemm_s
 
 
 FORWARD: dict[str, Algorithm] = {
