@@ -12,7 +12,6 @@ audio front end and a 3-d one-channel volume; none of them is in the suite the t
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -42,17 +41,8 @@ PROBLEMS = {
 }
 
 
-def _channels_last(shape):
-    return (shape[0], *shape[2:], shape[1])
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--precision", default="", help="comma-separated labels (default: all): "
-                    + ", ".join(p[0] for p in PRECISIONS))
-    args = ap.parse_args(argv)
-    labels = tuple(v for v in args.precision.split(",") if v)
+    args, labels = measure.precision_experiment_args(__doc__, PRECISIONS, argv)
     torch = measure.load_torch()
     F = torch.nn.functional
     l2 = measure.device_facts()["l2_bytes"]

@@ -7,7 +7,6 @@ fp16 and bf16, with cuDNN at the same precision for scale.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -49,12 +48,7 @@ def layer_operands(torch, name: str, dtype: str, l2_bytes: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--precision", default="", help="comma-separated labels (default: all): "
-                    + ", ".join(p[0] for p in PRECISIONS))
-    args = ap.parse_args(argv)
-    labels = tuple(v for v in args.precision.split(",") if v)
+    args, labels = measure.precision_experiment_args(__doc__, PRECISIONS, argv)
     torch = measure.load_torch()
     l2 = measure.device_facts()["l2_bytes"]
     for name in LAYERS:

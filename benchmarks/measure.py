@@ -194,6 +194,19 @@ def cupy_view(tensor, channels_last: bool):
     return cupy.from_dlpack(tensor.permute(0, 2, 3, 1) if channels_last else tensor)
 
 
+def precision_experiment_args(doc: str, precisions, argv=None):
+    """``(args, labels)`` of an experiment script over ``precisions`` ((label, dtype, precision)
+    triples): ``--repeat`` and ``--precision`` (comma-separated labels; empty: all)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--precision", default="", help="comma-separated labels (default: all): "
+                    + ", ".join(p[0] for p in precisions))
+    args = ap.parse_args(argv)
+    return args, tuple(v for v in args.precision.split(",") if v)
+
+
 def set_cudnn_tf32(torch, on: bool) -> bool:
     """Allow (PyTorch's default) or forbid TF32 tensor cores in cuDNN convolutions through
     ``torch.backends.cudnn.allow_tf32``; returns the flag read back (recorded in the results).
