@@ -220,7 +220,7 @@ def planned_gemm(geom: ConvGeometry, algo: Algorithm, device_id: int):
     kernel, shape = launch
     if algo.plan is not None:  # a tuned tile and split, on the problem's main loop
         return kernel, shape, with_build(replace(algo.plan, math=gemm_math(
-            geom.dtype, geom.precision, device_id)), shape[2])
+            geom.dtype, geom.precision, device_id)), shape, device_id)
     plan = plan_gemm(geom.dtype, *shape, device_id, geom.precision)
     return kernel, shape, dense_plan(plan, geom.dtype, shape[2]) if kernel == "gemm" else plan
 

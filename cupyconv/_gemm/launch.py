@@ -97,20 +97,31 @@ def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
 
 
 # Rates measured on an H200 (benchmarks/NOTES.md): the 128x128 tile's SGEMM rate, and the
-# bandwidth that the split-K workspace round trip costs.  The tensor-core loops' rates per kind
+# bandwidth that the split-K workspace round trip costs.  The mma.sync loops' rates per kind
 # (H100, benchmarks/NOTES.md) drive the same plan.
 GEMM_RATE = 40e12
-MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 500e12,
-             MATH_WGMMA_TF32: 250e12}
+MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 640e12,
+             MATH_WGMMA_TF32: 163e12}
 BANDWIDTH = 3e12
 # One more launch: the driver call, the workspace allocation and the gap on the device (the host
 # side, ~6 us per launch on H100 hosts, is what a Python loop of small calls waits on).
 LAUNCH_S = 8e-6
 MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
-# Most k-slices per block for which the Hopper loop takes its two-block build: measured on ResNet-50
-# layers (H100, benchmarks/NOTES.md), two blocks win up to ~9 slices per block (prologue and
-# epilogue overlap) and lose from ~36 (fewer stages in flight, registers capped at 128).
-WGMMA_SHORT_K = 16
+
+# The Hopper loop's own model (H100, CUDA-graph timings of every tile x split x build on ResNet-50
+# layers and held-out ones, benchmarks/exp_conv_plans.py, NOTES "Session 13"): a round of
+# resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices' latency, the
+# hand-off and the stores, which no other block's main loop hides with one block per
+# multiprocessor) plus its products at the tile's share of the multiprocessor's rate
+# (MATH_RATE), which the blocks resident together share.  128x64 and 64x64 tiles run at 0.60 and 0.54 of the 128x128 tile's rate; the
+# reduction of a split adds HOPPER_SPLIT_S of device time to the workspace round trip.
+HOPPER_TILE_SPEED = {(128, 128): 1.0, (128, 64): 0.60, (64, 64): 0.54}
+HOPPER_WAVE_S = {(128, 128): 9e-6, (128, 64): 6e-6, (64, 64): 6e-6}
+HOPPER_SPLIT_S = 3e-6
+# Most k (elements) per block for which the Hopper loop takes its two-block build (prologue and
+# epilogue overlap the other block's main loop; 128 registers, 3 stages): measured, two blocks win
+# at k = 576 and 1152 in fp16 and TF32 (1.16-1.42x) and lose from 2304 (H100, exp_conv_plans.py).
+WGMMA_SHORT_K = 1536
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,21 @@ def _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, rate=GEMM_RATE) -
     return seconds
 
 
+def _hopper_time(tile, splits, m, n, k, batch, sms, rate) -> float:
+    """Estimated seconds on the Hopper loop (HOPPER_* above), on the build ``with_build`` gives:
+    each multiprocessor runs its share of the blocks in rounds of ``resident`` at a time, each
+    round a fixed cost, the products at the multiprocessor's rate whatever the rounds."""
+    bm, bn = tile[:2]
+    resident = resident_blocks(MATH_WGMMA, tile, splits, (m, n, k, batch), sms)
+    per_sm = math.ceil(math.ceil(m / bm) * math.ceil(n / bn) * batch * splits / sms)
+    per_block = 2 * bm * bn * math.ceil(k / splits)
+    seconds = (math.ceil(per_sm / resident) * HOPPER_WAVE_S[(bm, bn)]
+               + per_sm * sms * per_block / (rate * HOPPER_TILE_SPEED[(bm, bn)]))
+    if splits > 1:
+        seconds += (splits + 1) * m * n * batch * 4 / BANDWIDTH + HOPPER_SPLIT_S
+    return seconds
+
+
 @memoized(4096)
 def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0,
               precision: str = "exact") -> GemmPlan:
@@ -165,17 +191,34 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
         max_splits = min(MAX_SPLITS, max(1, slices // 4)) if tiles < 2 * slots else 1
         max_splits = max(1, min(max_splits, GRID_YZ_MAX // batch))  # (batch, part) is grid z
         for splits in range(1, max_splits + 1):
-            t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes, MATH_RATE[math_kind])
+            if math_kind in WGMMA_KINDS:
+                t = _hopper_time(tile, splits, m, n, k, batch, slots, MATH_RATE[math_kind])
+            else:
+                t = _plan_time(tile, splits, m, n, k, batch, slots, acc_bytes,
+                               MATH_RATE[math_kind])
             if best is None or t < best.seconds:
                 best = GemmPlan(tile, splits, t, math_kind)
-    return with_build(best, k)
+    return with_build(best, (m, n, k, batch), device_id)
 
 
-def with_build(plan: GemmPlan, k: int) -> GemmPlan:
-    """``plan`` with the build its main loop takes for a k range of ``k``: the Hopper loop's
-    two-block build for at most WGMMA_SHORT_K k-slices per block, else one block."""
-    short = math.ceil(k / plan.splits / plan.tile[2]) <= WGMMA_SHORT_K
-    blocks = 2 if plan.math in WGMMA_KINDS and short else 1
+def resident_blocks(math_kind: int, tile, splits: int, shape: tuple, sms: int) -> int:
+    """Blocks per multiprocessor of the build the main loop takes for an (m, n, k, batch) GEMM
+    on ``tile`` with ``splits``: the Hopper loop's two-block build where each block's k range is
+    at most WGMMA_SHORT_K and there are blocks enough to pair (alone on a multiprocessor it is
+    slower than the one-block build: fewer stages, capped registers; H100, 0.022 against 0.016
+    ms); else one."""
+    if math_kind not in WGMMA_KINDS:
+        return 1
+    m, n, k, batch = shape
+    blocks = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch * splits
+    return 2 if math.ceil(k / splits) <= WGMMA_SHORT_K and blocks > sms else 1
+
+
+def with_build(plan: GemmPlan, shape: tuple, device_id: int) -> GemmPlan:
+    """``plan`` with the build (``resident_blocks``) its main loop takes for an (m, n, k, batch)
+    GEMM on device ``device_id`` (queried only for the Hopper loop)."""
+    blocks = (resident_blocks(plan.math, plan.tile, plan.splits, shape, sm_count(device_id))
+              if plan.math in WGMMA_KINDS else 1)
     return plan if plan.blocks == blocks else replace(plan, blocks=blocks)
 
 
@@ -217,14 +260,14 @@ def plan_hooks_active() -> bool:
 
 
 def _resolve(plan: GemmPlan | None, default, kernel: str, shape: tuple, dtype: str,
-             math_kind: int) -> GemmPlan:
+             math_kind: int, device_id: int) -> GemmPlan:
     """The plan a launch uses: explicit, else forced by the context, else ``default()``; on the
     launch's main loop ``math_kind`` (or on one the device runs instead, where the plan names
     it: ``precision.runs_instead``), whose tiles a given plan must use."""
     plan = plan or _FORCED.get() or default()
     if plan.math != math_kind and not runs_instead(plan.math, math_kind):
         plan = replace(plan, math=math_kind)
-    plan = with_build(plan, shape[2])
+    plan = with_build(plan, shape, device_id)
     math_kind = plan.math
     tiles = gemm_tiles(dtype, math_kind) + ((LONG_K_TILE,) if math_kind == MATH_SIMT else ())
     if plan.tile not in tiles:
@@ -304,7 +347,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     device_id = c.data.device_id
     plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, device_id, precision),
                                              dtype, k), "gemm", (m, n, k, batch), dtype,
-                    gemm_math(dtype, precision, device_id))
+                    gemm_math(dtype, precision, device_id), device_id)
     variant = (int(a.kcontig), int(b.kcontig))
     fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math, plan.blocks), "gemm", dtype,
                              variant + (plan.math,), plan)
@@ -709,7 +752,7 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
         m, n, k, groups = prob.gemm
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, m, n, k, groups, device_id, prob.precision),
                     "conv_fprop", (m, n, k, groups), prob.dtype,
-                    gemm_math(prob.dtype, prob.precision, device_id))
+                    gemm_math(prob.dtype, prob.precision, device_id), device_id)
     variant = (int(prob.channels_last),)
     fn, smem = _tiled_kernel(conv_fprop_module(prob.dtype, plan.tile, variant, plan.math, plan.blocks),
                              "conv_fprop", prob.dtype, variant + (plan.math,), plan)
@@ -751,7 +794,7 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     device_id = dw.data.device_id
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
                     "conv_wgrad", (kg, tcg, pixels, g), prob.dtype,
-                    gemm_math(prob.dtype, prob.precision, device_id))
+                    gemm_math(prob.dtype, prob.precision, device_id), device_id)
     fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math, plan.blocks), "conv_wgrad",
                              prob.dtype, (plan.math,), plan)
     xs = element_strides(x, True)

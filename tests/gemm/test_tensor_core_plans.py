@@ -29,9 +29,9 @@ def test_shared_memory_of_the_tensor_core_loops():
 def test_a_forced_tile_of_another_main_loop_is_refused():
     plan = GemmPlan(GEMM_TILES["float16"][0], 1, 0.0)
     with pytest.raises(ValueError, match="not one of the float16 tiles"):
-        _resolve(plan, None, "gemm", (1, 1, 1, 1), "float16", MATH_MMA)
+        _resolve(plan, None, "gemm", (1, 1, 1, 1), "float16", MATH_MMA, 0)
     ok = _resolve(GemmPlan(MMA_TILES[MATH_MMA][1], 2, 0.0), None, "gemm", (1, 1, 1, 1),
-                  "float16", MATH_MMA)
+                  "float16", MATH_MMA, 0)
     assert ok.math == MATH_MMA and ok.splits == 2
 
 
@@ -49,18 +49,29 @@ def test_precision_argument(monkeypatch):
             resolve_precision(bad, "float32")
 
 
-def test_hopper_build_follows_the_k_range():
-    """The Hopper loop's two-block build for short k ranges per block, one block for long ones;
-    other loops always one; the build's defines and shared memory follow."""
+def test_hopper_build_follows_the_k_range(monkeypatch):
+    """The Hopper loop's two-block build for short k ranges per block where there are blocks
+    enough to pair, one block otherwise; other loops always one; the build's defines and shared
+    memory follow."""
     from cupyconv._core.kernels import MATH_WGMMA, WGMMA_STAGES, conv_fprop_module
+    from cupyconv._gemm import launch
     from cupyconv._gemm.launch import WGMMA_SHORT_K, with_build
 
+    monkeypatch.setattr(launch, "sm_count", lambda device_id: 132)
     tile = MMA_TILES[MATH_WGMMA][0]
-    short_k = WGMMA_SHORT_K * tile[2]
-    assert with_build(GemmPlan(tile, 1, 0.0, MATH_WGMMA), short_k).blocks == 2
-    assert with_build(GemmPlan(tile, 1, 0.0, MATH_WGMMA), short_k + 1).blocks == 1
-    assert with_build(GemmPlan(tile, 4, 0.0, MATH_WGMMA), 4 * short_k).blocks == 2  # per split
-    assert with_build(GemmPlan(MMA_TILES[MATH_MMA][0], 1, 0.0, MATH_MMA), 64).blocks == 1
+    many = 128 * 133  # rows for 133 row tiles: more blocks than multiprocessors
+
+    def blocks(splits, m, k):
+        return with_build(GemmPlan(tile, splits, 0.0, MATH_WGMMA), (m, 128, k, 1), 0).blocks
+
+    assert blocks(1, many, WGMMA_SHORT_K) == 2
+    assert blocks(1, many, WGMMA_SHORT_K + 1) == 1
+    assert blocks(4, many, 4 * WGMMA_SHORT_K) == 2  # per split
+    assert blocks(1, 128 * 132, WGMMA_SHORT_K) == 1  # one block per multiprocessor: no pair
+    assert blocks(2, 128 * 66, WGMMA_SHORT_K) == 1   # (splits count as blocks)
+    assert blocks(2, 128 * 67, WGMMA_SHORT_K) == 2
+    assert with_build(GemmPlan(MMA_TILES[MATH_MMA][0], 1, 0.0, MATH_MMA), (many, 128, 64, 1),
+                      0).blocks == 1
     two = conv_fprop_module("float16", tile, (1,), MATH_WGMMA, 2)
     assert dict(two.defines) == {"CC_MIN_BLOCKS": 2, "CC_WGMMA_STAGES": WGMMA_STAGES[2]}
     assert two.vendors == ("nvidia",)
@@ -79,3 +90,36 @@ def test_compile_check_skips_modules_other_vendors_never_launch(monkeypatch):
     compile_check.run_check([gemm_module("float16", MMA_TILES[MATH_WGMMA][0], (1, 1), MATH_WGMMA)],
                             workers=1)
     assert {v for v, _ in seen} == {"nvidia"} and len(seen) == len(compile_check.NVIDIA_ARCHS)
+
+
+# Measured on an H100 (CUDA-graph timings of every tile x split x build, benchmarks/
+# exp_conv_plans.py, NOTES "Session 13"): (m, n, k, batch), dtype, precision, the fastest
+# (tile, splits, blocks) -- or one within 4 % of it.
+HOPPER_MEASURED_BEST = [
+    ((100352, 64, 576, 1), "float16", "exact", ((128, 64), 1, 2)),     # res2 3x3
+    ((25088, 128, 1152, 1), "float16", "exact", ((128, 128), 1, 2)),   # res3 3x3
+    ((25088, 128, 1152, 1), "float32", "tf32", ((128, 128), 1, 2)),
+    ((6272, 256, 2304, 1), "float16", "exact", ((128, 128), 1, 1)),    # res4 3x3
+    ((3136, 512, 4608, 1), "float32", "tf32", ((128, 128), 1, 1)),     # VGG 14^2
+    ((1568, 256, 2304, 1), "float16", "exact", ((64, 64), 1, 1)),      # res4 3x3, batch 8
+    ((392, 512, 4608, 1), "float32", "tf32", ((128, 128), 8, 1)),      # res5 3x3, batch 8
+    ((392, 512, 4608, 1), "float16", "exact", ((128, 64), 4, 1)),      # (0.0156 vs best 0.0150)
+    ((100352, 256, 64, 1), "float16", "exact", ((128, 128), 1, 2)),    # res2 1x1
+]
+
+
+@pytest.mark.parametrize("shape,dtype,precision,best", HOPPER_MEASURED_BEST)
+def test_hopper_plan_picks_what_measured_fastest(monkeypatch, shape, dtype, precision, best):
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._core.kernels import MATH_WGMMA, MATH_WGMMA_TF32
+    from cupyconv._gemm import launch
+
+    monkeypatch.setattr(launch, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(launch, "gemm_math", lambda d, p, device_id: (
+        MATH_WGMMA_TF32 if d == "float32" else MATH_WGMMA))
+    clear_caches()  # (plan_gemm is memoized per device: neither read nor leave a real device's)
+    try:
+        plan = launch.plan_gemm(dtype, *shape, 0, precision)
+    finally:
+        clear_caches()
+    assert (plan.tile[:2], plan.splits, plan.blocks) == best

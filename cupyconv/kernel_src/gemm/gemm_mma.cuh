@@ -678,6 +678,9 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
   S* Bs = As + STAGES * L::A_STAGE;
   const int wg = threadIdx.x / 128, wg_m = wg % L::WG_M, wg_n = wg / L::WG_M;
   const int a_off = wg_m * 64 * L::BK, b_off = wg_n * L::WN * L::BK;
+  // Descriptors of stage 0; a stage further is its size further in the address field (16-byte
+  // units, bits 0-13), which never carries: shared memory ends below 2^18 bytes.
+  const unsigned long long da0 = OpA::desc(As + a_off), db0 = OpB::desc(Bs + b_off);
   float d[1][NF][4];  // one fragment row of m16n8 tiles per warp: hand_off_m16n8's shape
 #pragma unroll
   for (int j = 0; j < NF; ++j)
@@ -731,8 +734,8 @@ __device__ __forceinline__ void gemm_mainloop_wgmma(ALoader& la, BLoader& lb, in
       }
       cp_async_commit();
     }
-    const unsigned long long da = OpA::desc(As + (kt % STAGES) * L::A_STAGE + a_off);
-    const unsigned long long db = OpB::desc(Bs + (kt % STAGES) * L::B_STAGE + b_off);
+    const unsigned long long da = da0 + (kt % STAGES) * (L::A_STAGE * sizeof(S) / 16);
+    const unsigned long long db = db0 + (kt % STAGES) * (L::B_STAGE * sizeof(S) / 16);
     wgmma_fence();
     fence_accumulators(d[0]);
 #pragma unroll

@@ -140,9 +140,33 @@ struct DenseLoader {
   index_t khs = 0;
   int kc;  // cursor: first k of the next slice
   A regs[VECS][4];
+  // Multistage path: 16-byte chunks (CH elements) of a slice, NCH per thread, each at a fixed
+  // (row, k offset) of the slice; its address is stepped by BK * ks per slice (no 64-bit products
+  // in the loop: they were most of the Hopper loop's instructions), rows_ok holds `r < rows`.
+  static constexpr int CH = 16 / (int)sizeof(T), NCH = cmax(1, ROWS * BK / (CH * THREADS));
+  const T* chunk_ptr[NCH];
+  unsigned rows_ok;
 
   __device__ __forceinline__ void begin(int k0) { kc = k0; }
-  __device__ __forceinline__ void begin_async(int k0) { kc = k0; }  // (one row mapping)
+
+  // (row, k) of chunk i of this thread within a slice
+  __device__ __forceinline__ void chunk_coords(int i, int& r, int& kk) const {
+    const int q = threadIdx.x + i * THREADS;
+    if (KCONTIG) { r = q / (BK / CH); kk = (q % (BK / CH)) * CH; }
+    else { r = (q % (ROWS / CH)) * CH; kk = q / (ROWS / CH); }
+  }
+
+  __device__ __forceinline__ void begin_async(int k0) {
+    kc = k0;
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < NCH; ++i) {
+      int r, kk;
+      chunk_coords(i, r, kk);
+      rows_ok |= (unsigned)(r < rows) << i;
+      chunk_ptr[i] = base + r * rs + (k0 + kk) * ks;
+    }
+  }
 
   __device__ __forceinline__ void coords(int v, int& r, int& kk) const {
     const int idx = threadIdx.x + v * THREADS;
@@ -158,18 +182,16 @@ struct DenseLoader {
 
   template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* s) {
-    constexpr int CH = 16 / (int)sizeof(T), NCH = ROWS * BK / (CH * THREADS);
-    static_assert(NCH >= 1 && NCH * CH * THREADS == ROWS * BK, "slice of whole chunks");
+    static_assert(NCH * CH * THREADS == ROWS * BK, "slice of whole chunks");
     const int k0 = kc;
     kc += BK;
 #pragma unroll
     for (int i = 0; i < NCH; ++i) {
-      const int q = threadIdx.x + i * THREADS;
       int r, kk;
-      if (KCONTIG) { r = q / (BK / CH); kk = (q % (BK / CH)) * CH; }
-      else { r = (q % (ROWS / CH)) * CH; kk = q / (ROWS / CH); }
-      const bool ok = r < rows && k0 + kk < K;
-      cp_async16(s + Slot::at(r, kk), ok ? base + r * rs + (k0 + kk) * ks : base, ok);
+      chunk_coords(i, r, kk);
+      const bool ok = (rows_ok >> i & 1u) && k0 + kk < K;
+      cp_async16(s + Slot::at(r, kk), ok ? chunk_ptr[i] : base, ok);
+      chunk_ptr[i] += BK * ks;
     }
   }
 
@@ -257,6 +279,12 @@ struct Im2colLoader {
   // cursor: first k of the next slice, and its channel and tap (in the multistage mode, the
   // channel and tap of this thread's chunk of it, k + chunk_k)
   int kc, c0, kd, kh, kw;
+  // In the multistage mode, the cursor's dilated tap offsets and its element offset from a
+  // chunk's tap-(0, 0, 0) channel-0 address, stepped per slice without products.
+  int dd, dh, dw;
+  index_t toff;
+  // Each row's base: x at its image (`load`), or in the multistage mode its chunk's address at
+  // tap (0, 0, 0), channel 0 (x for rows past M); and its input coordinates at that tap.
   const T* rowbase[NROWS];
   int id0[NROWS], ih0[NROWS], iw0[NROWS];
   A regs[GROUPS][4];
@@ -299,8 +327,9 @@ struct Im2colLoader {
         const int ow = m % s->OW; m /= s->OW;
         const int oh = m % s->OH; m /= s->OH;
         const int od = m % s->OD; const int n = m / s->OD;
-        rowbase[r] = x + n * s->xsn;
         id0[r] = od * s->SD - s->PD; ih0[r] = oh * s->SH - s->PH; iw0[r] = ow * s->SW - s->PW;
+        rowbase[r] = x + n * s->xsn;
+        if (chunks) rowbase[r] += id0[r] * s->xsd + ih0[r] * s->xsh + iw0[r] * s->xsw;
       } else {
         rowbase[r] = x;
         id0[r] = -(1 << 29);  // every tap falls outside: the row reads zeros
@@ -340,6 +369,11 @@ struct Im2colLoader {
     const int t = k / sh->Cg;
     c0 = k - t * sh->Cg;
     split_tap(t, kd, kh, kw);
+    if (async_mode) {
+      const ConvShape& s = *sh;
+      dd = kd * s.DD; dh = kh * s.DH; dw = kw * s.DW;
+      toff = c0 * s.xsc + dd * s.xsd + dh * s.xsh + dw * s.xsw;
+    }
   }
 
   // Step the cursor to the next slice: channels first, then kw, kh, kd (no division).  A slice
@@ -355,18 +389,36 @@ struct Im2colLoader {
     }
   }
 
+  // The multistage mode's cursor step: as step_slice, carrying the offsets along (a tap change
+  // costs a few adds, a slice within a tap one).
+  __device__ __forceinline__ void step_slice_async() {
+    const ConvShape& s = *sh;
+    c0 += BK;
+    toff += BK * s.xsc;
+    while (c0 >= s.Cg) {
+      c0 -= s.Cg;
+      toff -= s.Cg * s.xsc;
+      if (++kw < s.KW) { dw += s.DW; toff += s.DW * s.xsw; continue; }
+      kw = 0; toff -= dw * s.xsw; dw = 0;
+      if (++kh < s.KH) { dh += s.DH; toff += s.DH * s.xsh; continue; }
+      kh = 0; toff -= dh * s.xsh; dh = 0;
+      ++kd; dd += s.DD; toff += s.DD * s.xsd;
+    }
+  }
+
   template <typename Slot, typename S>
   __device__ __forceinline__ void issue(S* smem) {
+    const ConvShape& s = *sh;
     const int kk = chunk_k();
     const bool kin = kc + kk < K;
     kc += BK;
 #pragma unroll
     for (int i = 0; i < NCH; ++i) {
-      index_t off = 0;
-      const bool ok = kin && offset(i, c0, kd, kh, kw, off);
-      cp_async16(smem + Slot::at(async_row(i), kk), rowbase[i] + (ok ? off : 0), ok);
+      const bool ok = kin && (unsigned)(id0[i] + dd) < (unsigned)s.D &&
+                      (unsigned)(ih0[i] + dh) < (unsigned)s.H && (unsigned)(iw0[i] + dw) < (unsigned)s.W;
+      cp_async16(smem + Slot::at(async_row(i), kk), ok ? rowbase[i] + toff : x, ok);
     }
-    step_slice();
+    step_slice_async();
   }
 
   __device__ __forceinline__ void load() {
