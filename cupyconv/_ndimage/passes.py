@@ -128,7 +128,7 @@ def dense_tile_plan(shape: tuple[int, ...], offsets: np.ndarray, mode: int,
     lo = off.min(axis=0, initial=0)
     span = off.max(axis=0, initial=0) - lo + 1
     PY, PX = TILE_Y + int(span[1]) - 1, TILE_X + int(span[2]) - 1
-    smem = PY * PX * compute_itemsize + ntaps * (compute_itemsize + 4)
+    smem = PY * PX * compute_itemsize + ntaps * (compute_itemsize + 4) + (PY + PX) * 4
     if smem > SMEM_LIMIT:
         return None
     rel = off - lo

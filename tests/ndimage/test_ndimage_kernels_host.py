@@ -182,7 +182,7 @@ def test_dense_tile_plan():
     codes = [(0 * PX + 0) * 2, (0 * PX + 1) * 2 + 1, (0 * PX + 2) * 2 + 1, (1 * PX + 0) * 2,
              (1 * PX + 2) * 2, (0 * PX + 1) * 2]
     assert list(prm[15:]) == codes
-    assert grid == (2 * 3, 3) and smem == PY * PX * 4 + 6 * 8
+    assert grid == (2 * 3, 3) and smem == PY * PX * 4 + 6 * 8 + (PY + PX) * 4  # + row, column maps
     # 2-d: one plane, no plane offsets
     prm, grid, _ = passes.dense_tile_plan((5, 7), np.array([[0, -1], [0, 0]]), 0, 8)
     assert list(prm[:3]) == [1, 5, 7] and prm[10] == 1 and list(prm[12:14]) == [0, 2]

@@ -311,7 +311,7 @@ nd_dense(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ 
 // a thread, two blocks an SM) and ND_TILE_Z for 3-d ones.
 // Block 32 x ND_TILE_ROWS.  Grid: x over tiles_x * ceil(D1 / ND_TILE_ROWS) tiles of a plane, y
 // over groups of TZ planes (grid-stride).  Shared memory: the staged plane (PY * PX),
-// the weights, the codes (int).  Sums run over the same taps in the same order as nd_dense's.
+// the weights, the codes (int), the row and column maps (PY + PX ints).  Sums run over the same taps in the same order as nd_dense's.
 template <typename Tin, typename Tout, typename A, int TZ>
 __global__ void __launch_bounds__(32 * ND_TILE_ROWS, TZ == 1 ? 4 : 2)
 nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restrict__ y,
@@ -328,6 +328,8 @@ nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restri
   A* tile = reinterpret_cast<A*>(smem_raw);
   A* ws = tile + PY * PX;
   int* cs = reinterpret_cast<int*>(ws + ntaps);
+  int* rmap = cs + ntaps;  // the staged rows' and columns' indices in x (-1: cval), mapped once
+  int* cmap = rmap + PY;   // per block: every plane stages the same rows and columns
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 32 + tx;
   for (int t = tid; t < ntaps; t += NT) {
     ws[t] = w[t];
@@ -335,6 +337,8 @@ nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restri
   }
   const A cval = w[ntaps], divisor = w[ntaps + 1];
   const nd::index_t x0 = (blockIdx.x % tiles_x) * TX, y0 = (blockIdx.x / tiles_x) * TY;
+  for (int i = tid; i < PY; i += NT) rmap[i] = (int)nd::map_index(y0 + lo_y + i, D1, mode);
+  for (int i = tid; i < PX; i += NT) cmap[i] = (int)nd::map_index(x0 + lo_x + i, D2, mode);
   const int base = ty * PX + tx * RX;  // RX is odd: lanes hit distinct banks
   for (nd::index_t z0 = (nd::index_t)blockIdx.y * TZ; z0 < D0; z0 += (nd::index_t)gridDim.y * TZ) {
     const int last = (int)(D0 - 1 - z0 < TZ - 1 ? D0 - 1 - z0 : TZ - 1);  // last live plane
@@ -348,20 +352,25 @@ nd_dense_tile(const Tin* __restrict__ x, const A* __restrict__ w, Tout* __restri
       const int jlo = p - SZ + 1 > 0 ? p - SZ + 1 : 0, jhi = p < last ? p : last;
       if (jlo > jhi) continue;  // no live output plane reads this one
       const nd::index_t zz = nd::map_index(z0 + lo_z + p, D0, mode);
-      __syncthreads();  // the tile's previous plane (or outputs) is read
-      for (int i0 = tid; i0 < PY * PX; i0 += NT * ND_STAGE) {  // ND_STAGE loads in flight
-        A v[ND_STAGE];
+      __syncthreads();  // the tile's previous plane (or outputs) is read (and the maps written)
+      // Thread rows walk the staged rows, lanes the columns, ND_STAGE loads in flight: indices
+      // come from the maps (no division, no boundary arithmetic per element).
+      for (int py = ty; py < PY; py += TY) {
+        const int r = rmap[py];
+        const bool live = zz >= 0 && r >= 0;
+        const Tin* row = x + (live ? (zz * D1 + r) * D2 : 0);
+        for (int px0 = tx; px0 < PX; px0 += 32 * ND_STAGE) {
+          A v[ND_STAGE];
 #pragma unroll
-        for (int u = 0; u < ND_STAGE; ++u) {
-          const int i = i0 + u * NT, py = i / PX, px = i - py * PX;
-          const nd::index_t r = i < PY * PX ? nd::map_index(y0 + lo_y + py, D1, mode) : -1;
-          const nd::index_t c = nd::map_index(x0 + lo_x + px, D2, mode);
-          v[u] = (zz < 0 || r < 0 || c < 0) ? cval
-                                            : nd::load<A, Tin>::as(x[(zz * D1 + r) * D2 + c]);
+          for (int u = 0; u < ND_STAGE; ++u) {
+            const int px = px0 + u * 32;
+            const int c = px < PX ? cmap[px] : -1;
+            v[u] = (live && c >= 0) ? nd::load<A, Tin>::as(row[c]) : cval;
+          }
+#pragma unroll
+          for (int u = 0; u < ND_STAGE; ++u)
+            if (px0 + u * 32 < PX) tile[py * PX + px0 + u * 32] = v[u];
         }
-#pragma unroll
-        for (int u = 0; u < ND_STAGE; ++u)
-          if (i0 + u * NT < PY * PX) tile[i0 + u * NT] = v[u];
       }
       __syncthreads();
 #pragma unroll
