@@ -1,7 +1,8 @@
 """Does the GEMM planner (``launch.plan_gemm``) pick the fastest tile and split-K factor for
 convolutions on the tensor-core loops?  Times the default plan of each problem against every
 tile of its main loop with split-K factors 1..8 (``launch.forced_plan``), with cuDNN at the same
-precision and layout for scale (ours as CUDA-graph replays: device time), and prints the planner's estimate beside each measurement.
+precision and layout for scale (ours as CUDA-graph replays: device time), and prints the
+planner's estimate beside each measurement.
 
     python3 benchmarks/exp_conv_plans.py [--repeat 10] [--precision fp16,tf32] [--pass forward]
         [--short-k N] [--splits 1,2,3,4,6,8]

@@ -2,7 +2,7 @@
 same device, for the public gemm, with cuBLAS as the yardstick; correctness first (relative error
 against float64).  Kernel constants and the register cap can be overridden for a sweep:
 ``EXP_CONST=GEMM_RASTER_M=1 EXP_SHORT_K=0 python3 benchmarks/exp_wgmma.py`` (``EXP_SHORT_K``: the
-most k-slices per block of the two-block build; ``EXP_CONV=1``: the conv layers instead, of the
+most k elements per block of the two-block build; ``EXP_CONV=1``: the conv layers instead, of the
 bench_precision labels in ``EXP_PREC``, default fp16,bf16; ``EXP_TF32=1``: the gemm in TF32 too,
 with PyTorch's TF32 error beside ours; ``EXP_CONST=TF32_ROUND_STAGE=0``: TF32 slices unrounded)."""
 

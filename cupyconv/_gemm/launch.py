@@ -113,8 +113,9 @@ MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and
 # resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices' latency, the
 # hand-off and the stores, which no other block's main loop hides with one block per
 # multiprocessor) plus its products at the tile's share of the multiprocessor's rate
-# (MATH_RATE), which the blocks resident together share.  128x64 and 64x64 tiles run at 0.60 and 0.54 of the 128x128 tile's rate; the
-# reduction of a split adds HOPPER_SPLIT_S of device time to the workspace round trip.
+# (MATH_RATE), which the blocks resident together share.  128x64 and 64x64 tiles run at 0.60
+# and 0.54 of the 128x128 tile's rate; the reduction of a split adds HOPPER_SPLIT_S of device
+# time to the workspace round trip.
 HOPPER_TILE_SPEED = {(128, 128): 1.0, (128, 64): 0.60, (64, 64): 0.54}
 HOPPER_WAVE_S = {(128, 128): 9e-6, (128, 64): 6e-6, (64, 64): 6e-6}
 HOPPER_SPLIT_S = 3e-6
