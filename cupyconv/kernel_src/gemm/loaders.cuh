@@ -376,8 +376,8 @@ struct Im2colLoader {
     }
   }
 
-  // Step the cursor to the next slice: channels first, then kw, kh, kd (no division).  A slice
-  // spans BK / Cg taps where Cg < BK (only the multistage mode's per-chunk cursor does that).
+  // Step the register-staged mode's cursor (`load`, tap-uniform slices: Cg a multiple of BK) to
+  // the next slice: channels first, then kw, kh, kd (no division).
   __device__ __forceinline__ void step_slice() {
     c0 += BK;
     while (c0 >= sh->Cg) {
@@ -390,7 +390,7 @@ struct Im2colLoader {
   }
 
   // The multistage mode's cursor step: as step_slice, carrying the offsets along (a tap change
-  // costs a few adds, a slice within a tap one).
+  // costs a few adds, a slice within a tap one).  A slice spans BK / Cg taps where Cg < BK.
   __device__ __forceinline__ void step_slice_async() {
     const ConvShape& s = *sh;
     c0 += BK;
