@@ -39,12 +39,30 @@ PRECISIONS = (("fp16", "float16", "exact", "NHWC"), ("bf16", "bfloat16", "exact"
 PASSES = ("forward", "data", "weight")
 
 
+def pass_calls(torch, opts: dict, layout: str, precision: str, x_shape, w_shape):
+    """``(ours, peer)``: per pass (PASSES), a call ``f(x, w, dy)`` of cupyconv (on its views, in
+    ``layout``, at ``precision``; x and w of those shapes) and of cuDNN through PyTorch (on the
+    tensors)."""
+    F, grad = torch.nn.functional, torch.nn.grad
+    ours = {
+        "forward": lambda x, wt, dy: cupyconv.conv(x, wt, layout=layout, precision=precision,
+                                                   **opts),
+        "data": lambda x, wt, dy: cupyconv.conv_backward_data(
+            dy, wt, x_shape, layout=layout, precision=precision, **opts),
+        "weight": lambda x, wt, dy: cupyconv.conv_backward_weight(
+            x, dy, w_shape, layout=layout, precision=precision, **opts)}
+    peer = {"forward": lambda x, wt, dy: F.conv2d(x, wt, **opts),
+            "data": lambda x, wt, dy: grad.conv2d_input(x.shape, wt, dy, **opts),
+            "weight": lambda x, wt, dy: grad.conv2d_weight(x, wt.shape, dy, **opts)}
+    return ours, peer
+
+
 def layer_rows(torch, l2_bytes: int, repeat: int, only: str, labels=()) -> list[dict]:
     """One row per (layer, precision): ms of each pass for cupyconv and cuDNN, and the ratios
     (the precisions whose label is in ``labels``, or all)."""
     import cupy
 
-    F, grad = torch.nn.functional, torch.nn.grad
+    F = torch.nn.functional
     rows = []
     for name in LAYERS:
         if only and only not in name:
@@ -75,17 +93,8 @@ def layer_rows(torch, l2_bytes: int, repeat: int, only: str, labels=()) -> list[
                 return cupy.from_dlpack(t.permute(0, 2, 3, 1) if cl else t)
 
             cops = [tuple(ours_view(t) for t in trip) for trip in tops]
-            x_shape, w_shape = cops[0][0].shape, cops[0][1].shape
-            ours = {
-                "forward": lambda x, wt, dy: cupyconv.conv(x, wt, layout=layout,
-                                                           precision=precision, **opts),
-                "data": lambda x, wt, dy: cupyconv.conv_backward_data(
-                    dy, wt, x_shape, layout=layout, precision=precision, **opts),
-                "weight": lambda x, wt, dy: cupyconv.conv_backward_weight(
-                    x, dy, w_shape, layout=layout, precision=precision, **opts)}
-            peer = {"forward": lambda x, wt, dy: F.conv2d(x, wt, **opts),
-                    "data": lambda x, wt, dy: grad.conv2d_input(x.shape, wt, dy, **opts),
-                    "weight": lambda x, wt, dy: grad.conv2d_weight(x, wt.shape, dy, **opts)}
+            ours, peer = pass_calls(torch, opts, layout, precision, cops[0][0].shape,
+                                    cops[0][1].shape)
             measure.set_cudnn_tf32(torch, precision == "tf32")
             row = {"layer": name, "precision": label, "dtype": dtype, "layout": layout,
                    "copies": copies, "ms": {}, "cudnn_ms": {}, "ratio": {}}

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import cupyconv  # noqa: E402
 import measure  # noqa: E402
 from bench import SUITE  # noqa: E402
+from bench_precision import pass_calls  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._core.kernels import gemm_tiles  # noqa: E402
 from cupyconv._gemm import launch  # noqa: E402
@@ -72,7 +72,6 @@ def main(argv=None) -> int:
     labels = args.precision.split(",")
     passes = args.passes.split(",")
     torch = measure.load_torch()
-    F, grad = torch.nn.functional, torch.nn.grad
     torch.backends.cudnn.benchmark = True
     l2 = measure.device_facts()["l2_bytes"]
     for name, (n, c, h, w, k, r, s, p) in PROBLEMS.items():
@@ -86,17 +85,8 @@ def main(argv=None) -> int:
             copies = measure.rotation_copies(l2, sum(math.prod(t) for t in shapes) * item)
             tops = measure.torch_operand_copies(torch, shapes, dtype, True, copies)
             cops = [tuple(measure.cupy_view(t, True) for t in trip) for trip in tops]
-            x_shape, w_shape = cops[0][0].shape, cops[0][1].shape
-            ours = {
-                "forward": lambda x, wt, dy: cupyconv.conv(x, wt, layout="NHWC",
-                                                           precision=precision, **opts),
-                "data": lambda x, wt, dy: cupyconv.conv_backward_data(
-                    dy, wt, x_shape, layout="NHWC", precision=precision, **opts),
-                "weight": lambda x, wt, dy: cupyconv.conv_backward_weight(
-                    x, dy, w_shape, layout="NHWC", precision=precision, **opts)}
-            peer = {"forward": lambda x, wt, dy: F.conv2d(x, wt, **opts),
-                    "data": lambda x, wt, dy: grad.conv2d_input(x.shape, wt, dy, **opts),
-                    "weight": lambda x, wt, dy: grad.conv2d_weight(x, wt.shape, dy, **opts)}
+            ours, peer = pass_calls(torch, opts, "NHWC", precision, cops[0][0].shape,
+                                    cops[0][1].shape)
             for pas in passes:
                 call = ours[pas]
                 measure.set_cudnn_tf32(torch, precision == "tf32")

@@ -160,7 +160,7 @@ def _hopper_time(tile, splits, m, n, k, batch, sms, rate) -> float:
     each multiprocessor runs its share of the blocks in rounds of ``resident`` at a time, each
     round a fixed cost, the products at the multiprocessor's rate whatever the rounds."""
     bm, bn = tile[:2]
-    resident = resident_blocks(MATH_WGMMA, tile, splits, (m, n, k, batch), sms)
+    resident = resident_blocks(tile, splits, (m, n, k, batch), sms)
     per_sm = math.ceil(math.ceil(m / bm) * math.ceil(n / bn) * batch * splits / sms)
     per_block = 2 * bm * bn * math.ceil(k / splits)
     seconds = (math.ceil(per_sm / resident) * HOPPER_WAVE_S[(bm, bn)]
@@ -202,14 +202,11 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     return with_build(best, (m, n, k, batch), device_id)
 
 
-def resident_blocks(math_kind: int, tile, splits: int, shape: tuple, sms: int) -> int:
-    """Blocks per multiprocessor of the build the main loop takes for an (m, n, k, batch) GEMM
-    on ``tile`` with ``splits``: the Hopper loop's two-block build where each block's k range is
-    at most WGMMA_SHORT_K and there are blocks enough to pair (alone on a multiprocessor it is
-    slower than the one-block build: fewer stages, capped registers; H100, 0.022 against 0.016
-    ms); else one."""
-    if math_kind not in WGMMA_KINDS:
-        return 1
+def resident_blocks(tile, splits: int, shape: tuple, sms: int) -> int:
+    """Blocks per multiprocessor of the build the Hopper loop takes for an (m, n, k, batch) GEMM
+    on ``tile`` with ``splits``: two where each block's k range is at most WGMMA_SHORT_K and
+    there are blocks enough to pair (alone on a multiprocessor the two-block build is slower:
+    fewer stages, capped registers; H100, 0.022 against 0.016 ms); else one."""
     m, n, k, batch = shape
     blocks = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch * splits
     return 2 if math.ceil(k / splits) <= WGMMA_SHORT_K and blocks > sms else 1
@@ -218,7 +215,7 @@ def resident_blocks(math_kind: int, tile, splits: int, shape: tuple, sms: int) -
 def with_build(plan: GemmPlan, shape: tuple, device_id: int) -> GemmPlan:
     """``plan`` with the build (``resident_blocks``) its main loop takes for an (m, n, k, batch)
     GEMM on device ``device_id`` (queried only for the Hopper loop)."""
-    blocks = (resident_blocks(plan.math, plan.tile, plan.splits, shape, sm_count(device_id))
+    blocks = (resident_blocks(plan.tile, plan.splits, shape, sm_count(device_id))
               if plan.math in WGMMA_KINDS else 1)
     return plan if plan.blocks == blocks else replace(plan, blocks=blocks)
 
