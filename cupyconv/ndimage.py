@@ -22,6 +22,7 @@ Differences from SciPy, where matching it would be wrong or impossible on a GPU:
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import warnings
@@ -228,17 +229,43 @@ def _fuse_last_two(chain: list, shape: tuple, in_dtype: str, out_dtype: np.dtype
     if j > i + 1 and any(p.mode == CONSTANT for p in chain[i + 1:j + 1]):
         return chain
     px, py = (first, second) if first.axis == ndim - 1 else (second, first)
-    if passes.sep2d_plan(shape, px.taps.size, py.taps.size, out_dtype.itemsize) is None:
+    if (passes.sep2d_plan(shape, px.taps.size, py.taps.size, out_dtype.itemsize) is None
+            and _walk_pair(shape, pair_in, out_dtype.name, (first, second)) is None):
         return chain
     return chain[:i] + [(first, second)] + chain[i + 1:j] + chain[j + 1:]
 
 
+def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
+    """(stack, kernel3, left3) of the fused pair on the row walk (``passes.run_plane``,
+    separable), or None where it does not apply: the walk reads and writes one float dtype, takes
+    one boundary mode for both axes, and runs the last-axis pass first, which under mode constant
+    differs from the other order (the second pass pads the first's output with cval)."""
+    first, second = pair
+    ndim = len(shape)
+    if src_dtype != out_dtype or first.mode != second.mode:
+        return None
+    if first.mode == CONSTANT and first.axis != ndim - 1:
+        return None
+    px, py = (first, second) if first.axis == ndim - 1 else (second, first)
+    stack = (math.prod(shape[:-2]), 1, shape[-2], shape[-1])
+    kernel3 = (1, py.taps.size, px.taps.size)
+    if (np.iscomplexobj(px.taps) or np.iscomplexobj(py.taps)
+            or passes.plane_plan(stack, kernel3, True, out_dtype) is None):
+        return None
+    return stack, kernel3, (0, py.left, px.left)
+
+
 def _run_fused(src, dst, pair, compute: str) -> None:
+    """The fused pair: on the row walk where :func:`_walk_pair` allows, else ``nd_sep2d``."""
     first, second = pair
     x_first = first.axis == src.ndim - 1
     px, py = (first, second) if x_first else (second, first)
     weights = np.concatenate([np.asarray(px.taps, compute), np.asarray(py.taps, compute),
                               np.array([px.cval, px.divisor, py.divisor], dtype=compute)])
+    walk = _walk_pair(src.shape, src.dtype.name, dst.dtype.name, pair)
+    if walk is not None:
+        passes.run_plane(src, dst, weights, *walk, px.mode, separable=True)
+        return
     passes.run_sep2d(src, dst, weights, px.taps.size, py.taps.size, px.left, py.left, px.mode,
                      py.mode, x_first)
 
@@ -356,10 +383,30 @@ def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes)
     index = np.argwhere(keep).astype(np.int64)
     offsets = index - np.asarray(left, np.int64)
     compute = compute_dtype(x.dtype.name, out_dtype.name, complex_out)
+    walk = _walk_dense(x, out_dtype, compute, taps.shape, left) if keep.all() else None
+    if walk is not None:
+        passes.run_plane(cupy.ascontiguousarray(x), result,
+                         _weights_buffer(taps, cval, 1.0, compute), *walk, code, separable=False)
+        return _finish(result, out_arr, direct)
     weights_buf = _weights_buffer(taps[keep], cval, 1.0, compute)
     passes.run_dense(cupy.ascontiguousarray(x), result, weights_buf, offsets.reshape(-1, x.ndim),
                      code)
     return _finish(result, out_arr, direct)
+
+
+def _walk_dense(x, out_dtype, compute: str, wshape: tuple, left: list):
+    """(volume, kernel3, left3) of the N-d correlation on the row walk (``passes.run_plane``,
+    dense), or None where it does not apply: 2-d or 3-d real float data read, written and summed
+    in one dtype.  (The caller keeps the staged kernels where a tap is below SciPy's skip
+    threshold: the walk multiplies every tap, and 0 * inf would be NaN where SciPy skips it.)"""
+    if x.ndim not in (2, 3) or not (x.dtype.name == out_dtype.name == compute):
+        return None
+    pad = (1,) * (3 - x.ndim)
+    vol = (1,) + pad + tuple(x.shape)
+    kernel3 = pad + tuple(wshape)
+    if passes.plane_plan(vol, kernel3, False, compute) is None:
+        return None
+    return vol, kernel3, (0,) * (3 - x.ndim) + tuple(left)
 
 
 def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):

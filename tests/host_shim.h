@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <math.h>  // expf, erf, fma (float and double overloads) of the epilogues and loops
 #include <thread>
 #include <type_traits>
@@ -98,6 +99,15 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+// CC_SYNCWARP of the HIPRTC branch (common.cuh): the fences are no-ops here and the wave barrier
+// waits for the thread's 32-lane group (consecutive linear thread ids), which the kernels that
+// use it (the plane row walks) sync on their own.
+inline thread_local std::barrier<>* host_group_barrier = nullptr;
+#define __builtin_amdgcn_fence(...) ((void)0)
+#define __builtin_amdgcn_wave_barrier() host_group_barrier->arrive_and_wait()
 
 // Run `body` (one GPU thread's work) for every thread of every block of the grid; shared memory
 // is filled with NaN bytes before each block, so reading what no thread staged shows.
@@ -112,6 +122,9 @@ void host_run_grid(host_dim3 grid, host_dim3 block, Body body) {
         std::memset(smem_raw, 0xff, sizeof(smem_raw));
         std::barrier<> bar((std::ptrdiff_t)nt);
         host_block_barrier = &bar;
+        std::vector<std::unique_ptr<std::barrier<>>> groups;
+        for (unsigned g = 0; g < nt; g += 32)
+          groups.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)std::min(32u, nt - g)));
         std::vector<std::thread> threads;
         threads.reserve(nt);
         for (unsigned tz = 0; tz < block.z; ++tz)
@@ -120,8 +133,11 @@ void host_run_grid(host_dim3 grid, host_dim3 block, Body body) {
               threads.emplace_back([&, tx, ty, tz] {
                 threadIdx = {tx, ty, tz};
                 blockIdx = {bx, by, bz};
+                std::barrier<>* group = groups[(tx + block.x * (ty + block.y * tz)) / 32].get();
+                host_group_barrier = group;
                 body();
                 bar.arrive_and_drop();  // an exited thread no longer holds barriers back
+                group->arrive_and_drop();
               });
         for (auto& t : threads) t.join();
       }

@@ -1,9 +1,11 @@
-"""Kernel modules of cupyconv.ndimage (``kernel_src/ndimage/ndimage.cu``).
+"""Kernel modules of cupyconv.ndimage (``kernel_src/ndimage/ndimage.cu``, ``nd_plane.cu``).
 
-Each kernel is a template over (input storage type, output storage type, compute type), so an
-integer or float32 image is read and written in its own type, with no conversion pass.  One
-binary per such triple, compiled at first use; :func:`check_modules` names the representative set
-the GPU-free compile check builds (each storage type once on each side, each compute type).
+Each ndimage.cu kernel is a template over (input storage type, output storage type, compute
+type), so an integer or float32 image is read and written in its own type, with no conversion
+pass.  One binary per such triple, compiled at first use; :func:`check_modules` names the
+representative set the GPU-free compile check builds (each storage type once on each side, each
+compute type).  ``nd_plane.cu`` (the row walk) serves real float32/float64 data whose input,
+output and compute dtypes agree: one binary per dtype (``ND_PLANE``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import KernelModule
+from cupyconv._core.kernels import PLANE_WIDTHS, KernelModule
 from cupyconv._ndimage.dtypes import ND_CTYPES, STORAGE_DTYPES, compute_dtype
 
 # Constants shared by the kernels and the launch code (passed as defines; the kernels stop with
@@ -78,12 +80,21 @@ def nd_module(in_dtype: str, out_dtype: str, compute: str) -> NdModule:
                     defines=tuple(ND_CONSTANTS.items()))
 
 
-def check_modules() -> tuple[NdModule, ...]:
+# nd_plane (ndimage/nd_plane.cu): the real float filters on the row walk, one binary per dtype
+# holding every filter-width bucket (PLANE_WIDTHS), dense (0) and separable (1).
+PLANE_DTYPES = ("float32", "float64")
+ND_PLANE = {d: KernelModule("ndimage/nd_plane.cu", ("nd_plane",), (d,),
+                            variants=tuple((kwb, sep) for sep in (0, 1) for kwb in PLANE_WIDTHS))
+            for d in PLANE_DTYPES}
+
+
+def check_modules() -> tuple[KernelModule, ...]:
     """The modules the compile check builds: every storage type in and out with its default
-    compute type, the complex compute types, and float32 through float64 (mixed precision)."""
+    compute type, the complex compute types, float32 through float64 (mixed precision), and the
+    row-walk modules."""
     out = []
     for d in STORAGE_DTYPES:
         out.append(nd_module(d, d, compute_dtype(d, d, False)))
     out += [nd_module("float32", "complex64", "complex64"), nd_module("uint8", "float64", "float64"),
             nd_module("float32", "float64", "float64"), nd_module("int16", "complex128", "complex128")]
-    return tuple(dict.fromkeys(out))
+    return tuple(dict.fromkeys(out)) + tuple(ND_PLANE.values())

@@ -14,8 +14,10 @@ import numpy as np
 
 from cupyconv._core import jit
 from cupyconv._core.caches import memoized
+from cupyconv._core.kernels import KERNEL_CONSTANTS, plane_rows_per_thread, plane_width
 from cupyconv._core.launch import GRID_YZ_MAX
-from cupyconv._ndimage.kernels import ND_CONSTANTS, nd_module
+from cupyconv._ndimage.boundary import CONSTANT, MIRROR, NEAREST, REFLECT, WRAP
+from cupyconv._ndimage.kernels import ND_CONSTANTS, ND_PLANE, nd_module
 
 THREADS = ND_CONSTANTS["ND_THREADS"]
 TILE_X = 32 * ND_CONSTANTS["ND_TILE_RX"]   # nd_dense_tile: columns, rows, planes of a tile
@@ -239,3 +241,79 @@ def run_sep2d(src, dst, weights: np.ndarray, kx: int, ky: int, lx: int, ly: int,
     prm = np.array([planes, H, W, kx, ky, lx, ly, mode_x, mode_y, int(bool(x_first)), tiles_x],
                    np.int64)
     fn(grid, (32, 8), (src, device_copy(weights), dst, device_copy(prm)), shared_mem=smem)
+
+
+# --------------------------------------------------------------------------- the row walk
+# nd_plane (nd_plane.cu) on the row walk of plane_walk.cuh, whose boundary codes (boundary.cuh)
+# are the signal API's plus nearest and mirror.  Measured on an H100 (benchmarks/NOTES.md,
+# session 14): the staged kernels above reach about a third of the copy rate on a 4096^2 float32
+# image (nd_dense_tile k=3 0.136 ms, nd_sep2d uniform 5 0.139 ms); the walk, as the signal API's
+# filter_plane, 0.067 ms for a 3x3.
+WALK_BOUNDARY = {CONSTANT: 0, WRAP: 1, REFLECT: 2, NEAREST: 3, MIRROR: 4}
+PLANE_WARPS = KERNEL_CONSTANTS["FP_WARPS"]
+PLANE_TW = KERNEL_CONSTANTS["FP_TW"]
+PLANE_ROWS = PLANE_WARPS * KERNEL_CONSTANTS["FP_CHUNKS"]  # times RY: output rows per block
+
+
+def address(a) -> int:
+    """Device address of ``a``'s first element (a NumPy array's host address on the CPU model of
+    the tests)."""
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None)
+    return int(ptr) if ptr is not None else int(a.__array_interface__["data"][0])
+
+
+def plane_plan(vol: tuple[int, int, int, int], kernel3: tuple[int, int, int], separable: bool,
+               dtype: str):
+    """(KWB, shared bytes without the store buffer, store-buffer bytes) of ``nd_plane`` for a
+    stack ``vol`` = (B, D, H, W) of ``dtype`` filtered by ``kernel3`` = (KD, KH, KW) taps
+    (separable: KD == 1, KW taps along the last axis and KH along the second-last), or None where
+    it does not apply: a dtype other than float32/float64, a filter wider than the largest width
+    bucket, single-row planes (the staged kernels keep
+    their full-width rows there), 2^31 elements or more per plane or output planes past the
+    grid, or taps past the static shared-memory limit."""
+    if dtype not in ND_PLANE:
+        return None
+    itemsize = np.dtype(dtype).itemsize
+    B, D, H, W = vol
+    kd, kh, kw = kernel3
+    kwb = plane_width(kw)
+    if kwb is None or H < 2 or H * W >= 2 ** 31 or B * D >= 2 ** 31 or (separable and kd != 1):
+        return None
+    staged = kwb + kh if separable else kd * kh * kwb
+    taps = 4 * math.ceil(staged / 4) * itemsize
+    buffer = PLANE_WARPS * plane_rows_per_thread(itemsize) * PLANE_TW * itemsize
+    if taps + buffer > SMEM_LIMIT:
+        return None
+    return kwb, taps, buffer
+
+
+def run_plane(src, dst, weights: np.ndarray, vol: tuple[int, int, int, int],
+              kernel3: tuple[int, int, int], left3: tuple[int, int, int], mode: int,
+              separable: bool) -> None:
+    """dst = src filtered on the row walk: both C-contiguous (B, D, H, W) stacks in the same
+    float dtype (``vol``), ``weights`` in that dtype.  Dense: the KD x KH x KW taps, cval, the
+    divisor; separable: KW taps along the last axis, KH along the second-last, cval, their two
+    divisors (the last-axis pass first).  The window of each output starts ``left3`` before it
+    along (D, H, W).  The caller checked :func:`plane_plan`."""
+    item = weights.dtype.itemsize
+    plan = plane_plan(vol, kernel3, separable, src.dtype.name)
+    if plan is None or src.dtype != dst.dtype or src.dtype != weights.dtype:
+        raise ValueError("nd_plane has no plan for this array and filter")
+    kwb, taps, buffer = plan
+    B, D, H, W = vol
+    pd, ph, pw = left3
+    d = -pw % 4  # strips start 4-aligned in the input
+    vec_in = W % 4 == 0 and address(src) % 16 == 0
+    vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
+    tiles_w = math.ceil((W + d) / PLANE_TW)
+    bands = math.ceil(H / (PLANE_ROWS * plane_rows_per_thread(item)))
+    fn = jit.get_function(ND_PLANE[src.dtype.name], "nd_plane", src.dtype.name,
+                          (kwb, int(separable)))
+    if src.size == 0:
+        return
+    prm = np.array([B, D, H, W, D, H, W, *kernel3, pd, ph, pw, WALK_BOUNDARY[mode], tiles_w, d,
+                    int(vec_in), int(vec_out)], np.int64)
+    fn((tiles_w * bands, min(B * D, GRID_YZ_MAX)), (32 * PLANE_WARPS,),
+       (src, device_copy(weights), dst, device_copy(prm)),
+       shared_mem=taps + (0 if vec_out else buffer))

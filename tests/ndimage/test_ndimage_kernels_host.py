@@ -123,12 +123,24 @@ def _sparse(rng, shape):
     return w
 
 
+def _staged_only(monkeypatch, walk: bool):
+    """Without ``walk``, the row walk (nd_plane) is refused, so the staged kernels run."""
+    from cupyconv._ndimage import passes
+
+    if not walk:
+        monkeypatch.setattr(passes, "plane_plan", lambda *args, **kwargs: None)
+
+
+@pytest.mark.parametrize("walk", [False, True])
 @pytest.mark.parametrize("mode", MODES)
-def test_dense_tile_many_tiles(host, mode):
+def test_dense_tile_many_tiles(host, monkeypatch, mode, walk):
     """nd_dense_tile over several tiles in every direction (columns past 160, rows past 8,
     planes past 4 with a partial last group), odd and even filters, origins at both ends,
-    sparse weights, against scipy.ndimage."""
+    sparse weights, against scipy.ndimage; with ``walk``, the dense filters run on nd_plane
+    (the row walk: strips past 128 columns, row bands past 64, planes of a volume)."""
     import cupyconv.ndimage as cn
+
+    _staged_only(monkeypatch, walk)
 
     rng = np.random.default_rng([MODES.index(mode), 21])
     x2 = rand(rng, (17, 165), "float32")
@@ -149,7 +161,16 @@ def test_dense_tile_many_tiles(host, mode):
     # a stack of images filtered in 2-d (planes of one group), halos past the axes
     w = rng.uniform(-1, 1, (7, 9))
     check(cn.correlate(x3, w, mode=mode, axes=(1, 2)), sn.correlate(x3, w, mode=mode, axes=(1, 2)))
-    assert set(host.launches) == {"nd_dense_tile"}
+    if walk:  # dense weights (no tap SciPy skips): the walk, with halos past the axes
+        big = rand(rng, (3, 70, 133), "float32")
+        for wshape in ((3, 3, 3), (2, 5, 4), (1, 9, 16)):
+            w = rng.uniform(0.1, 1, wshape)
+            kw = dict(mode=mode, cval=0.75, origin=(0, -(wshape[1] // 2), (wshape[2] - 1) // 2))
+            check(cn.correlate(big, w, **kw), sn.correlate(big, w, **kw))
+            check(cn.convolve(x3, w, mode=mode), sn.convolve(x3, w, mode=mode))
+        assert "nd_plane" in host.launches
+    else:
+        assert set(host.launches) == {"nd_dense_tile"}
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int32", "complex128"])
@@ -297,13 +318,17 @@ def _sep_calls(mode, size_even):
     ]
 
 
+@pytest.mark.parametrize("walk", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode", MODES)
-def test_sep2d_fused_filters(host, mode, dtype):
+def test_sep2d_fused_filters(host, monkeypatch, mode, dtype, walk):
     """nd_sep2d (two passes in one) against scipy.ndimage: every mode, both pass orders, tiles
     inside (the fast path) and across every border, arrays smaller than a tile and not a
-    multiple of it, stacks of planes, halos longer than an axis."""
+    multiple of it, stacks of planes, halos longer than an axis.  With ``walk``, the pairs the
+    row walk takes (one mode; under constant, the last axis first) run on nd_plane."""
     import cupyconv.ndimage as cn
+
+    _staged_only(monkeypatch, walk)
 
     rng = np.random.default_rng([MODES.index(mode), len(dtype)])
     for shape in SEP_SHAPES:
@@ -312,23 +337,21 @@ def test_sep2d_fused_filters(host, mode, dtype):
             if "axes" in kw or len(shape) == 2 or name in ("sobel", "prewitt"):
                 check(getattr(cn, name)(x, **kw), getattr(sn, name)(x, **kw))
     check(cn.gaussian_filter(x, 6.0, mode=mode), sn.gaussian_filter(x, 6.0, mode=mode))
-    assert set(host.launches) - {"nd_line_col", "nd_line_row"} == {"nd_sep2d"}
+    fused = set(host.launches) - {"nd_line_col", "nd_line_row"}
+    assert fused == ({"nd_plane", "nd_sep2d"} if walk else {"nd_sep2d"})
 
 
-def test_sep2d_which_calls_fuse(host):
+def test_sep2d_which_calls_fuse(host, monkeypatch):
     """Fused: float outputs whose dtype is the compute dtype; 3-d chains whose last-two-axis
     passes are adjacent or may move together (no constant mode between).  Not fused: integer
     outputs (SciPy truncates the intermediate), float32 outputs of float64 sums, complex data,
-    tiles past the shared-memory limit."""
+    tiles past the shared-memory limit.  (The row walk refused: see test_which_calls_walk.)"""
     import cupyconv.ndimage as cn
 
+    _staged_only(monkeypatch, False)
+
     rng = np.random.default_rng(9)
-
-    def launches(fn, x, *args, **kw):
-        host.launches.clear()
-        check(getattr(cn, fn)(x, *args, **kw), getattr(sn, fn)(x, *args, **kw))
-        return list(host.launches)
-
+    launches = _launch_recorder(host)
     x2 = rand(rng, (20, 24), "float32")
     assert launches("gaussian_filter", x2, 1.0) == ["nd_sep2d"]
     assert launches("uniform_filter", x2, 5, output=np.float64) == ["nd_sep2d"]
@@ -350,6 +373,62 @@ def test_sep2d_which_calls_fuse(host):
     check(cn.gaussian_laplace(x3, 1.1), sn.gaussian_laplace(x3, 1.1))
 
 
+def _launch_recorder(host):
+    """fn(name, x, *args, **kw): the kernels one cupyconv.ndimage call launches, its result
+    checked against scipy.ndimage's."""
+    import cupyconv.ndimage as cn
+
+    def launches(fn, x, *args, **kw):
+        host.launches.clear()
+        check(getattr(cn, fn)(x, *args, **kw), getattr(sn, fn)(x, *args, **kw))
+        return list(host.launches)
+
+    return launches
+
+
+def test_which_calls_walk(host):
+    """The row walk (nd_plane) takes real float32/float64 data read, written and summed in one
+    dtype: fused pairs with one mode (under constant, only the last-axis-first order) and dense
+    2-d/3-d filters with no tap SciPy would skip, at most 16 columns wide."""
+    rng = np.random.default_rng(12)
+    launches = _launch_recorder(host)
+    x2 = rand(rng, (20, 24), "float32")
+    assert launches("gaussian_filter", x2, 1.0) == ["nd_plane"]
+    assert launches("sobel", x2, -1, mode="constant", cval=0.5) == ["nd_plane"]  # last axis first
+    assert launches("uniform_filter", x2, 3, mode="constant") == ["nd_sep2d"]  # axis 0 first
+    assert launches("gaussian_filter", x2, 1.0, mode=("reflect", "wrap")) == ["nd_sep2d"]
+    assert launches("uniform_filter", x2, 5, output=np.float64) == ["nd_sep2d"]  # float32 in
+    x3 = rand(rng, (6, 20, 24), "float64")
+    assert launches("gaussian_filter", x3, 1.0) == ["nd_line_col", "nd_plane"]
+    w = rng.uniform(0.5, 1.0, (3, 3))
+    assert launches("correlate", x2, w, mode="nearest") == ["nd_plane"]
+    assert launches("convolve", x3, rng.uniform(0.5, 1.0, (3, 2, 5))) == ["nd_plane"]
+    w0 = w.copy()
+    w0[1, 1] = 0.0  # a skipped tap: the staged kernel (0 * inf)
+    assert launches("correlate", x2, w0) == ["nd_dense_tile"]
+    assert launches("correlate", x2, rng.uniform(0.5, 1.0, (3, 17))) == ["nd_dense_tile"]  # wide
+    assert launches("correlate", rand(rng, (20, 24), "int32"), w) == ["nd_dense_tile"]
+    assert launches("correlate", rand(rng, (9, 8), "complex64"), w) == ["nd_dense_tile"]
+    assert launches("correlate", x2, w, output=np.float64) == ["nd_dense_tile"]
+    assert launches("correlate", rand(rng, (1, 24), "float32"), w) == ["nd_dense_tile"]  # 1 row
+
+
+def test_plane_plan():
+    from cupyconv._ndimage import passes
+
+    kwb, taps, buffer = passes.plane_plan((1, 1, 70, 45), (1, 3, 5), False, "float32")
+    assert (kwb, taps, buffer) == (8, 3 * 8 * 4, 8 * 4 * 128 * 4)
+    assert passes.plane_plan((2, 1, 70, 45), (1, 9, 16), True, "float64")[:2] == (16, 28 * 8)
+    assert passes.plane_plan((1, 1, 70, 45), (1, 3, 17), False, "float32") is None
+    assert passes.plane_plan((1, 1, 70, 45), (2, 3, 3), True, "float32") is None  # sep: KD 1
+    assert passes.plane_plan((1, 1, 70, 45), (1, 3, 3), False, "int32") is None
+    assert passes.plane_plan((1, 1, 1, 45), (1, 1, 3), False, "float32") is None
+    assert passes.plane_plan((1, 1, 1 << 16, 1 << 15), (1, 3, 3), False, "float32") is None
+    # taps past shared memory with the store buffer: 15^3 fits, 40 x 40 x 16 does not
+    assert passes.plane_plan((1, 64, 64, 64), (15, 15, 15), False, "float32") is not None
+    assert passes.plane_plan((1, 64, 64, 64), (40, 40, 16), False, "float32") is None
+
+
 def test_sep2d_plan():
     from cupyconv._ndimage import passes
 
@@ -368,10 +447,12 @@ def test_sep2d_plan():
 
 
 @pytest.mark.parametrize("mode", ["reflect", "constant", "mirror"])
-def test_sep2d_interior_tiles(host, mode):
+def test_sep2d_interior_tiles(host, monkeypatch, mode):
     """Tiles whose halo lies inside the plane (the kernel's unmapped fast path: rows 64-127 of
     150 and columns 32-63 of 100 with a 3-tap or 5-tap filter) next to border tiles."""
     import cupyconv.ndimage as cn
+
+    _staged_only(monkeypatch, False)
 
     rng = np.random.default_rng(MODES.index(mode))
     x = rand(rng, (150, 100), "float32")

@@ -137,4 +137,33 @@ __device__ __forceinline__ void walk_chunk(A (&acc)[RY][4], const T* __restrict_
   });
 }
 
+// Store a chunk's RY x 4 outputs (lane owns columns ow0 + 4 lane ..) into plane yp of OH x OW:
+// 4-element vectors when output quads are aligned (`vec_out`: ow0 and OW multiples of 4, aligned
+// base), otherwise through `ob`, this 32-lane group's RY x 128 shared buffer, read back as
+// coalesced rows.  Shared by filter_plane.cu and ndimage/nd_plane.cu.
+template <typename T, int RY>
+__device__ __forceinline__ void store_chunk(T* __restrict__ yp, const T (&acc)[RY][4], int oh0,
+                                            int OH, int OW, int ow0, int lane, int vec_out,
+                                            T* ob) {
+  const int TW = 4 * 32;
+  if (vec_out) {  // a quad is wholly inside or outside the row
+#pragma unroll
+    for (int i = 0; i < RY; ++i)
+      if (oh0 + i < OH && ow0 + 4 * lane < OW)
+        cc::stg4(yp + (cc::index_t)(oh0 + i) * OW + ow0 + 4 * lane, acc[i]);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < RY; ++i) cc::stg4(ob + i * TW + 4 * lane, acc[i]);
+  CC_SYNCWARP();
+#pragma unroll
+  for (int i = 0; i < RY; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = ow0 + lane + 32 * j;
+      if (oh0 + i < OH && c >= 0 && c < OW) yp[(cc::index_t)(oh0 + i) * OW + c] = ob[i * TW + lane + 32 * j];
+    }
+  CC_SYNCWARP();  // the buffer is rewritten by the next chunk
+}
+
 }  // namespace fp

@@ -14,9 +14,9 @@
 // ow0 - PW a multiple of 4, so the quads are aligned whatever the padding.
 // Template: KWB, the filter-width bucket; KF, a square filter size fixed at compile time (0: any).
 // Taps: KH x KWB in shared memory, read as broadcasts (`flip`: g reversed on both axes).
-// Stores: 4-element vectors when output quads are aligned (`vec_out`: d == 0, OW % 4 == 0,
-// aligned base); otherwise through a per-warp shared buffer as coalesced rows.  Warps never wait
-// for each other after the taps are staged.
+// Stores: fp::store_chunk (4-element vectors where output quads are aligned, `vec_out`: d == 0,
+// OW % 4 == 0, aligned base; otherwise a per-warp shared buffer read back as coalesced rows).
+// Warps never wait for each other after the taps are staged.
 #include "plane_walk.cuh"
 
 // Resident blocks per SM the register budget is cut for: the loads in flight scale with resident
@@ -78,26 +78,7 @@ filter_plane(const T* __restrict__ x, const T* __restrict__ g, const T fill, T* 
       fp::walk_chunk<T, T, KWB, RY, false>(acc, xp, taps, oh0 - PH, iw0 + 4 * lane, H, W, KH,
                                            KW, boundary, cols, fill);
 
-      if (vec_out) {  // ow0 and OW multiples of 4: a quad is wholly inside or outside the row
-#pragma unroll
-        for (int i = 0; i < RY; ++i)
-          if (oh0 + i < OH && ow0 + 4 * lane < OW)
-            cc::stg4(yp + (cc::index_t)(oh0 + i) * OW + ow0 + 4 * lane, acc[i]);
-      } else {
-        T* ob = obuf + warp * RY * TW;
-#pragma unroll
-        for (int i = 0; i < RY; ++i) cc::stg4(ob + i * TW + 4 * lane, acc[i]);
-        CC_SYNCWARP();
-#pragma unroll
-        for (int i = 0; i < RY; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int c = ow0 + lane + 32 * j;
-            if (oh0 + i < OH && c >= 0 && c < OW)
-              yp[(cc::index_t)(oh0 + i) * OW + c] = ob[i * TW + lane + 32 * j];
-          }
-        CC_SYNCWARP();  // the buffer is rewritten by the next chunk
-      }
+      fp::store_chunk<T, RY>(yp, acc, oh0, OH, OW, ow0, lane, vec_out, obuf + warp * RY * TW);
     }
   }
 }
