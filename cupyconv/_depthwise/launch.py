@@ -337,9 +337,9 @@ def stage_channels_last(geom: ConvGeometry) -> bool:
     into a channels-last scratch, the kernel into a channels-last scratch dx, that copied into
     dx) instead of the channels-first tile kernel: depthwise problems without a channel
     multiplier (the channels-last kernel takes none) whose stride in H or W exceeds 1, where the
-    channels-last plan fits.  Measured on an H100 (benchmarks/results/depthwise-nets-NVIDIA_
-    H100_80GB_HBM3-3094ad1.md, batch 32): the transposed tile kernel runs such layers at 1-5 % of
-    the copy rate (fp32 3x3 s2 96ch 112^2 1.47 ms, PyTorch 0.60 ms; 5x5 s2 144ch 56^2 1.31 ms;
+    channels-last plan fits.  Measured on an H100, batch 32
+    (benchmarks/results/depthwise-nets-NVIDIA_H100_80GB_HBM3-3094ad1.md): the transposed tile
+    kernel runs such layers at 1-5 % of the copy rate (fp32 3x3 s2 96ch 112^2 1.47 ms, PyTorch 0.60 ms; 5x5 s2 144ch 56^2 1.31 ms;
     fp16 the same) where the channels-last kernel takes them in 0.096 ms and 0.055 ms; with the
     two copies (dy is the small side) about 0.24 ms is expected for the first (not yet
     measured).  At unit stride the tile kernel reaches 61-64 % of the copy rate (3x3 s1 32ch
@@ -363,8 +363,9 @@ def _channels_first(a):
 def _backward_data_channels_last(geom: ConvGeometry, dy, w, dx) -> None:
     """Channels-first backward-data on the channels-last kernel (see stage_channels_last): dy
     (any view) copied into a channels-last scratch, the pass into a channels-last scratch dx,
-    copied into dx.  The copies are copy_into's tiled transposes (recorded launches); w is
-    (K, taps) in memory in both layouts, so it is passed as it is."""
+    copied into dx.  The copies are copy_into's (the tiled transpose where C and the pixels
+    allow; recorded launches, so prepared calls replay them); w is (K, taps) in memory in both
+    layouts, so it is passed as it is."""
     geom_cl = dataclasses.replace(geom, layout="NHWC")
     dy_cl = scratch(geom_cl.output_shape, dy.dtype)
     copy_into(dy, _channels_first(dy_cl))
