@@ -339,12 +339,12 @@ def stage_channels_last(geom: ConvGeometry) -> bool:
     multiplier (the channels-last kernel takes none) whose stride in H or W exceeds 1, where the
     channels-last plan fits.  Measured on an H100, batch 32
     (benchmarks/results/depthwise-nets-NVIDIA_H100_80GB_HBM3-3094ad1.md): the transposed tile
-    kernel runs such layers at 1-5 % of the copy rate (fp32 3x3 s2 96ch 112^2 1.47 ms, PyTorch 0.60 ms; 5x5 s2 144ch 56^2 1.31 ms;
-    fp16 the same) where the channels-last kernel takes them in 0.096 ms and 0.055 ms; with the
-    two copies (dy is the small side) about 0.24 ms is expected for the first (not yet
-    measured).  At unit stride the tile kernel reaches 61-64 % of the copy rate (3x3 s1 32ch
-    112^2, 144ch 56^2) and stays.  Every dtype and spatial rank the channels-last kernel has
-    (it walks D as it walks H)."""
+    kernel runs such layers at 1-5 % of the copy rate (fp32 3x3 s2 96ch 112^2 1.47 ms, PyTorch
+    0.60 ms; 5x5 s2 144ch 56^2 1.31 ms; fp16 the same) where the channels-last kernel takes them
+    in 0.096 ms and 0.055 ms; with the two copies (dy is the small side) about 0.24 ms is
+    expected for the first (not yet measured).  At unit stride the tile kernel reaches 61-64 % of
+    the copy rate (3x3 s1 32ch 112^2, 144ch 56^2) and stays.  Every dtype and spatial rank the
+    channels-last kernel has (it walks D as it walks H)."""
     if (geom.channels_last or geom.dtype not in DEPTHWISE_CL_VECS or not is_depthwise(geom)
             or geom.out_channels != geom.in_channels
             or geom.as_3d()["stride"][1:] == (1, 1)):
