@@ -48,6 +48,10 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+// High 32 bits of the 64-bit product (the strided copy's division by a magic multiplier).
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32);
+}
 
 struct __half {
   uint16_t bits;

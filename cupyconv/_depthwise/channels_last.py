@@ -267,11 +267,27 @@ def wgrad_launch(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...]
     return Launch(fn, shape.grid, shape.block, shape.scalars, shape.smem, packed=True)
 
 
+def packed_vector_width(geom: ConvGeometry) -> int:
+    """Channels per thread of a forward / backward-data launch whose activations are laid out as
+    conv makes them (C-contiguous, from an aligned allocation): what :func:`vector_width` returns
+    for such arrays, known without them."""
+    return next(v for v in DEPTHWISE_CL_VECS[geom.dtype]
+                if v <= max_pass_vec(geom) and geom.in_channels % v == 0)
+
+
+def packed_strides(geom: ConvGeometry, spatial: tuple[int, ...]) -> tuple[int, ...]:
+    """The element strides (lead, channel, d, h, w; as ``launch.element_strides``) of a
+    C-contiguous channels-last activation of ``geom``'s channels and ``spatial`` extents."""
+    step, spatial_strides = geom.in_channels, []
+    for n in reversed(spatial):
+        spatial_strides.insert(0, step)
+        step *= n
+    return (step, 1, *([0] * (3 - len(spatial))), *spatial_strides)
+
+
 def applies(geom: ConvGeometry) -> bool:
     """Whether the channels-last kernels take ``geom`` when its arrays are laid out as conv makes
     them (C-contiguous, aligned): for the cost model, which sees no arrays."""
     if not geom.channels_last or geom.out_channels != geom.in_channels:
         return False
-    vec = next(v for v in DEPTHWISE_CL_VECS[geom.dtype]
-               if v <= max_pass_vec(geom) and geom.in_channels % v == 0)
-    return pass_plan(geom, False, vec) is not None
+    return pass_plan(geom, False, packed_vector_width(geom)) is not None

@@ -5,10 +5,11 @@ Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forwa
 the plane kernels (the row walk of the signal API's image filter); other channels-first problems
 run on the tile kernels when their window fits in shared memory.  Channels-last problems without
 a channel multiplier whose activations have unit channel stride run on the channels-last kernels
-(:mod:`cupyconv._depthwise.channels_last`).  Everything else runs on the gather kernels (one
-thread per output element, coalesced across channels for channels-last).  Shapes,
-strides, paddings and dilations are runtime arguments: one binary per (dtype, kernel family)
-serves every problem.
+(:mod:`cupyconv._depthwise.channels_last`), and so does channels-first backward-data with a
+stride in H or W, through channels-last copies (:func:`stage_channels_last`).  Everything else
+runs on the gather kernels (one thread per output element, coalesced across channels for
+channels-last).  Shapes, strides, paddings and dilations are runtime arguments: one binary per
+(dtype, kernel family) serves every problem.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from cupyconv._core import jit
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
-from cupyconv._core.copy import contiguous
+from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.epilogue import run_epilogue_pass
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (DEPTHWISE_KF, DEPTHWISE_PLANE, DEPTHWISE_PLANE_WGRAD,
-                                    DEPTHWISE_WGRAD_GATHER, DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS,
-                                    PLANE_SQUARES, PLANE_WGRAD_VARIANT, SPLITK_REDUCE,
+from cupyconv._core.kernels import (DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
+                                    DEPTHWISE_PLANE_WGRAD, DEPTHWISE_WGRAD_GATHER,
+                                    DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS, PLANE_SQUARES,
+                                    PLANE_WGRAD_VARIANT, SPLITK_REDUCE,
                                     depthwise_gather_module, depthwise_tile_module,
                                     depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
@@ -329,12 +331,59 @@ def run_depthwise(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_AC
         run_epilogue_pass(y, z, act)
 
 
+@memoized(1024)
+def stage_channels_last(geom: ConvGeometry) -> bool:
+    """Whether channels-first backward-data runs on the channels-last kernel through copies (dy
+    into a channels-last scratch, the kernel into a channels-last scratch dx, that copied into
+    dx) instead of the channels-first tile kernel: depthwise problems without a channel
+    multiplier (the channels-last kernel takes none) whose stride in H or W exceeds 1, where the
+    channels-last plan fits.  Measured on an H100, batch 32
+    (benchmarks/results/depthwise-nets-NVIDIA_H100_80GB_HBM3-3094ad1.md): the transposed tile
+    kernel runs such layers at 1-5 % of the copy rate (fp32 3x3 s2 96ch 112^2 1.47 ms, PyTorch
+    0.60 ms; 5x5 s2 144ch 56^2 1.31 ms; fp16 the same) where the channels-last kernel takes them
+    in 0.096 ms and 0.055 ms; with the two copies (dy is the small side) about 0.24 ms is
+    expected for the first (not yet measured).  At unit stride the tile kernel reaches 61-64 % of
+    the copy rate (3x3 s1 32ch 112^2, 144ch 56^2) and stays.  Every dtype and spatial rank the
+    channels-last kernel has (it walks D as it walks H)."""
+    if (geom.channels_last or geom.dtype not in DEPTHWISE_CL_VECS or not is_depthwise(geom)
+            or geom.out_channels != geom.in_channels
+            or geom.as_3d()["stride"][1:] == (1, 1)):
+        return False
+    geom_cl = dataclasses.replace(geom, layout="NHWC")
+    plan = cl.pass_plan(geom_cl, True, cl.packed_vector_width(geom_cl))
+    return plan is not None and cl.pass_shape(
+        geom_cl, plan, True, False, cl.packed_strides(geom_cl, geom.out_spatial)) is not None
+
+
+def _channels_first(a):
+    """The channels-first view (N, C, *spatial) of a channels-last array (N, *spatial, C)."""
+    return a.transpose(0, a.ndim - 1, *range(1, a.ndim - 1))
+
+
+def _backward_data_channels_last(geom: ConvGeometry, dy, w, dx) -> None:
+    """Channels-first backward-data on the channels-last kernel (see stage_channels_last): dy
+    (any view) copied into a channels-last scratch, the pass into a channels-last scratch dx,
+    copied into dx.  The copies are copy_into's (the tiled transpose where C and the pixels
+    allow; recorded launches, so prepared calls replay them); w is (K, taps) in memory in both
+    layouts, so it is passed as it is."""
+    geom_cl = dataclasses.replace(geom, layout="NHWC")
+    dy_cl = scratch(geom_cl.output_shape, dy.dtype)
+    copy_into(dy, _channels_first(dy_cl))
+    dx_cl = scratch(geom_cl.input_shape, dx.dtype)
+    run_pass(geom_cl, dy_cl, w, None, dx_cl, True)
+    copy_into(_channels_first(dx_cl), dx)
+
+
 def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     """dx = gradient of the depthwise conv with respect to its input; dx C-contiguous.  Each dx
-    element gathers from every (channel multiple, tap) that reads it, in a fixed order.  A
+    element gathers from every (channel multiple, tap) that reads it, in a fixed order (strided
+    channels-first problems through the channels-last kernel: :func:`stage_channels_last`).  A
     ``bias`` is not added here (returns False: the caller adds it)."""
     with dx.device:
-        run_pass(geom, dy, w, None, dx, True)
+        if stage_channels_last(geom):
+            _backward_data_channels_last(geom, dy, w, dx)
+        else:
+            run_pass(geom, dy, w, None, dx, True)
     return False
 
 

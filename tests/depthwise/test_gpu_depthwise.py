@@ -14,8 +14,8 @@ import cupyconv
 from cupyconv import reference
 from cupyconv._depthwise import channels_last
 from cupyconv._depthwise.launch import (contiguous_planes, plane_launch, plane_plan,
-                                 plane_wgrad_launch, plane_wgrad_plan, tile_plan, vector_rows,
-                                 wgrad_plan)
+                                 plane_wgrad_launch, plane_wgrad_plan, stage_channels_last,
+                                 tile_plan, vector_rows, wgrad_plan)
 from cupyconv._core.dtypes import HALF_DTYPES, numpy_dtype
 from cupyconv._core.launch import element_strides
 from cupyconv._core.geometry import ConvGeometry
@@ -101,17 +101,21 @@ def test_depthwise_passes_match_reference(case, layout, dtype):
 def test_grid_reaches_every_kernel():
     """The case list runs the tile and the gather kernels of every pass, and the plane kernels
     (else a kernel would go untested on the GPU).  (float16 and strided problems keep the tile
-    kernels' forward path in use.)"""
+    kernels' forward path in use; strided backward-data with a channel multiplier its transposed
+    path, the rest staging through channels-last.)"""
     kinds = set()
     for case in DW_CASES:
         for layout in LAYOUTS:
             xs, ws = _shapes(case, layout)
             g = ConvGeometry.from_shapes(xs, ws, dtype="float32", **_opts(case, layout))
-            kinds |= {("fwd", tile_plan(g, False) is not None), ("dgrad", tile_plan(g, True) is not None),
+            staged = stage_channels_last(g)
+            kinds |= {("fwd", tile_plan(g, False) is not None),
+                      ("dgrad", tile_plan(g, True) is not None and not staged),
+                      ("staged", staged),
                       ("wgrad", wgrad_plan(g)[0] is not None),
                       ("plane", plane_plan(g) is not None),
                       ("plane-wgrad", plane_wgrad_plan(g) is not None)}
-    passes = ("fwd", "dgrad", "wgrad", "plane", "plane-wgrad")
+    passes = ("fwd", "dgrad", "staged", "wgrad", "plane", "plane-wgrad")
     assert kinds == {(p, t) for p in passes for t in (True, False)}
 
 
@@ -707,3 +711,84 @@ def test_channels_last_prepared_calls_take_each_calls_arrays(dtype):
         xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
         x, w, dy = (cupy.asarray(a) for a in (xh, wh, dyh))
         assert_three_passes(x, w, dy, (xh, wh, dyh), opts, dtype, call)
+
+
+# Channels-first backward-data with a stride in H or W staged through the channels-last kernel
+# (stage_channels_last): (n, c, spatial, kernel, options).  Channel counts from 16 up have both
+# copies on the tiled transpose; 8 (and the 3-d case's pixels) the element-wise copy.
+STAGED_CASES = [
+    (2, 24, (17, 19), 3, dict(stride=2, padding=1)),
+    (3, 8, (15, 13), 5, dict(stride=2, padding=2)),
+    (2, 16, (13, 21), 3, dict(stride=(2, 1), padding=1)),
+    (2, 16, (21, 13), 3, dict(stride=(1, 2), padding=1)),
+    (2, 20, (19, 17), 3, dict(stride=2, padding=2, dilation=2)),
+    (2, 12, (17, 15), 5, dict(stride=2, padding=[(2, 1), (0, 2)], dilation=(1, 2))),
+    (2, 8, (5, 9, 11), 3, dict(stride=(1, 2, 2), padding=1)),
+]
+
+
+def _staged_id(case):
+    n, c, sp, k, o = case
+    return f"n{n}c{c}-{'x'.join(map(str, sp))}-k{k}-" + "-".join(f"{a}{v}" for a, v in o.items())
+
+
+def _staged_problem(case, dtype):
+    n, c, sp, k, o = case
+    xs, ws = (n, c, *sp), (c, 1, *(k,) * len(sp))
+    opts = dict(o, groups=c)
+    g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+    assert stage_channels_last(g)  # (else this test would not reach the staged route)
+    return xs, ws, g.output_shape, opts
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("case", STAGED_CASES, ids=_staged_id)
+def test_staged_backward_data_matches_reference(case, dtype):
+    """Strided channels-first backward-data through channels-last copies: poisoned dx, two calls
+    with fresh data (the second replays the prepared call, scratch copies included)."""
+    import cupy
+
+    if dtype == "float64" and case is not STAGED_CASES[0]:
+        pytest.skip("float64: one case (the 16-bit and float32 paths are the ones that matter)")
+    xs, ws, ys, opts = _staged_problem(case, dtype)
+    for call in range(2):
+        rng = rng_for("dw-staged", _staged_id(case), dtype, call)
+        wh, dyh = random_array(rng, ws, dtype), random_array(rng, ys, dtype)
+        ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+        dx = poison(cupy.empty(xs, dtype))
+        cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), xs, method="depthwise",
+                                    out=dx, **opts)
+        assert rel_error(dx, ref) <= tolerance(dtype, ref), f"call {call}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", [STAGED_CASES[0], STAGED_CASES[1]], ids=_staged_id)
+def test_staged_backward_data_reads_dy_views(case, dtype):
+    """dy as an offset view with a channel step and reversed W (the first copy reads it through
+    its strides), and auto picks the same route."""
+    import cupy
+
+    xs, ws, ys, opts = _staged_problem(case, dtype)
+    rng = rng_for("dw-staged-views", _staged_id(case), dtype)
+    wh = random_array(rng, ws, dtype)
+    n, c, oh, ow = ys
+    big = random_array(rng, (n, 2 * c + 1, oh, ow + 3), dtype)
+    dyh = big[:, 1::2, :, 2:ow + 2][..., ::-1]
+    dy = cupy.asarray(big)[:, 1::2, :, 2:ow + 2][..., ::-1]
+    assert not dy.flags.c_contiguous
+    ref = reference.conv_backward_data(np.ascontiguousarray(dyh), wh, xs, **opts)
+    dx = poison(cupy.empty(xs, dtype))
+    cupyconv.conv_backward_data(dy, cupy.asarray(wh), xs, out=dx, **opts)
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("case", [STAGED_CASES[0], STAGED_CASES[5]], ids=_staged_id)
+def test_staged_backward_data_adjoint_identity(case):
+    import cupy
+
+    xs, ws, ys, opts = _staged_problem(case, "float64")
+    rng = rng_for("dw-staged-adjoint", _staged_id(case))
+    x, w, dy = (cupy.asarray(random_array(rng, s, "float64")) for s in (xs, ws, ys))
+    lhs = float(cupy.vdot(cupyconv.conv(x, w, method="depthwise", **opts), dy))
+    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts)))
+    assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
