@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from cupyconv._core.arrays import require_array
+from cupyconv._core.caches import memoized
 from cupyconv._ndimage import passes
 from cupyconv._ndimage.boundary import CONSTANT, mode_code
 from cupyconv._ndimage.dtypes import (ND_CTYPES, check_input_dtype, compute_dtype,
@@ -460,12 +461,21 @@ def _gaussian_radius(sigma, truncate, radius) -> int:
     return int(lw)
 
 
+@memoized(256)
+def _gaussian_taps(sigma: float, order: int, radius: int) -> np.ndarray:
+    """The correlation taps (the reversed kernel) of one Gaussian pass, read-only: cached, as a
+    filter is usually applied with the same sigma again (tens of microseconds of NumPy a call)."""
+    if order < 0:
+        raise ValueError(f"order must be non-negative, got {order}")
+    taps = np.ascontiguousarray(gaussian_kernel1d(sigma, order, radius)[::-1])
+    taps.flags.writeable = False
+    return taps
+
+
 def _gaussian_pass(axis, sigma, order, mode, cval, truncate, radius) -> _Pass:
     sigma = float(sigma)
     lw = _gaussian_radius(sigma, truncate, radius)
-    order = operator.index(order)
-    taps = gaussian_kernel1d(sigma, order, lw)[::-1]  # correlation with the reversed kernel
-    return _Pass(axis, np.ascontiguousarray(taps), lw, mode_code(mode), cval)
+    return _Pass(axis, _gaussian_taps(sigma, operator.index(order), lw), lw, mode_code(mode), cval)
 
 
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
