@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import PLANE_WIDTHS, KernelModule
+from cupyconv._core.kernels import PLANE_SQUARES, PLANE_WIDTHS, KernelModule, plane_width
 from cupyconv._ndimage.dtypes import ND_CTYPES, STORAGE_DTYPES, compute_dtype
 
 # Constants shared by the kernels and the launch code (passed as defines; the kernels stop with
@@ -81,10 +81,12 @@ def nd_module(in_dtype: str, out_dtype: str, compute: str) -> NdModule:
 
 
 # nd_plane (ndimage/nd_plane.cu): the real float filters on the row walk, one binary per dtype
-# holding every filter-width bucket (PLANE_WIDTHS), dense (0) and separable (1).
+# holding (KWB, KF, SEP) for every filter-width bucket (PLANE_WIDTHS), dense (SEP 0) with any
+# size (KF 0) or one of the squares fixed at compile time (PLANE_SQUARES), and separable (SEP 1).
 PLANE_DTYPES = ("float32", "float64")
-ND_PLANE = {d: KernelModule("ndimage/nd_plane.cu", ("nd_plane",), (d,),
-                            variants=tuple((kwb, sep) for sep in (0, 1) for kwb in PLANE_WIDTHS))
+PLANE_VARIANTS = (tuple((kwb, 0, sep) for sep in (0, 1) for kwb in PLANE_WIDTHS)
+                  + tuple((plane_width(kf), kf, 0) for kf in PLANE_SQUARES))
+ND_PLANE = {d: KernelModule("ndimage/nd_plane.cu", ("nd_plane",), (d,), variants=PLANE_VARIANTS)
             for d in PLANE_DTYPES}
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from cupyconv._core import jit
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import KERNEL_CONSTANTS, plane_rows_per_thread, plane_width
+from cupyconv._core.kernels import (KERNEL_CONSTANTS, PLANE_SQUARES, plane_rows_per_thread,
+                                    plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._ndimage.boundary import CONSTANT, MIRROR, NEAREST, REFLECT, WRAP
 from cupyconv._ndimage.kernels import ND_CONSTANTS, ND_PLANE, nd_module
@@ -250,6 +251,13 @@ def run_sep2d(src, dst, weights: np.ndarray, kx: int, ky: int, lx: int, ly: int,
 # image (nd_dense_tile k=3 0.136 ms, nd_sep2d uniform 5 0.139 ms); the walk, as the signal API's
 # filter_plane, 0.067 ms for a 3x3.
 WALK_BOUNDARY = {CONSTANT: 0, WRAP: 1, REFLECT: 2, NEAREST: 3, MIRROR: 4}
+# Where the walk loses (same H100 run, bench_ndimage.py, ms): filters with a depth extent (3-d
+# correlate 3^3 0.400 against nd_dense_tile's 0.324, 7^3 2.89 against 1.50: each output chunk
+# walks KD planes again), and separable pairs with more than 3 taps down the columns (a chunk of
+# RY = 4 output rows walks RY + KH - 1 input rows: gaussian sigma 1, 9 taps, 0.284 against
+# nd_sep2d's 0.25; uniform 5 0.167 against 0.139; uniform 15 0.575 against 0.180), while sobel
+# (3 x 3) takes 0.094 ms.
+WALK_SEP_MAX_ROWS = 3
 PLANE_WARPS = KERNEL_CONSTANTS["FP_WARPS"]
 PLANE_TW = KERNEL_CONSTANTS["FP_TW"]
 PLANE_ROWS = PLANE_WARPS * KERNEL_CONSTANTS["FP_CHUNKS"]  # times RY: output rows per block
@@ -269,16 +277,18 @@ def plane_plan(vol: tuple[int, int, int, int], kernel3: tuple[int, int, int], se
     stack ``vol`` = (B, D, H, W) of ``dtype`` filtered by ``kernel3`` = (KD, KH, KW) taps
     (separable: KD == 1, KW taps along the last axis and KH along the second-last), or None where
     it does not apply: a dtype other than float32/float64, a filter wider than the largest width
-    bucket, single-row planes (the staged kernels keep
-    their full-width rows there), 2^31 elements or more per plane or output planes past the
-    grid, or taps past the static shared-memory limit."""
+    bucket, a depth extent (KD > 1, which the kernel takes) or, separable, more than
+    ``WALK_SEP_MAX_ROWS`` taps down the columns (both slower than the staged kernels), single-row
+    planes (the staged kernels keep their full-width rows there), 2^31 elements or more per
+    plane or output planes past the grid, or taps past the static shared-memory limit."""
     if dtype not in ND_PLANE:
         return None
     itemsize = np.dtype(dtype).itemsize
     B, D, H, W = vol
     kd, kh, kw = kernel3
     kwb = plane_width(kw)
-    if kwb is None or H < 2 or H * W >= 2 ** 31 or B * D >= 2 ** 31 or (separable and kd != 1):
+    if (kwb is None or H < 2 or H * W >= 2 ** 31 or B * D >= 2 ** 31 or kd != 1
+            or (separable and kh > WALK_SEP_MAX_ROWS)):
         return None
     staged = kwb + kh if separable else kd * kh * kwb
     taps = 4 * math.ceil(staged / 4) * itemsize
@@ -308,8 +318,10 @@ def run_plane(src, dst, weights: np.ndarray, vol: tuple[int, int, int, int],
     vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
     tiles_w = math.ceil((W + d) / PLANE_TW)
     bands = math.ceil(H / (PLANE_ROWS * plane_rows_per_thread(item)))
+    kd, kh, kw = kernel3
+    kf = kh if not separable and kh == kw and kh in PLANE_SQUARES else 0
     fn = jit.get_function(ND_PLANE[src.dtype.name], "nd_plane", src.dtype.name,
-                          (kwb, int(separable)))
+                          (kwb, kf, int(separable)))
     if src.size == 0:
         return
     prm = np.array([B, D, H, W, D, H, W, *kernel3, pd, ph, pw, WALK_BOUNDARY[mode], tiles_w, d,

@@ -4,12 +4,13 @@ GPU, and the compile check's CLI covers them."""
 import pytest
 
 from cupyconv._cli import compile_check as cc_check
-from cupyconv._ndimage.kernels import STORAGE_DTYPES, check_modules
+from cupyconv._ndimage.kernels import ND_PLANE, STORAGE_DTYPES, NdModule, check_modules
 
 
 def test_check_set_covers_every_storage_dtype():
     mods = check_modules()
-    triples = [m.dtypes[0].split(":") for m in mods]
+    triples = [m.dtypes[0].split(":") for m in mods if isinstance(m, NdModule)]
+    assert set(ND_PLANE.values()) <= set(mods)  # the row walk's modules too
     assert {t[0] for t in triples} >= set(STORAGE_DTYPES)
     assert {t[2] for t in triples} == {"float32", "float64", "complex64", "complex128"}
     assert set(mods) <= set(cc_check.all_modules())

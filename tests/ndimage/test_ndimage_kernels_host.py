@@ -163,11 +163,15 @@ def test_dense_tile_many_tiles(host, monkeypatch, mode, walk):
     check(cn.correlate(x3, w, mode=mode, axes=(1, 2)), sn.correlate(x3, w, mode=mode, axes=(1, 2)))
     if walk:  # dense weights (no tap SciPy skips): the walk, with halos past the axes
         big = rand(rng, (3, 70, 133), "float32")
-        for wshape in ((3, 3, 3), (2, 5, 4), (1, 9, 16)):
+        for wshape in ((1, 9, 16), (1, 2, 5)):  # a stack of images, any size
             w = rng.uniform(0.1, 1, wshape)
             kw = dict(mode=mode, cval=0.75, origin=(0, -(wshape[1] // 2), (wshape[2] - 1) // 2))
             check(cn.correlate(big, w, **kw), sn.correlate(big, w, **kw))
             check(cn.convolve(x3, w, mode=mode), sn.convolve(x3, w, mode=mode))
+        for k in (3, 5, 7):  # the squares fixed at compile time
+            w = rng.uniform(0.1, 1, (k, k))
+            kw = dict(mode=mode, cval=-0.5, origin=(k // 2, -(k // 2)))
+            check(cn.correlate(big[1], w, **kw), sn.correlate(big[1], w, **kw))
         assert "nd_plane" in host.launches
     else:
         assert set(host.launches) == {"nd_dense_tile"}
@@ -393,16 +397,18 @@ def test_which_calls_walk(host):
     rng = np.random.default_rng(12)
     launches = _launch_recorder(host)
     x2 = rand(rng, (20, 24), "float32")
-    assert launches("gaussian_filter", x2, 1.0) == ["nd_plane"]
+    assert launches("gaussian_filter", x2, 1.0) == ["nd_sep2d"]  # 9 taps down: staged
+    assert launches("gaussian_filter", x2, 0.7, mode="mirror", radius=1) == ["nd_plane"]  # 3 x 3
     assert launches("sobel", x2, -1, mode="constant", cval=0.5) == ["nd_plane"]  # last axis first
     assert launches("uniform_filter", x2, 3, mode="constant") == ["nd_sep2d"]  # axis 0 first
     assert launches("gaussian_filter", x2, 1.0, mode=("reflect", "wrap")) == ["nd_sep2d"]
     assert launches("uniform_filter", x2, 5, output=np.float64) == ["nd_sep2d"]  # float32 in
     x3 = rand(rng, (6, 20, 24), "float64")
-    assert launches("gaussian_filter", x3, 1.0) == ["nd_line_col", "nd_plane"]
+    assert launches("sobel", x3, 0, mode="wrap") == ["nd_line_col", "nd_plane"]
     w = rng.uniform(0.5, 1.0, (3, 3))
     assert launches("correlate", x2, w, mode="nearest") == ["nd_plane"]
-    assert launches("convolve", x3, rng.uniform(0.5, 1.0, (3, 2, 5))) == ["nd_plane"]
+    assert launches("convolve", x3, rng.uniform(0.5, 1.0, (1, 2, 5))) == ["nd_plane"]
+    assert launches("convolve", x3, rng.uniform(0.5, 1.0, (3, 2, 5))) == ["nd_dense_tile"]
     w0 = w.copy()
     w0[1, 1] = 0.0  # a skipped tap: the staged kernel (0 * inf)
     assert launches("correlate", x2, w0) == ["nd_dense_tile"]
@@ -418,15 +424,16 @@ def test_plane_plan():
 
     kwb, taps, buffer = passes.plane_plan((1, 1, 70, 45), (1, 3, 5), False, "float32")
     assert (kwb, taps, buffer) == (8, 3 * 8 * 4, 8 * 4 * 128 * 4)
-    assert passes.plane_plan((2, 1, 70, 45), (1, 9, 16), True, "float64")[:2] == (16, 28 * 8)
+    assert passes.plane_plan((2, 1, 70, 45), (1, 3, 16), True, "float64")[:2] == (16, 20 * 8)
     assert passes.plane_plan((1, 1, 70, 45), (1, 3, 17), False, "float32") is None
-    assert passes.plane_plan((1, 1, 70, 45), (2, 3, 3), True, "float32") is None  # sep: KD 1
+    assert passes.plane_plan((1, 1, 70, 45), (2, 3, 3), False, "float32") is None  # depth: staged
+    assert passes.plane_plan((1, 1, 70, 45), (1, 4, 3), True, "float32") is None  # 4 rows: staged
     assert passes.plane_plan((1, 1, 70, 45), (1, 3, 3), False, "int32") is None
     assert passes.plane_plan((1, 1, 1, 45), (1, 1, 3), False, "float32") is None
     assert passes.plane_plan((1, 1, 1 << 16, 1 << 15), (1, 3, 3), False, "float32") is None
-    # taps past shared memory with the store buffer: 15^3 fits, 40 x 40 x 16 does not
-    assert passes.plane_plan((1, 64, 64, 64), (15, 15, 15), False, "float32") is not None
-    assert passes.plane_plan((1, 64, 64, 64), (40, 40, 16), False, "float32") is None
+    # taps past shared memory with the store buffer: 15 x 16 fits, 700 x 16 does not
+    assert passes.plane_plan((1, 1, 64, 64), (1, 15, 15), False, "float32") is not None
+    assert passes.plane_plan((1, 1, 64, 64), (1, 700, 16), False, "float32") is None
 
 
 def test_sep2d_plan():

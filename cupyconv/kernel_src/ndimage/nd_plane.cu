@@ -51,13 +51,17 @@ static_assert(TW == 4 * 32, "a strip is 4 columns per lane");
 // Shared memory (the host mirrors it: cupyconv/_ndimage/passes.py plane_plan): dense, KD x KH x KWB
 // taps (columns past KW zero); separable, KWB + KH taps; then, without vec_out, RY x 128 values
 // per warp for the stores.
-template <typename T, int KWB, int SEP>
+// Template: KWB, the filter-width bucket; KF, a KF x KF filter (dense) fixed at compile time (0:
+// any size; the host passes the same sizes), so the taps' column branches resolve, as in
+// filter_plane; SEP, separable.
+template <typename T, int KWB, int KF, int SEP>
 __global__ void __launch_bounds__(32 * FP_WARPS, NP_MIN_BLOCKS(T, KWB))
 nd_plane(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
          const long long* __restrict__ prm) {
+  static_assert(KF <= KWB && !(KF && SEP), "KF: a dense square filter within the width bucket");
   const int B = (int)prm[0], D = (int)prm[1], H = (int)prm[2], W = (int)prm[3], OD = (int)prm[4],
-      OH = (int)prm[5], OW = (int)prm[6], KD = (int)prm[7], KH = (int)prm[8], KW = (int)prm[9],
-      PD = (int)prm[10], PH = (int)prm[11], PW = (int)prm[12], boundary = (int)prm[13],
+      OH = (int)prm[5], OW = (int)prm[6], KD = (int)prm[7], KH = KF ? KF : (int)prm[8],
+      KW = KF ? KF : (int)prm[9], PD = (int)prm[10], PH = (int)prm[11], PW = (int)prm[12], boundary = (int)prm[13],
       tiles_w = (int)prm[14], d = (int)prm[15], vec_in = (int)prm[16], vec_out = (int)prm[17];
   const int RY = fp::rows_per_thread<T>::value, RW = np::CHUNKS * RY, TW = np::TW;
   const int ntaps = SEP ? KW + KH : KD * KH * KW;
