@@ -318,7 +318,7 @@ def run_plane(src, dst, weights: np.ndarray, vol: tuple[int, int, int, int],
     vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
     tiles_w = math.ceil((W + d) / PLANE_TW)
     bands = math.ceil(H / (PLANE_ROWS * plane_rows_per_thread(item)))
-    kd, kh, kw = kernel3
+    _, kh, kw = kernel3
     kf = kh if not separable and kh == kw and kh in PLANE_SQUARES else 0
     fn = jit.get_function(ND_PLANE[src.dtype.name], "nd_plane", src.dtype.name,
                           (kwb, kf, int(separable)))

@@ -17,6 +17,10 @@
 //                      the image are cval under mode constant: the second pass pads the first's
 //                      output, as two 1-d passes do).
 //
+// The host (cupyconv/_ndimage/passes.py plane_plan) sends only what measured faster here than on
+// the staged kernels: KD == 1 (a stack of 2-d filters) and separable pairs with KH <= 3; the
+// kernel itself takes any KD and KH.
+//
 // X reads the input through the boundary mode (boundary.cuh: constant is BOUNDARY_FILL with cval,
 // reflect BOUNDARY_SYMM, wrap, nearest, mirror), independently per axis.  Planes outside the
 // volume (constant mode) are cval planes.
