@@ -237,7 +237,7 @@ def _fuse_last_two(chain: list, shape: tuple, in_dtype: str, out_dtype: np.dtype
 
 
 def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
-    """(stack, kernel3, left3) of the fused pair on the row walk (``passes.run_plane``,
+    """(stack, kernel2, left2) of the fused pair on the row walk (``passes.run_plane``,
     separable), or None where it does not apply: the walk reads and writes one float dtype, takes
     one boundary mode for both axes, and runs the last-axis pass first, which under mode constant
     differs from the other order (the second pass pads the first's output with cval)."""
@@ -248,12 +248,12 @@ def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
     if first.mode == CONSTANT and first.axis != ndim - 1:
         return None
     px, py = (first, second) if first.axis == ndim - 1 else (second, first)
-    stack = (math.prod(shape[:-2]), 1, shape[-2], shape[-1])
-    kernel3 = (1, py.taps.size, px.taps.size)
+    stack = (math.prod(shape[:-2]), shape[-2], shape[-1])
+    kernel2 = (py.taps.size, px.taps.size)
     if (np.iscomplexobj(px.taps) or np.iscomplexobj(py.taps)
-            or passes.plane_plan(stack, kernel3, True, out_dtype) is None):
+            or passes.plane_plan(stack, kernel2, True, out_dtype) is None):
         return None
-    return stack, kernel3, (0, py.left, px.left)
+    return stack, kernel2, (py.left, px.left)
 
 
 def _run_fused(src, dst, pair, compute: str) -> None:
@@ -396,18 +396,19 @@ def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes)
 
 
 def _walk_dense(x, out_dtype, compute: str, wshape: tuple, left: list):
-    """(volume, kernel3, left3) of the N-d correlation on the row walk (``passes.run_plane``,
-    dense), or None where it does not apply: 2-d or 3-d real float data read, written and summed
-    in one dtype.  (The caller keeps the staged kernels where a tap is below SciPy's skip
+    """(stack, kernel2, left2) of the N-d correlation on the row walk (``passes.run_plane``,
+    dense), or None where it does not apply: real float data read, written and summed in one
+    dtype, 2-d, or 3-d with a filter of one plane (a stack of 2-d filters; 3-d filters run faster
+    on nd_dense_tile).  (The caller keeps the staged kernels where a tap is below SciPy's skip
     threshold: the walk multiplies every tap, and 0 * inf would be NaN where SciPy skips it.)"""
-    if x.ndim not in (2, 3) or not (x.dtype.name == out_dtype.name == compute):
+    if (x.ndim not in (2, 3) or not (x.dtype.name == out_dtype.name == compute)
+            or (x.ndim == 3 and wshape[0] != 1)):
         return None
-    pad = (1,) * (3 - x.ndim)
-    vol = (1,) + pad + tuple(x.shape)
-    kernel3 = pad + tuple(wshape)
-    if passes.plane_plan(vol, kernel3, False, compute) is None:
+    stack = (math.prod(x.shape[:-2]), *x.shape[-2:])
+    kernel2 = tuple(wshape[-2:])
+    if passes.plane_plan(stack, kernel2, False, compute) is None:
         return None
-    return vol, kernel3, (0,) * (3 - x.ndim) + tuple(left)
+    return stack, kernel2, tuple(left[-2:])
 
 
 def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):

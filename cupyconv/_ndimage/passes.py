@@ -252,8 +252,9 @@ def run_sep2d(src, dst, weights: np.ndarray, kx: int, ky: int, lx: int, ly: int,
 # filter_plane, 0.067 ms for a 3x3.
 WALK_BOUNDARY = {CONSTANT: 0, WRAP: 1, REFLECT: 2, NEAREST: 3, MIRROR: 4}
 # Where the walk loses (same H100 run, bench_ndimage.py, ms): filters with a depth extent (3-d
-# correlate 3^3 0.400 against nd_dense_tile's 0.324, 7^3 2.89 against 1.50: each output chunk
-# walks KD planes again), and separable pairs with more than 3 taps down the columns (a chunk of
+# correlate 3^3 0.400 against nd_dense_tile's 0.324, 7^3 2.89 against 1.50, with a first version
+# that walked the KD planes of each output chunk again: those stay on nd_dense_tile), and
+# separable pairs with more than 3 taps down the columns (a chunk of
 # RY = 4 output rows walks RY + KH - 1 input rows: gaussian sigma 1, 9 taps, 0.284 against
 # nd_sep2d's 0.25; uniform 5 0.167 against 0.139; uniform 15 0.575 against 0.180), while sobel
 # (3 x 3) takes 0.094 ms.
@@ -271,26 +272,25 @@ def address(a) -> int:
     return int(ptr) if ptr is not None else int(a.__array_interface__["data"][0])
 
 
-def plane_plan(vol: tuple[int, int, int, int], kernel3: tuple[int, int, int], separable: bool,
+def plane_plan(stack: tuple[int, int, int], kernel2: tuple[int, int], separable: bool,
                dtype: str):
     """(KWB, shared bytes without the store buffer, store-buffer bytes) of ``nd_plane`` for a
-    stack ``vol`` = (B, D, H, W) of ``dtype`` filtered by ``kernel3`` = (KD, KH, KW) taps
-    (separable: KD == 1, KW taps along the last axis and KH along the second-last), or None where
-    it does not apply: a dtype other than float32/float64, a filter wider than the largest width
-    bucket, a depth extent (KD > 1, which the kernel takes) or, separable, more than
-    ``WALK_SEP_MAX_ROWS`` taps down the columns (both slower than the staged kernels), single-row
+    ``stack`` = (B, H, W) of planes of ``dtype`` filtered by ``kernel2`` = (KH, KW) taps (separable:
+    KW taps along the last axis, KH along the second-last), or None where it does not apply: a
+    dtype other than float32/float64, a filter wider than the largest width bucket or, separable,
+    more than ``WALK_SEP_MAX_ROWS`` taps down the columns (slower than nd_sep2d), single-row
     planes (the staged kernels keep their full-width rows there), 2^31 elements or more per
-    plane or output planes past the grid, or taps past the static shared-memory limit."""
+    plane or planes past the grid, or taps past the static shared-memory limit."""
     if dtype not in ND_PLANE:
         return None
     itemsize = np.dtype(dtype).itemsize
-    B, D, H, W = vol
-    kd, kh, kw = kernel3
+    B, H, W = stack
+    kh, kw = kernel2
     kwb = plane_width(kw)
-    if (kwb is None or H < 2 or H * W >= 2 ** 31 or B * D >= 2 ** 31 or kd != 1
+    if (kwb is None or H < 2 or H * W >= 2 ** 31 or B >= 2 ** 31
             or (separable and kh > WALK_SEP_MAX_ROWS)):
         return None
-    staged = kwb + kh if separable else kd * kh * kwb
+    staged = kwb + kh if separable else kh * kwb
     taps = 4 * math.ceil(staged / 4) * itemsize
     buffer = PLANE_WARPS * plane_rows_per_thread(itemsize) * PLANE_TW * itemsize
     if taps + buffer > SMEM_LIMIT:
@@ -298,34 +298,34 @@ def plane_plan(vol: tuple[int, int, int, int], kernel3: tuple[int, int, int], se
     return kwb, taps, buffer
 
 
-def run_plane(src, dst, weights: np.ndarray, vol: tuple[int, int, int, int],
-              kernel3: tuple[int, int, int], left3: tuple[int, int, int], mode: int,
+def run_plane(src, dst, weights: np.ndarray, stack: tuple[int, int, int],
+              kernel2: tuple[int, int], left2: tuple[int, int], mode: int,
               separable: bool) -> None:
-    """dst = src filtered on the row walk: both C-contiguous (B, D, H, W) stacks in the same
-    float dtype (``vol``), ``weights`` in that dtype.  Dense: the KD x KH x KW taps, cval, the
+    """dst = src filtered on the row walk: both C-contiguous (B, H, W) stacks of planes in the
+    same float dtype (``stack``), ``weights`` in that dtype.  Dense: the KH x KW taps, cval, the
     divisor; separable: KW taps along the last axis, KH along the second-last, cval, their two
-    divisors (the last-axis pass first).  The window of each output starts ``left3`` before it
-    along (D, H, W).  The caller checked :func:`plane_plan`."""
+    divisors (the last-axis pass first).  The window of each output starts ``left2`` before it
+    along (H, W).  The caller checked :func:`plane_plan`."""
     item = weights.dtype.itemsize
-    plan = plane_plan(vol, kernel3, separable, src.dtype.name)
+    plan = plane_plan(stack, kernel2, separable, src.dtype.name)
     if plan is None or src.dtype != dst.dtype or src.dtype != weights.dtype:
         raise ValueError("nd_plane has no plan for this array and filter")
     kwb, taps, buffer = plan
-    B, D, H, W = vol
-    pd, ph, pw = left3
+    B, H, W = stack
+    ph, pw = left2
     d = -pw % 4  # strips start 4-aligned in the input
     vec_in = W % 4 == 0 and address(src) % 16 == 0
     vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
     tiles_w = math.ceil((W + d) / PLANE_TW)
     bands = math.ceil(H / (PLANE_ROWS * plane_rows_per_thread(item)))
-    _, kh, kw = kernel3
+    kh, kw = kernel2
     kf = kh if not separable and kh == kw and kh in PLANE_SQUARES else 0
     fn = jit.get_function(ND_PLANE[src.dtype.name], "nd_plane", src.dtype.name,
                           (kwb, kf, int(separable)))
     if src.size == 0:
         return
-    prm = np.array([B, D, H, W, D, H, W, *kernel3, pd, ph, pw, WALK_BOUNDARY[mode], tiles_w, d,
-                    int(vec_in), int(vec_out)], np.int64)
-    fn((tiles_w * bands, min(B * D, GRID_YZ_MAX)), (32 * PLANE_WARPS,),
+    prm = np.array([B, H, W, kh, kw, ph, pw, WALK_BOUNDARY[mode], tiles_w, d, int(vec_in),
+                    int(vec_out)], np.int64)
+    fn((tiles_w * bands, min(B, GRID_YZ_MAX)), (32 * PLANE_WARPS,),
        (src, device_copy(weights), dst, device_copy(prm)),
        shared_mem=taps + (0 if vec_out else buffer))

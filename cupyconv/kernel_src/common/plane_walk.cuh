@@ -1,5 +1,6 @@
 // The row walk of the plane kernels (filter_plane.cu for the signal API, depthwise_plane.cu for
-// depthwise convolution): 2-D correlation of one input plane with KH x KW taps, no window staged.
+// depthwise convolution, ndimage/nd_plane.cu for cupyconv.ndimage): 2-D correlation of one
+// input plane with KH x KW taps, no window staged.
 //
 // A lane owns 4 consecutive output columns and RY output rows (a "chunk").  It walks down the
 // RY + KH - 1 input rows that feed them, reading the 4 + KW - 1 input columns it needs of a row
