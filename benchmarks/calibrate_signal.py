@@ -27,12 +27,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cupyconv._dispatch import signal as cost
 from cupyconv import signal as cs  # noqa: E402
 from cupyconv._signal.fft import fft_points, fft_work_dtype  # noqa: E402
+from cupyconv._signal.direct import dense_volume_offsets  # noqa: E402
 from cupyconv._signal.plan import compute_dtype, plan_filter  # noqa: E402
 from cupyconv._core.timing import time_gpu  # noqa: E402
 from bench import git_commit  # noqa: E402
 
 
-# 3-d volumes for DIRECT_3D_FACTOR (none of bench_signal's held-out shapes)
+# 3-d volumes for the 3-d factors (none of bench_signal's held-out shapes); 'same' mode runs
+# them on nd_dense_tile where the taps fit (DENSE_VOLUME_FACTOR)
 GRID_3D = tuple(("float32", v, k, None) for v in ((64, 64, 64), (128, 128, 128), (192, 160, 64))
                 for k in ((3, 3, 3), (5, 5, 5), (7, 7, 7), (11, 11, 11), (3, 3, 13), (13, 5, 1)))
 
@@ -77,6 +79,7 @@ def measure(repeat: int, problems):
         units, moved, fft_units = features(plan, compute)
         rows.append(dict(dtype=dtype, in1=s1, in2=s2, axes=axes, compute=compute,
                          ndim=len(plan.axes),
+                         dense=dense_volume_offsets(plan, compute) is not None,
                          fft_dtype=fft_work_dtype(plan), direct_ms=t["direct"], fft_ms=t["fft"],
                          units=units, moved=moved, fft_units=fft_units))
         print(f"{dtype:10s} {str(s1):20s} {str(s2):12s} direct {t['direct']:8.3f} ms  "
@@ -112,10 +115,19 @@ def fit(rows):
     return out
 
 
-def fit_3d(rows, consts) -> float:
-    """DIRECT_3D_FACTOR: the least-squares scale of the direct slope on 3-axis problems, the
-    other constants as given."""
-    rs = [r for r in rows if r["ndim"] == 3]
+def factor_name(row) -> str | None:
+    """The cost model's 3-d scale that applies to a measured row (None: a 1-2 axis problem)."""
+    if row.get("ndim") != 3:
+        return None
+    return "DENSE_VOLUME_FACTOR" if row.get("dense") else "DIRECT_3D_FACTOR"
+
+
+def fit_3d(rows, consts, name: str) -> float | None:
+    """The least-squares scale ``name`` of the direct slope on the 3-axis problems it applies to
+    (None where none does), the other constants as given."""
+    rs = [r for r in rows if factor_name(r) == name]
+    if not rs:
+        return None
     base = [r["units"] * consts["DIRECT_MS_PER_GTAP"][r["compute"]] / 1e9 for r in rs]
     rest = [r["direct_ms"] - consts["DIRECT_FIXED_MS"] - r["moved"] / cost.BANDWIDTH_BYTES_PER_MS
             for r in rs]
@@ -126,7 +138,7 @@ def worst_choice(rows, consts) -> float:
     """Largest (time of the method the model picks) / (faster measured time) over the grid."""
     worst = 1.0
     for r in rows:
-        factor = consts.get("DIRECT_3D_FACTOR", 1.0) if r.get("ndim") == 3 else 1.0
+        factor = consts[factor_name(r)] if factor_name(r) else 1.0
         d = (consts["DIRECT_FIXED_MS"] + factor * r["units"] * consts["DIRECT_MS_PER_GTAP"].get(
             r["compute"], cost.DIRECT_MS_PER_GTAP[r["compute"]]) / 1e9
             + r["moved"] / cost.BANDWIDTH_BYTES_PER_MS)
@@ -142,14 +154,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="a smaller grid (about a minute)")
     ap.add_argument("--only-3d", action="store_true",
-                    help="time the 3-d volumes only and fit DIRECT_3D_FACTOR alone")
+                    help="time the 3-d volumes only and fit their factors alone")
     args = ap.parse_args()
     current = dict(DIRECT_FIXED_MS=cost.DIRECT_FIXED_MS, DIRECT_MS_PER_GTAP=cost.DIRECT_MS_PER_GTAP,
                    FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT,
-                   DIRECT_3D_FACTOR=cost.DIRECT_3D_FACTOR)
+                   DIRECT_3D_FACTOR=cost.DIRECT_3D_FACTOR,
+                   DENSE_VOLUME_FACTOR=cost.DENSE_VOLUME_FACTOR)
     rows = measure(args.repeat, GRID_3D if args.only_3d else tuple(grid(args.quick)) + GRID_3D)
     fitted = dict(current) if args.only_3d else fit(rows)
-    fitted["DIRECT_3D_FACTOR"] = fit_3d(rows, fitted)
+    for name in ("DIRECT_3D_FACTOR", "DENSE_VOLUME_FACTOR"):
+        value = fit_3d(rows, fitted, name)
+        fitted[name] = current[name] if value is None else value
     print(f"\nworst auto / fastest over the grid: current constants {worst_choice(rows, current):.2f}, "
           f"fitted {worst_choice(rows, fitted):.2f}\n\nfitted constants for cupyconv/_signal_cost.py:")
     for name, value in fitted.items():

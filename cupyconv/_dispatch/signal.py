@@ -7,7 +7,8 @@ both paths on a grid of problems on the GPU and prints fitted values to paste he
 below were fitted on an NVIDIA H100 (session 2026-11-22, commit 4c917e6; uint64 is not fitted).
 
 direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
-            (times DIRECT_3D_FACTOR over three axes) + bytes moved / BANDWIDTH
+            (times DIRECT_3D_FACTOR over three axes, DENSE_VOLUME_FACTOR for 'same' volumes
+            on nd_dense_tile) + bytes moved / BANDWIDTH
 fft_ms    = FFT_FIXED_MS + transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[dt] / 1e9
             (P: padded points per transform; 3 transforms: two forward, one inverse)
 
@@ -22,6 +23,7 @@ import math
 import numpy as np
 
 from cupyconv._core.caches import memoized
+from cupyconv._signal.direct import dense_volume_offsets
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits
 
@@ -37,6 +39,10 @@ BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
 # estimate.  A scale on the slope, fitted on 18 float32 volumes 64^3-192x160x64 with kernels
 # 3^3-11^3 alone (calibrate_signal.py --only-3d, H100, session 2026-11-24 11).
 DIRECT_3D_FACTOR = 3.53
+# 'same' volumes run on ndimage's nd_dense_tile instead (_signal.direct.dense_volume_offsets): the
+# same slope scaled by this factor.  First value from bench_ndimage's 3-d correlate at 59241c7
+# (256^3, k = 3 / 7 / 15: 2.8 / 2.1 / 2.5 x the 2-d slope); refitted by calibrate_signal.py.
+DENSE_VOLUME_FACTOR = 2.4
 # FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
 # problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
 FFT_FIXED_MS = 0.2713
@@ -49,6 +55,14 @@ FFT_MS_PER_GUNIT = {"float32": 0.8391, "float64": 1.4452, "complex64": 0.9923, "
 FFT_TRANSFORMS = 3
 
 
+def direct_factor(plan: FilterPlan, compute: str) -> float:
+    """The scale of the 2-d slope for the kernel that runs ``plan``'s direct path."""
+    if len(plan.axes) < 3:
+        return 1.0
+    return DENSE_VOLUME_FACTOR if dense_volume_offsets(plan, compute) is not None else \
+        DIRECT_3D_FACTOR
+
+
 def direct_ms(plan: FilterPlan, compute: str) -> float:
     k = [plan.shape_g[a] for a in plan.axes]
     kw = k[-1] if k else 1
@@ -56,7 +70,7 @@ def direct_ms(plan: FilterPlan, compute: str) -> float:
     units = plan.outputs() * rows * (kw + ROW_OVERHEAD)
     item = np.dtype(compute).itemsize
     moved = (math.prod(plan.shape_a) + plan.outputs()) * item
-    slope = DIRECT_MS_PER_GTAP[compute] * (DIRECT_3D_FACTOR if len(k) == 3 else 1.0)
+    slope = DIRECT_MS_PER_GTAP[compute] * direct_factor(plan, compute)
     return DIRECT_FIXED_MS + units * slope / 1e9 + moved / BANDWIDTH_BYTES_PER_MS
 
 

@@ -157,6 +157,27 @@ def planes_per_block(planes: int) -> int:
     return 1 if planes == 1 else TILE_Z
 
 
+def dense_tile_launcher(in_dtype: str, out_dtype: str, compute: str, shape: tuple[int, ...],
+                        offsets: np.ndarray, mode: int):
+    """``launch(src, weights, dst)`` of ``nd_dense_tile`` for this problem (``weights``: a device
+    buffer of the taps in the compute dtype, then cval and the divisor), or None where
+    :func:`dense_tile_plan` has no plan.  The launch geometry and packed sizes are worked out
+    here once; the caller may keep the launcher for repeated calls of one problem."""
+    tiled = dense_tile_plan(shape, offsets, mode, np.dtype(compute).itemsize)
+    if tiled is None:
+        return None
+    prm, grid, smem = tiled
+    module = nd_module(in_dtype, out_dtype, compute)
+    variant = (planes_per_block(int(prm[0])),)
+    name = f"{in_dtype}:{out_dtype}:{compute}"
+
+    def launch(src, weights, dst):
+        fn = jit.get_function(module, "nd_dense_tile", name, variant)
+        fn(grid, (32, TILE_Y), (src, weights, dst, device_copy(prm)), shared_mem=smem)
+
+    return launch
+
+
 def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> None:
     """dst = the N-d correlation of src with the taps ``offsets`` (ntaps x ndim coordinate
     offsets from the output, in the C order of the filter) weighted by ``weights`` (compute
@@ -167,18 +188,14 @@ def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> 
         raise ValueError(f"cupyconv.ndimage correlates at most {ND_CONSTANTS['ND_MAX_DIMS']} "
                          f"filtered dims, got {ndim}")
     compute = weights.dtype.name
-    tiled = dense_tile_plan(src.shape, offsets, mode, weights.dtype.itemsize)
-    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute),
-                          "nd_dense" if tiled is None else "nd_dense_tile",
-                          f"{src.dtype.name}:{dst.dtype.name}:{compute}",
-                          () if tiled is None else (planes_per_block(int(tiled[0][0])),))
+    tiled = dense_tile_launcher(src.dtype.name, dst.dtype.name, compute, src.shape, offsets, mode)
     if src.size == 0:
         return
     if tiled is not None:
-        prm, grid, smem = tiled
-        fn(grid, (32, TILE_Y), (src, device_copy(weights), dst, device_copy(prm)),
-           shared_mem=smem)
+        tiled(src, device_copy(weights), dst)
         return
+    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), "nd_dense",
+                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
     shape = np.array(src.shape, np.int64)
     strides = np.array([math.prod(src.shape[d + 1:]) for d in range(ndim)], np.int64)
     lo = np.maximum(-offsets.min(axis=0, initial=0), 0) if ntaps else np.zeros(ndim, np.int64)

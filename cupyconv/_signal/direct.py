@@ -3,6 +3,9 @@
 The convolved axes (at most three) move to the end and are padded in front to (D, H, W); every
 other axis is flattened into one batch dimension, so a stack of images or signals is one launch.
 The filter is shared across the batch (batch stride 0) unless it has batch extent of its own.
+Real 2-d planes run on ``filter_plane.cu`` (:func:`lean_plane_runner`); real 3-d volumes in
+'same' mode run on ndimage's ``nd_dense_tile`` (:func:`dense_volume_runner`), which stages a
+plane per tile and beat filter_direct's 3-d tiles on every volume measured.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, KERNEL_CONSTANTS,
                                     PLANE_SQUARES, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
+from cupyconv._ndimage import passes as nd_passes
+from cupyconv._ndimage.boundary import CONSTANT
 from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
@@ -147,7 +152,53 @@ def direct_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     lean = lean_plane_runner(plan, in1, in2, fillvalue, compute)
     if lean is not None:
         return lean
+    if fillvalue == 0 and dense_volume_offsets(plan, compute) is not None:
+        return dense_volume_runner(plan, compute)
     return lambda a, b: run_direct(plan, a, b, fillvalue, compute)
+
+
+@memoized(256)
+def dense_volume_offsets(plan: FilterPlan, compute: str):
+    """The tap offsets (ntaps x 3, C order of the filter) with which ndimage's ``nd_dense_tile``
+    computes ``plan``, or None where it cannot: real float, 'same' mode over all three axes of a
+    3-d operand (no swap, no batch axes, zero fill) and taps that fit the tile's shared memory.
+
+    'same' keeps in1's shape, which is the shape nd_dense_tile writes; output ``i`` reads
+    ``a[i + t - pad_lo]`` for tap ``t``, i.e. offsets ``t - pad_lo``, zeros outside (mode
+    constant, cval 0).  Shapes only, so the cost model asks it too."""
+    if (compute not in ("float32", "float64") or plan.mode != "same" or plan.swapped
+            or plan.kernel_select or plan.reverse_out or plan.boundary != "fill"
+            or len(plan.shape_a) != 3 or plan.axes != (0, 1, 2)):
+        return None
+    offsets = np.indices(plan.shape_g).reshape(3, -1).T - np.asarray(plan.pad_lo, np.int64)
+    if nd_passes.dense_tile_plan(plan.shape_a, offsets, CONSTANT,
+                                 np.dtype(compute).itemsize) is None:
+        return None
+    return offsets
+
+
+def dense_volume_runner(plan: FilterPlan, compute: str):
+    """A runner ``(in1, in2) -> result in compute`` for a plan :func:`dense_volume_offsets`
+    accepts: one copy of the (flipped for convolution) filter into a fresh weight buffer ending
+    in cval 0 and divisor 1, and one ``nd_dense_tile`` launch."""
+    import cupy
+
+    offsets = dense_volume_offsets(plan, compute)
+    launch = nd_passes.dense_tile_launcher(compute, compute, compute, plan.shape_a, offsets,
+                                           CONSTANT)
+    ntaps = len(offsets)
+    tail = np.array([0, 1], compute)  # cval, divisor
+
+    def run(in1, in2):
+        a = cupy.ascontiguousarray(in1.astype(compute, copy=False))
+        w = cupy.empty(ntaps + 2, compute)
+        w[:ntaps].reshape(plan.shape_g)[...] = kernel_operand(plan, in2, cupy)
+        w[ntaps:] = nd_passes.device_copy(tail)  # a cached copy safe on any stream
+        y = cupy.empty(plan.out_shape, compute)
+        launch(a, w, y)
+        return y
+
+    return run
 
 
 def lean_plane_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):

@@ -231,3 +231,85 @@ def test_overlap_add_matches_scipy_oaconvolve(numpy_cupy, s1, s2, axes, mode, dt
     assert blocks  # every case here has a long axis worth cutting into blocks
     got = _signal_fft.run_fft(plan, a, b, 0, _signal_fft.fft_work_dtype(plan), blocks)
     assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- 3-d on nd_dense_tile
+@pytest.fixture
+def host_dense_tile(numpy_cupy, monkeypatch):
+    """numpy_cupy, with ndimage's nd_dense_tile run as host C++ (its own source) and the cached
+    device copies replaced by host arrays; returns the list of templates launched."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from host_kernels import HostModule, compiler
+
+    from cupyconv._ndimage import passes
+
+    if compiler() is None:
+        pytest.skip("no host C++ compiler")
+    launched, modules = [], {}
+    models = {"filter_direct": _model_kernel, "filter_plane": _model_plane_kernel}
+
+    def get_function(module, template, dtype, variant=()):
+        if template in models:
+            return models[template]
+        name = module.name_expression(template, dtype, variant)
+
+        def launch(grid, block, args, shared_mem=0):
+            x, w, y, prm = args
+            launched.append(template)
+            if module not in modules:
+                modules[module] = HostModule(module)
+            modules[module].call(name, grid, block, (x, w, y, prm), shared_mem)
+
+        return launch
+
+    monkeypatch.setattr(jit, "get_function", get_function)
+    monkeypatch.setattr(passes, "device_copy", lambda h: np.ascontiguousarray(h))
+    return launched
+
+
+@pytest.mark.parametrize("func", ["correlate", "convolve"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("s1,s2", [((6, 9, 37), (3, 3, 3)), ((5, 7, 8), (2, 4, 3)),
+                                   ((3, 4, 5), (5, 2, 7))])
+def test_same_volumes_run_on_dense_tile(host_dense_tile, func, dtype, s1, s2):
+    """'same' over the three axes of a real volume runs ndimage's nd_dense_tile with taps at
+    ``t - pad_lo`` and zeros outside: even filter sizes (SciPy's centring), filters larger than
+    the volume along an axis, convolution's reversed filter."""
+    rng = np.random.default_rng(len(s1) + sum(s2))
+    a, b = rng.standard_normal(s1).astype(dtype), rng.standard_normal(s2).astype(dtype)
+    plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode="same")
+    assert _signal_direct.dense_volume_offsets(plan, dtype) is not None
+    got = _run(func, a, b, "same", "runner")
+    ref = getattr(signal, func)(a.astype(np.float64), b.astype(np.float64), mode="same",
+                                method="direct")
+    assert host_dense_tile == ["nd_dense_tile"]
+    assert got.dtype == np.dtype(dtype) and got.shape == ref.shape
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_dense_tile_route_limits():
+    """Only real 'same' volumes over all three axes with zero fill and taps that fit the tile
+    take nd_dense_tile; the cost model scales the slope accordingly."""
+    from cupyconv._dispatch import signal as cost
+
+    def offsets(s1, s2, dtype="float32", **kw):
+        kw.setdefault("mode", "same")
+        plan = plan_filter(s1, s2, dtype, dtype, func="correlate", **kw)
+        return _signal_direct.dense_volume_offsets(plan, compute_dtype(plan.result_dtype)), plan
+
+    got, plan = offsets((64, 64, 64), (3, 5, 7))
+    assert got.shape == (105, 3) and got.min(axis=0).tolist() == [-1, -2, -3]
+    assert cost.direct_factor(plan, "float32") == cost.DENSE_VOLUME_FACTOR
+    for s1, s2, kw in [((64, 64, 64), (3, 3, 3), {"mode": "full"}),
+                       ((64, 64, 64), (3, 3, 3), {"mode": "valid"}),
+                       ((64, 64, 64), (3, 3, 3), {"dtype": "complex64"}),
+                       ((64, 64, 64), (21, 21, 21), {}),          # the taps overflow the tile
+                       ((4, 64, 64, 64), (1, 3, 3, 3), {"axes": (1, 2, 3)}),  # a batch axis
+                       ((64, 64), (3, 3), {})]:
+        got, plan = offsets(s1, s2, **kw)
+        assert got is None, (s1, s2, kw)
+    assert cost.direct_factor(offsets((64, 64, 64), (3, 3, 3), mode="full")[1],
+                              "float32") == cost.DIRECT_3D_FACTOR

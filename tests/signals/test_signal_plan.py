@@ -196,25 +196,26 @@ def test_cost_model_prefers_direct_for_small_and_fft_for_large_kernels():
 
 
 def test_cost_model_scales_the_direct_kernel_on_three_axes():
-    """The 3-d direct kernel costs DIRECT_3D_FACTOR times the 2-d slope per tap: 96^3 with a 15^3
-    kernel (direct 0.80 ms, FFT 0.39 ms on an H100) goes to the FFT, 128^3 with 3^3 stays direct."""
-    def plan(s1, s2):
-        return plan_filter(s1, s2, np.float32, np.float32, func="correlate", mode="same")
+    """Over three axes the 2-d slope per tap is scaled by the kernel that runs the volume:
+    DENSE_VOLUME_FACTOR for 'same' volumes (nd_dense_tile), DIRECT_3D_FACTOR otherwise
+    (filter_direct's 3-d tiles); 2-d plans are unscaled.  128^3 with 3^3 stays direct."""
+    def plan(s1, s2, mode="same"):
+        return plan_filter(s1, s2, np.float32, np.float32, func="correlate", mode=mode)
 
-    p3 = plan((96, 96, 96), (15, 15, 15))
-    assert _signal_cost.DIRECT_3D_FACTOR > 1
-    assert _signal_cost.choose(p3, "float32") == "fft"
-    assert _signal_cost.choose(plan((128, 128, 128), (3, 3, 3)), "float32") == "direct"
-    # the factor applies to three axes only: a 2-d plan's estimate is unchanged by it
+    same3, full3 = plan((96, 96, 96), (15, 15, 15)), plan((96, 96, 96), (15, 15, 15), "full")
     p2 = plan((512, 512), (15, 15))
-    base2, base3 = _signal_cost.direct_ms(p2, "float32"), _signal_cost.direct_ms(p3, "float32")
-    old = _signal_cost.DIRECT_3D_FACTOR
-    try:
-        _signal_cost.DIRECT_3D_FACTOR = 1.0
-        assert _signal_cost.direct_ms(p2, "float32") == base2
-        assert _signal_cost.direct_ms(p3, "float32") < base3
-    finally:
-        _signal_cost.DIRECT_3D_FACTOR = old
+    assert _signal_cost.DIRECT_3D_FACTOR > 1 and _signal_cost.DENSE_VOLUME_FACTOR > 1
+    assert _signal_cost.choose(plan((128, 128, 128), (3, 3, 3)), "float32") == "direct"
+    base = {p: _signal_cost.direct_ms(p, "float32") for p in (same3, full3, p2)}
+    for name, scaled in (("DIRECT_3D_FACTOR", full3), ("DENSE_VOLUME_FACTOR", same3)):
+        old = getattr(_signal_cost, name)
+        try:
+            setattr(_signal_cost, name, 1.0)
+            for p in base:
+                got = _signal_cost.direct_ms(p, "float32")
+                assert got < base[p] if p is scaled else got == base[p], (name, p.mode)
+        finally:
+            setattr(_signal_cost, name, old)
 
 
 def test_plan_is_hashable_and_frozen():
