@@ -50,32 +50,34 @@ def test_filter_reach(size, origin, reach):
     assert sum(reach) == size - 1
 
 
-@pytest.mark.parametrize("call,depths", [
-    (lambda x: cd.correlate1d(x, np.ones(5), axis=0, origin=2), {0: 4}),
-    (lambda x: cd.convolve1d(x, np.ones(4), axis=1), {1: 2}),
-    (lambda x: cd.correlate(x, np.ones((3, 6)), origin=(1, -3)), {0: 2, 1: 5}),
-    (lambda x: cd.gaussian_filter(x, (1.0, 2.0)), {0: 4, 1: 8}),
-    (lambda x: cd.gaussian_filter(x, 2.0, truncate=2.0), {0: 4, 1: 4}),
-    (lambda x: cd.gaussian_filter(x, (0, 3.0), radius=2), {1: 2}),
-    (lambda x: cd.gaussian_filter1d(x, 1.0, axis=0, radius=6), {0: 6}),
-    (lambda x: cd.uniform_filter(x, (5, 2), origin=(0, -1)), {0: 2, 1: 1}),
-    (lambda x: cd.uniform_filter1d(x, 6, axis=1, origin=2), {1: 5}),
-    (lambda x: cd.sobel(x, axis=0), {0: 1, 1: 1}),
-    (lambda x: cd.laplace(x, axes=(1,)), {1: 1}),
-    (lambda x: cd.gaussian_laplace(x, 1.0, axes=(0,)), {0: 4}),
-    (lambda x: cd.gaussian_gradient_magnitude(x, (1.0, 0.5)), {0: 4, 1: 2}),
+@pytest.mark.parametrize("call,reaches", [
+    (lambda x: cd.correlate1d(x, np.ones(5), axis=0, origin=2), {0: (4, 0)}),
+    (lambda x: cd.convolve1d(x, np.ones(4), axis=1), {1: (1, 2)}),
+    (lambda x: cd.correlate(x, np.ones((3, 6)), origin=(1, -3)), {0: (2, 0), 1: (0, 5)}),
+    (lambda x: cd.gaussian_filter(x, (1.0, 2.0)), {0: (4, 4), 1: (8, 8)}),
+    (lambda x: cd.gaussian_filter(x, 2.0, truncate=2.0), {0: (4, 4), 1: (4, 4)}),
+    (lambda x: cd.gaussian_filter(x, (0, 3.0), radius=2), {1: (2, 2)}),
+    (lambda x: cd.gaussian_filter1d(x, 1.0, axis=0, radius=6), {0: (6, 6)}),
+    (lambda x: cd.uniform_filter(x, (5, 2), origin=(0, -1)), {0: (2, 2), 1: (0, 1)}),
+    (lambda x: cd.uniform_filter1d(x, 6, axis=1, origin=2), {1: (5, 0)}),
+    (lambda x: cd.sobel(x, axis=0), {0: (1, 1), 1: (1, 1)}),
+    (lambda x: cd.laplace(x, axes=(1,)), {1: (1, 1)}),
+    (lambda x: cd.gaussian_laplace(x, 1.0, axes=(0,)), {0: (4, 4)}),
+    (lambda x: cd.gaussian_gradient_magnitude(x, (1.0, 0.5)), {0: (4, 4), 1: (2, 2)}),
 ])
-def test_halo_per_filter(monkeypatch, call, depths):
-    """Each filter asks map_filter for the halo its window reaches along each axis."""
+def test_halo_per_filter(monkeypatch, call, reaches):
+    """Each filter asks map_filter for the (left, right) halo its window reaches along each axis
+    (asymmetric with an origin or an even size; the larger side is the symmetric depth that
+    map_overlap used to be given)."""
     seen = {}
 
-    def spy(x, name, d, modes, out_dtype, args=(), kwargs=None, gpu=None):
-        seen.update({ax: v for ax, v in d.items() if v})
+    def spy(x, name, r, modes, out_dtype, args=(), kwargs=None, gpu=None):
+        seen.update({ax: tuple(v) for ax, v in r.items() if any(v)})
         return x
 
     monkeypatch.setattr(cd, "_map_filter", spy)
     call(da.zeros((64, 64), chunks=16))
-    assert seen == depths
+    assert seen == reaches
 
 
 @pytest.mark.parametrize("chunks,depth,expected", [
