@@ -218,21 +218,22 @@ def _map_filter(x, name: str, reaches: dict, modes: dict, out_dtype, args=(), kw
 # the block function and trims.  map_overlap's graph (a getitem per slab, a concatenate per
 # chunk, a trim per chunk: ~10 tasks per chunk in 3-d) gives the same result but costs more in
 # the scheduler than the filters do on a GPU (benchmarks/NOTES.md, issue 19).
-def _axis_pieces(chunks: tuple, reach: tuple, boundary: str) -> list:
+def _axis_pieces(chunks: tuple, reach: tuple, boundary: str, edge_mode: bool = True) -> list:
     """Per chunk along one axis: ``(pieces, left, right)``, where ``pieces`` are the
     ``(neighbour index, start, stop)`` ranges its block with halo is made of, left to right, and
     ``left``/``right`` the halo present.  ``boundary`` "none": no halo beyond the array's edges;
     "periodic": the halo there comes from the far end of the axis.  An axis of one chunk gets no
-    halo (with "periodic", the block function's own wrap mode does the edge).  With "none", the
-    edge chunks' inward halo is at least the mirror image of the reach they lack outward: the
-    block function's mode reflects the block's inside there, as it reflects the array's."""
+    halo (with "periodic", the block function's own wrap mode does the edge).  With "none" and
+    ``edge_mode``, the edge chunks' inward halo is at least the mirror image of the reach they
+    lack outward: the block function's mode reflects the block's inside there, as it reflects
+    the array's (``edge_mode=False``: 'valid' windows, which read no mode)."""
     left, right = reach
     n = len(chunks)
     periodic = boundary == "periodic"
     out = []
     for i, size in enumerate(chunks):
         want_lo, want_hi = left, right
-        if not periodic:
+        if edge_mode and not periodic:
             # at an edge the mode extends the chunk by reflecting its inside: an edge output
             # reaching ``left`` beyond the start reads up to element ``left`` (mirror), so the
             # block must hold that much even where the filter reaches less to the right
@@ -318,10 +319,11 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     ``reach``: axis -> (left, right) halo depths (asymmetric allowed; axes left out or with
     (0, 0) read no neighbours); every chunk must be at least as thick as the halo it feeds
     (:func:`rechunk_for_depth` with the larger side).  ``boundary``: axis -> "none" (no halo at
-    the array's edges) or "periodic" (the halo there comes from the far end); an axis of one
-    chunk gets no halo.  ``trim``: cut the halo present off each result (copied, so it does not
-    pin the padded block); ``trim=False`` keeps ``block_fn``'s whole result, whose chunks are
-    ``out_chunks`` (default: the input's).  ``kwargs`` pass to ``block_fn``; dask collections
+    the array's edges; with ``trim``, the block function's mode extends the edge chunks, whose
+    inward halo then also covers what a mirror mode reflects) or "periodic" (the halo there
+    comes from the far end); an axis of one chunk gets no halo.  ``trim``: cut the halo present
+    off each result (copied, so it does not pin the padded block); ``trim=False`` keeps
+    ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  ``kwargs`` pass to ``block_fn``; dask collections
     among them (e.g. :func:`_shared` weights) are computed once and passed by key.  The layer's
     name is a token of the input, the function, the halo and the arguments: equal calls give
     equal graphs."""
@@ -345,7 +347,8 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     collections = [v for v in kwargs.values() if dask.is_dask_collection(v)]
     kwarg_refs = {k: TaskRef(v.key) if dask.is_dask_collection(v) else v
                   for k, v in kwargs.items()}
-    axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax]) for ax in range(x.ndim)]
+    axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax], edge_mode=trim)
+            for ax in range(x.ndim)]
     dsk = {}
     for index in itertools.product(*(range(len(c)) for c in x.chunks)):
         neighbours, cuts, shape, present = _halo_plan(index, axes)

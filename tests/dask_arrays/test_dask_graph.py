@@ -732,3 +732,23 @@ def test_names_are_deterministic():
     img = da.from_array(np.zeros((1, 1, 20, 20)), chunks=(1, 1, 7, 7))
     assert cd.conv(img, w, padding=1).name == cd.conv(img, w, padding=1).name
     assert cd.conv(img, w, padding=1).name != cd.conv(img, 2 * w, padding=1).name
+
+
+def test_untrimmed_windows_take_exactly_their_reach():
+    """Without trimming (the 'valid' windows of signal/conv) no mode reads past the block, so an
+    edge chunk takes no extra halo: each result's shape stays what out_chunks says."""
+    assert cd._axis_pieces((2, 3), (2, 0), "none", edge_mode=False)[0] == (((0, 0, 2),), 0, 0)
+    assert cd._axis_pieces((2, 3), (2, 0), "none")[0] == (((0, 0, 2), (1, 0, 1)), 0, 1)
+
+
+def test_slices_cull_the_graph():
+    a = np.random.default_rng(4).standard_normal((30, 28))
+    y = cd.gaussian_filter(da.from_array(a, chunks=(6, 7)), 1.0, mode="wrap")
+    x_name = next(iter(y.dask.dependencies[y.name]))
+    part = y[:6, 7:14]
+    culled = dict(part.dask.cull({k for row in part.__dask_keys__() for k in row}))
+    # the one chunk's task and the 9 input chunks around it (wrapping at the top), no more
+    assert [k for k in culled if k[0] == y.name] == [(y.name, 0, 1)]
+    assert sorted(k[1:] for k in culled if k[0] == x_name) == [
+        (r, c) for r in (0, 1, 4) for c in (0, 1, 2)]
+    np.testing.assert_array_equal(part.compute(), sn.gaussian_filter(a, 1.0, mode="wrap")[:6, 7:14])
