@@ -1,29 +1,34 @@
 """``cupyconv.ndimage`` filters and ``cupyconv.conv`` on Dask arrays (``pip install 'cupyconv[dask]'``).
 
 Every function takes a ``dask.array.Array`` and returns one, lazily: nothing runs until
-``.compute()``.  Filters go through ``dask.array.map_overlap``: each chunk is filtered together
-with a halo of its neighbours' data as deep as the filter reaches along each axis (from the filter
-size, sigma/truncate/radius and origin), and the halo is trimmed off again, so every output element
-is computed from the same inputs as in one call on the whole array.  With ``scipy.ndimage`` the
-result is bit-identical except for the uniform filters (SciPy's running sum starts at each chunk);
-with ``cupyconv.ndimage`` a chunk may run another kernel than the whole array (fused or not, tiled
-or direct), so results agree to rounding.
+``.compute()``.  A filter is one graph layer with ONE task per output chunk (:func:`_halo_map`):
+the task reads the chunk and the neighbours its halo reaches into (as deep as the filter reaches
+on each side along each axis, from the filter size, sigma/truncate/radius and origin -- left and
+right may differ), assembles the chunk with its halo in one allocation (:func:`assemble_halo`),
+filters it and trims the halo off, so every output element is computed from the same inputs as in
+one call on the whole array.  The semantics are ``dask.array.map_overlap``'s with boundary "none"
+or "periodic" and ``trim=True``; its graph (a getitem per slab, a concatenate and a trim per chunk)
+cost more in the scheduler than the filters take on a GPU.  With ``scipy.ndimage`` the result is
+bit-identical except for the uniform filters (SciPy's running sum starts at each chunk); with
+``cupyconv.ndimage`` a chunk may run another kernel than the whole array (fused or not, tiled or
+direct), so results agree to rounding.
 
 - At the array's edge there is no halo (``boundary="none"``): the chunk touches the edge, and the
-  filter's own ``mode`` extends it exactly as it extends the whole array.  ``mode="wrap"`` (and
-  ``"grid-wrap"``) read the far end of the axis, so those axes take their halo from there
+  filter's own ``mode`` extends it exactly as it extends the whole array (an edge chunk's inward
+  halo is then at least as deep as the mode reflects).  ``mode="wrap"`` (and ``"grid-wrap"``)
+  read the far end of the axis, so those axes take their halo from there
   (``boundary="periodic"``).  An axis filtered with both wrap and another mode (possible with
   per-axis modes) is made one chunk.
 - Chunks thinner than the halo are merged with their neighbours first (:func:`rechunk_for_depth`);
-  an axis held in one chunk needs no halo at all.
+  an axis held in one chunk needs no halo at all.  Filters without any halo are a ``map_blocks``.
 - Each chunk is dispatched on its array type (:func:`_backend`): CuPy chunks run
   ``cupyconv.ndimage``; NumPy chunks run ``scipy.ndimage``, a stand-in that needs no GPU (it lets
   the graph be built and checked on a CPU, and keeps NumPy-chunked arrays usable).
 
 ``signal_correlate`` / ``signal_convolve`` are ``cupyconv.signal.correlate`` / ``convolve`` (SciPy's
 modes) of a dask ``in1`` with a small concrete ``in2``: ``in1`` is zero-padded as the mode needs and
-each chunk is computed in 'valid' mode with a right halo (:func:`_map_windows`).  NumPy chunks run
-``scipy.signal``.
+each chunk is computed in 'valid' mode with a right halo, one task per chunk as for the filters
+(:func:`_map_windows`).  NumPy chunks run ``scipy.signal``.
 
 ``conv`` maps ``cupyconv.conv`` over chunks of the batch axis where the spatial axes are single
 chunks; spatially chunked inputs go through the same padded 'valid' windows as the signal functions
@@ -35,7 +40,8 @@ chunk is picked in one place, :func:`_backend`.
 
 ``gpu=True`` (every function): NumPy chunks are copied, with their halo, to the current GPU, run
 there and copied back (:func:`_staged`) -- the out-of-core path for volumes in host memory or on
-disk: the halos are cut on the host, so only the chunks in flight occupy the GPU.
+disk: each chunk is assembled with its halo on the host, so only the chunks in flight occupy the
+GPU.
 
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
 GPU with the synchronous and threaded schedulers, a one-worker ``dask_cuda.LocalCUDACluster``,
@@ -44,6 +50,8 @@ and ``gpu=True`` on a memmap eight times CuPy's pool limit; several GPUs are not
 
 from __future__ import annotations
 
+import functools
+import itertools
 import operator
 import threading
 from collections import OrderedDict
@@ -105,20 +113,23 @@ def _backend(block, family: str = "ndimage"):
 def _staged(block_fn, gpu):
     """``block_fn`` as the chunk function of a map: with ``gpu`` true, a NumPy chunk (with its
     halo) is copied to the current GPU, ``block_fn`` runs there and its result is copied back;
-    otherwise (and for CuPy chunks) ``block_fn`` runs on the chunk as it is."""
+    otherwise (and for CuPy chunks) ``block_fn`` runs on the chunk as it is.  A partial of a
+    module-level function, so the graph pickles and tokenizes by value."""
     if gpu is None or gpu is False:
         return block_fn
     if gpu is not True:
         raise TypeError(f"gpu must be None, False or True, got {gpu!r}")
+    return functools.partial(_on_gpu, block_fn)
 
-    def staged(block, *args, **kwargs):
-        if _is_cupy(block):
-            return block_fn(block, *args, **kwargs)
-        import cupy
 
-        return cupy.asnumpy(block_fn(cupy.asarray(block), *args, **kwargs))
+def _on_gpu(block_fn, block, *args, **kwargs):
+    """``block_fn`` on a CuPy copy of a NumPy ``block``, its result copied back (CuPy blocks run
+    as they are)."""
+    if _is_cupy(block):
+        return block_fn(block, *args, **kwargs)
+    import cupy
 
-    return staged
+    return cupy.asnumpy(block_fn(cupy.asarray(block), *args, **kwargs))
 
 
 # --------------------------------------------------------------------------- halo arithmetic
@@ -128,12 +139,6 @@ def filter_reach(size: int, origin: int = 0) -> tuple[int, int]:
     size, origin = operator.index(size), operator.index(origin)
     left = size // 2 + origin
     return left, size - 1 - left
-
-
-def _depth(size: int, origin: int = 0) -> int:
-    """The symmetric halo covering a ``size``-tap window with ``origin`` (more halo never changes
-    the result, only the work)."""
-    return max(0, *filter_reach(size, origin))
 
 
 def rechunk_for_depth(chunks: tuple[int, ...], depth: int) -> tuple[int, ...]:
@@ -167,41 +172,194 @@ def _boundary(modes: set) -> str | None:
     return "periodic" if wrap == {True} else "none"
 
 
-def _map_filter(x, name: str, depths: dict, modes: dict, out_dtype, args=(), kwargs=None,
+def _filter_block(block, name, args, kwargs):
+    """The backend's ndimage filter ``name`` on one block (with its halo)."""
+    return getattr(_backend(block), name)(block, *args, **kwargs)
+
+
+def _map_filter(x, name: str, reaches: dict, modes: dict, out_dtype, args=(), kwargs=None,
                 gpu=None):
-    """Run the backend's ``name`` over ``x`` through map_overlap with per-axis halo ``depths``
-    (axis -> int) and ``modes`` (axis -> set of mode names used along it); ``gpu``: see
+    """Run the backend's ``name`` over ``x`` with per-axis halos ``reaches`` (axis -> (left,
+    right) elements the filter reads before and after an output) and ``modes`` (axis -> set of
+    mode names used along it), one task per output chunk (:func:`_halo_map`); ``gpu``: see
     :func:`_staged`."""
-    da = _dask_array()
     from dask.array.utils import meta_from_array
 
     kwargs = dict(kwargs or {})
     kwargs["output"] = out_dtype
-    depth, boundary, new_chunks = {}, {}, {}
+    reach, boundary, new_chunks = {}, {}, []
     for ax in range(x.ndim):
-        d = int(depths.get(ax, 0))
-        b = _boundary(modes.get(ax, {"reflect"})) if d else "none"
+        left, right = (int(r) for r in reaches.get(ax, (0, 0)))
+        depth = max(left, right)
+        b = _boundary(modes.get(ax, {"reflect"})) if depth else "none"
         chunks = x.chunks[ax]
-        if b is None:
+        if b is None:  # wrap and another mode along one axis: no single halo rule serves both
             chunks, b = (x.shape[ax],), "none"
-        else:
-            chunks = rechunk_for_depth(chunks, d)
+        else:  # a halo comes from the next chunk alone, for either side it feeds
+            chunks = rechunk_for_depth(chunks, depth)
         if len(chunks) == 1:  # the whole axis is in every chunk: the mode does the edge
-            d = 0
-        new_chunks[ax] = chunks
-        depth[ax], boundary[ax] = d, b
-    if tuple(new_chunks[ax] for ax in range(x.ndim)) != x.chunks:
-        x = x.rechunk(tuple(new_chunks[ax] for ax in range(x.ndim)))
-
-    def filter_block(block):
-        return getattr(_backend(block), name)(block, *args, **kwargs)
-
-    filter_block = _staged(filter_block, gpu)
+            left = right = 0
+        new_chunks.append(chunks)
+        reach[ax], boundary[ax] = (left, right), b
+    if tuple(new_chunks) != x.chunks:
+        x = x.rechunk(tuple(new_chunks))
+    filter_block = _staged(functools.partial(_filter_block, name=name, args=tuple(args),
+                                             kwargs=kwargs), gpu)
     meta = meta_from_array(x, ndim=x.ndim, dtype=out_dtype)
-    if not any(depth.values()):
+    if not any(left or right for left, right in reach.values()):
         return x.map_blocks(filter_block, dtype=out_dtype, meta=meta)
-    return da.map_overlap(filter_block, x, depth=depth, boundary=boundary, trim=True,
-                          allow_rechunk=False, dtype=out_dtype, meta=meta)
+    return _halo_map(x, reach, boundary, filter_block, out_dtype, meta, label=name)
+
+
+# --------------------------------------------------------------------------- halo graph
+# One task per output chunk: its arguments are the input chunks its halo reaches into (the chunk
+# itself and, per axis with a halo, the neighbour on each side; corners where two halos meet)
+# and static cutting plans; the task assembles the chunk with its halo in one allocation, runs
+# the block function and trims.  map_overlap's graph (a getitem per slab, a concatenate per
+# chunk, a trim per chunk: ~10 tasks per chunk in 3-d) gives the same result but costs more in
+# the scheduler than the filters do on a GPU (benchmarks/NOTES.md, issue 19).
+def _axis_pieces(chunks: tuple, reach: tuple, boundary: str, edge_mode: bool = True) -> list:
+    """Per chunk along one axis: ``(pieces, left, right)``, where ``pieces`` are the
+    ``(neighbour index, start, stop)`` ranges its block with halo is made of, left to right, and
+    ``left``/``right`` the halo present.  ``boundary`` "none": no halo beyond the array's edges;
+    "periodic": the halo there comes from the far end of the axis.  An axis of one chunk gets no
+    halo (with "periodic", the block function's own wrap mode does the edge).  With "none" and
+    ``edge_mode``, the edge chunks' inward halo is at least the mirror image of the reach they
+    lack outward: the block function's mode reflects the block's inside there, as it reflects
+    the array's (``edge_mode=False``: 'valid' windows, which read no mode)."""
+    left, right = reach
+    n = len(chunks)
+    periodic = boundary == "periodic"
+    out = []
+    for i, size in enumerate(chunks):
+        want_lo, want_hi = left, right
+        if edge_mode and not periodic:
+            # at an edge the mode extends the chunk by reflecting its inside: an edge output
+            # reaching ``left`` beyond the start reads up to element ``left`` (mirror), so the
+            # block must hold that much even where the filter reaches less to the right
+            if i == 0:
+                want_hi = max(right, left + 1 - size)
+            if i == n - 1:
+                want_lo = max(left, right + 1 - size)
+        pieces, lo, hi = [], 0, 0
+        if want_lo and n > 1 and (i > 0 or periodic):
+            j = (i - 1) % n
+            pieces.append((j, chunks[j] - want_lo, chunks[j]))
+            lo = want_lo
+        pieces.append((i, 0, size))
+        if want_hi and n > 1 and (i < n - 1 or periodic):
+            j = (i + 1) % n
+            pieces.append((j, 0, want_hi))
+            hi = want_hi
+        if any(start < 0 or stop > chunks[j] for j, start, stop in pieces):
+            raise ValueError(f"chunk {i} of {chunks} cannot take a halo of {reach} from its "
+                             f"neighbours: merge thin chunks first (rechunk_for_depth)")
+        out.append((tuple(pieces), lo, hi))
+    return out
+
+
+def _halo_plan(index: tuple, axes: list):
+    """The cutting plan of the block of chunk ``index``: ``(neighbours, cuts, shape, present)``:
+    the chunk indices it reads, ``cuts`` = ``(neighbour number, source slices, destination
+    slices)`` per piece, the padded shape, and the (left, right) halo present per axis."""
+    per_axis = [axes[ax][i] for ax, i in enumerate(index)]
+    placed = []  # per axis: (neighbour index, source slice, destination slice) per piece
+    for pieces, _, _ in per_axis:
+        at, row = 0, []
+        for j, start, stop in pieces:
+            row.append((j, slice(start, stop), slice(at, at + stop - start)))
+            at += stop - start
+        placed.append(row)
+    neighbours: dict = {}
+    cuts = []
+    for combo in itertools.product(*placed):
+        which = tuple(j for j, _, _ in combo)
+        number = neighbours.setdefault(which, len(neighbours))
+        cuts.append((number, tuple(src for _, src, _ in combo), tuple(dst for _, _, dst in combo)))
+    shape = tuple(row[-1][2].stop for row in placed)
+    present = tuple((lo, hi) for _, lo, hi in per_axis)
+    return tuple(neighbours), tuple(cuts), shape, present
+
+
+def assemble_halo(pieces, cuts, shape):
+    """A chunk with its halo in one new array of ``shape``: ``cuts`` holds, per piece, ``(number
+    of the input in pieces, source slices, destination slices)``.  The array type is the
+    pieces' (CuPy for CuPy chunks, NumPy otherwise).  A block without halo is the chunk itself
+    (no copy).  (The one place a block is assembled: a one-launch gather kernel can replace
+    it.)"""
+    first = pieces[0]
+    if len(cuts) == 1 and tuple(first.shape) == tuple(shape):
+        return first
+    if _is_cupy(first):
+        import cupy as xp
+    else:
+        xp = np
+    block = xp.empty(shape, dtype=first.dtype)
+    for number, src, dst in cuts:
+        block[dst] = pieces[number][src]
+    return block
+
+
+def _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs):
+    """One output chunk: its block assembled from ``pieces``, ``block_fn`` on it, and the halo
+    trimmed off (``interior``: slices, or None to keep the whole result).  The trimmed result is
+    a copy, so it does not pin the padded block's memory."""
+    result = block_fn(assemble_halo(pieces, cuts, shape), **kwargs)
+    if interior is None:
+        return result
+    return result[interior].copy()
+
+
+def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=None,
+              trim=True, kwargs=None, label="halo"):
+    """``block_fn`` over the chunks of ``x``, each with a halo of its neighbours' data: a dask
+    array with ONE task per output chunk (map_overlap's semantics with ``boundary`` "none" or
+    "periodic" and, with ``trim``, its trimming, without its per-slab tasks).
+
+    ``reach``: axis -> (left, right) halo depths (asymmetric allowed; axes left out or with
+    (0, 0) read no neighbours); every chunk must be at least as thick as the halo it feeds
+    (:func:`rechunk_for_depth` with the larger side).  ``boundary``: axis -> "none" (no halo at
+    the array's edges; with ``trim``, the block function's mode extends the edge chunks, whose
+    inward halo then also covers what a mirror mode reflects) or "periodic" (the halo there
+    comes from the far end); an axis of one chunk gets no halo.  ``trim``: cut the halo present
+    off each result (copied, so it does not pin the padded block); ``trim=False`` keeps
+    ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  ``kwargs`` pass to ``block_fn``; dask collections
+    among them (e.g. :func:`_shared` weights) are computed once and passed by key.  The layer's
+    name is a token of the input, the function, the halo and the arguments: equal calls give
+    equal graphs."""
+    import dask
+    from dask._task_spec import Task, TaskRef
+    from dask.array import Array
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    kwargs = dict(kwargs or {})
+    reach_t = tuple(tuple(int(r) for r in reach.get(ax, (0, 0))) for ax in range(x.ndim))
+    boundary_t = tuple(boundary.get(ax, "none") for ax in range(x.ndim))
+    for ax, b in enumerate(boundary_t):
+        if b not in ("none", "periodic"):
+            raise ValueError(f"boundary[{ax}] must be 'none' or 'periodic', got {b!r}")
+    if out_chunks is None:
+        out_chunks = x.chunks
+    out_chunks = tuple(tuple(int(c) for c in cs) for cs in out_chunks)
+    token = tokenize(x.name, block_fn, reach_t, boundary_t, out_chunks, trim, dtype, kwargs)
+    name = f"{label}-{token}"
+    collections = [v for v in kwargs.values() if dask.is_dask_collection(v)]
+    kwarg_refs = {k: TaskRef(v.key) if dask.is_dask_collection(v) else v
+                  for k, v in kwargs.items()}
+    axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax], edge_mode=trim)
+            for ax in range(x.ndim)]
+    dsk = {}
+    for index in itertools.product(*(range(len(c)) for c in x.chunks)):
+        neighbours, cuts, shape, present = _halo_plan(index, axes)
+        interior = None
+        if trim and any(lo or hi for lo, hi in present):
+            interior = tuple(slice(lo, n - hi) for (lo, hi), n in zip(present, shape))
+        key = (name,) + index
+        dsk[key] = Task(key, _halo_task, block_fn, cuts, shape, interior,
+                        *(TaskRef((x.name,) + j) for j in neighbours), **kwarg_refs)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
+    return Array(graph, name, out_chunks, meta=meta)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -239,7 +397,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     axis = _nd._axis(axis, x.ndim)
     origin = _nd._origin(origin, w.shape[0])
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
-    return _map_filter(x, "correlate1d", {axis: _depth(w.shape[0], origin)},
+    return _map_filter(x, "correlate1d", {axis: filter_reach(w.shape[0], origin)},
                        _single_mode(mode, [axis]), out, (w,),
                        dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
@@ -254,13 +412,14 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
     # convolution is correlation with the reversed weights and the mirrored origin
     mirrored = -origin - (1 - w.shape[0] % 2)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
-    return _map_filter(x, "convolve1d", {axis: _depth(w.shape[0], mirrored)},
+    return _map_filter(x, "convolve1d", {axis: filter_reach(w.shape[0], mirrored)},
                        _single_mode(mode, [axis]), out, (w,),
                        dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
 
-def _gaussian_depth(sigma, truncate, radius) -> int:
-    return _nd._gaussian_radius(float(sigma), truncate, radius)
+def _gaussian_reach(sigma, truncate, radius) -> tuple[int, int]:
+    r = _nd._gaussian_radius(float(sigma), truncate, radius)
+    return r, r
 
 
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
@@ -269,19 +428,19 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
     x = _require_dask(input)
     axis = _nd._axis(axis, x.ndim)
     out = _out_dtype(x, output, False)
-    return _map_filter(x, "gaussian_filter1d", {axis: _gaussian_depth(sigma, truncate, radius)},
+    return _map_filter(x, "gaussian_filter1d", {axis: _gaussian_reach(sigma, truncate, radius)},
                        _single_mode(mode, [axis]), out, (sigma,),
                        dict(axis=axis, order=order, mode=mode, cval=cval, truncate=truncate,
                             radius=radius), gpu)
 
 
-def _uniform_depth(size, origin) -> int:
+def _uniform_reach(size, origin) -> tuple[int, int]:
     size, origin = operator.index(size), operator.index(origin)
     if size < 1:
         raise RuntimeError(f"incorrect filter size {size}: size must be at least 1")
     if size // 2 + origin < 0 or size // 2 + origin >= size:
         raise ValueError(f"invalid origin {origin} for a uniform filter of size {size}")
-    return _depth(size, origin)
+    return filter_reach(size, origin)
 
 
 def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0, *,
@@ -290,7 +449,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     x = _require_dask(input)
     axis = _nd._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
-    return _map_filter(x, "uniform_filter1d", {axis: _uniform_depth(size, origin)},
+    return _map_filter(x, "uniform_filter1d", {axis: _uniform_reach(size, origin)},
                        _single_mode(mode, [axis]), out, (size,),
                        dict(axis=axis, mode=mode, cval=cval, origin=origin), gpu)
 
@@ -302,14 +461,14 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
     axes_t = _nd._axes(axes, x.ndim)
     if w.ndim != len(axes_t):
         raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")
-    depths = {}
+    reaches = {}
     for ax, size, o in zip(axes_t, w.shape, _nd._sequence(origin, len(axes_t), "origin")):
         o = _nd._origin(o, size, f"origin[{ax}]")  # valid exactly when the mirrored one is
         if convolution:  # reversed weights, mirrored origin (even sizes shift by one)
             o = -o - (1 - size % 2)
-        depths[ax] = _depth(size, o)
+        reaches[ax] = filter_reach(size, o)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
-    return _map_filter(x, name, depths, _single_mode(mode, axes_t), out, (w,),
+    return _map_filter(x, name, reaches, _single_mode(mode, axes_t), out, (w,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
 
 
@@ -334,10 +493,10 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     axes_t = _nd._axes(axes, x.ndim)
     n = len(axes_t)
     sigmas, radii = _nd._sequence(sigma, n, "sigma"), _nd._sequence(radius, n, "radius")
-    depths = {ax: _gaussian_depth(s, truncate, r) for ax, s, r in zip(axes_t, sigmas, radii)
+    reaches = {ax: _gaussian_reach(s, truncate, r) for ax, s, r in zip(axes_t, sigmas, radii)
               if s > 1e-15}  # as the filter: smaller sigmas are skipped
     out = _out_dtype(x, output, False)
-    return _map_filter(x, "gaussian_filter", depths, _modes_along(mode, axes_t), out, (sigma,),
+    return _map_filter(x, "gaussian_filter", reaches, _modes_along(mode, axes_t), out, (sigma,),
                        dict(order=order, mode=mode, cval=cval, truncate=truncate, radius=radius,
                             axes=axes), gpu)
 
@@ -349,9 +508,9 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     axes_t = _nd._axes(axes, x.ndim)
     n = len(axes_t)
     sizes, origins = _nd._sequence(size, n, "size"), _nd._sequence(origin, n, "origin")
-    depths = {ax: _uniform_depth(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
+    reaches = {ax: _uniform_reach(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
     out = _out_dtype(x, output, x.dtype.kind == "c")
-    return _map_filter(x, "uniform_filter", depths, _modes_along(mode, axes_t), out, (size,),
+    return _map_filter(x, "uniform_filter", reaches, _modes_along(mode, axes_t), out, (size,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
 
 
@@ -360,7 +519,7 @@ def _edge_filter(name, input, axis, output, mode, cval, gpu):
     _nd._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
     every = tuple(range(x.ndim))  # 3 taps along the axis, 3 smoothing taps along every other
-    return _map_filter(x, name, {ax: 1 for ax in every}, _modes_along(mode, every), out, (),
+    return _map_filter(x, name, {ax: (1, 1) for ax in every}, _modes_along(mode, every), out, (),
                        dict(axis=axis, mode=mode, cval=cval), gpu)
 
 
@@ -379,7 +538,7 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None, gpu=None
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
     out = _out_dtype(x, output, False)
-    return _map_filter(x, "laplace", {ax: 1 for ax in axes_t}, _modes_along(mode, axes_t), out,
+    return _map_filter(x, "laplace", {ax: (1, 1) for ax in axes_t}, _modes_along(mode, axes_t), out,
                        (), dict(mode=mode, cval=cval, axes=axes), gpu)
 
 
@@ -394,12 +553,12 @@ def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, gpu, kwar
         full[ax] = s
     radii = _nd._sequence(kwargs.get("radius"), x.ndim, "radius")
     truncate = kwargs.get("truncate", 4.0)
-    depths = {ax: _gaussian_depth(full[ax], truncate, radii[ax]) for ax in range(x.ndim)
+    reaches = {ax: _gaussian_reach(full[ax], truncate, radii[ax]) for ax in range(x.ndim)
               if full[ax] > 1e-15}
     # the term of each axis runs the Gaussian along every axis with that axis's mode
     used = {m for ms in _modes_along(mode, axes_t).values() for m in ms}
     out = _out_dtype(x, output, False)
-    return _map_filter(x, name, depths, {ax: used for ax in range(x.ndim)}, out, (sigma,),
+    return _map_filter(x, name, reaches, {ax: used for ax in range(x.ndim)}, out, (sigma,),
                        dict(mode=mode, cval=cval, axes=axes, **kwargs), gpu)
 
 
@@ -462,35 +621,32 @@ def _map_windows(x, windows: dict, whole: dict, block_fn, dtype, gpu=None, **kwa
         pads[ax] = (int(lo), int(hi))
     if any(lo or hi for lo, hi in pads):
         x = da.pad(x, pads, mode="constant", constant_values=0)
-    in_chunks, out_chunks, depth = list(x.chunks), list(x.chunks), {}
+    in_chunks, out_chunks, reach = list(x.chunks), list(x.chunks), {}
     for ax in range(x.ndim):
-        depth[ax] = (0, 0)
         if ax in windows:
             _, _, extent, stride = windows[ax]
             in_chunks[ax], out_chunks[ax] = window_chunks(x.chunks[ax], extent, stride)
-            if len(in_chunks[ax]) > 1:
-                depth[ax] = (0, int(extent))  # a window reaches right only
+            reach[ax] = (0, int(extent))  # a window reaches right only
         elif ax in whole:
             in_chunks[ax], out_chunks[ax] = (x.shape[ax],), (int(whole[ax]),)
     if tuple(in_chunks) != x.chunks:
         x = x.rechunk(tuple(in_chunks))
     meta = meta_from_array(x, ndim=x.ndim, dtype=dtype)
+    block_fn = _staged(functools.partial(_contiguous_block, block_fn), gpu)
+    # boundary "none": the last block simply has no right halo, and its output count
+    # (window_chunks) already accounts for that; the results are not trimmed
+    return _halo_map(x, reach, {}, block_fn, dtype, meta, out_chunks=tuple(out_chunks),
+                     trim=False, kwargs=kwargs, label="windows")
 
-    def contiguous_block(block, **kw):
-        # a block may be a zero-strided view (a pad chunk thicker than the window, left alone
-        # by the rechunk); the kernels take C-contiguous arrays
-        if _is_cupy(block):
-            import cupy
 
-            return block_fn(cupy.ascontiguousarray(block), **kw)
-        return block_fn(np.ascontiguousarray(block), **kw)
+def _contiguous_block(block_fn, block, **kwargs):
+    """``block_fn`` on a C-contiguous ``block``: a block may be a zero-strided view (a pad chunk
+    thicker than the window, left alone by the rechunk); the kernels take C-contiguous arrays."""
+    if _is_cupy(block):
+        import cupy
 
-    contiguous_block = _staged(contiguous_block, gpu)
-    # asymmetric depths need boundary "none": the last block simply has no right halo, and its
-    # output count (window_chunks) already accounts for that
-    return da.map_overlap(contiguous_block, x, depth=depth, boundary="none", trim=False,
-                          allow_rechunk=False, chunks=tuple(out_chunks), dtype=dtype, meta=meta,
-                          **kwargs)
+        return block_fn(cupy.ascontiguousarray(block), **kwargs)
+    return block_fn(np.ascontiguousarray(block), **kwargs)
 
 
 # --------------------------------------------------------------------------- scipy.signal
@@ -523,11 +679,14 @@ def _signal_filter(func, in1, in2, mode, method, gpu):
         windows[ax] = (k - 1 - start, start if mode == "same" else k - 1 - start, k - 1, 1)
     dtype = np.result_type(x.dtype, w.dtype)
 
-    def filter_block(block, weights):
-        return getattr(_backend(block, "signal"), func)(block, *_for_block(weights, block),
-                                                        mode="valid", method=method)
+    return _map_windows(x, windows, {}, functools.partial(_signal_block, func=func, method=method),
+                        dtype, gpu, weights=_shared((w,)))
 
-    return _map_windows(x, windows, {}, filter_block, dtype, gpu, weights=_shared((w,)))
+
+def _signal_block(block, weights, func, method):
+    """``scipy.signal``'s ``func`` (the backend's) in 'valid' mode on one block."""
+    return getattr(_backend(block, "signal"), func)(block, *_for_block(weights, block),
+                                                    mode="valid", method=method)
 
 
 def signal_correlate(in1, in2, mode="full", method="auto", *, gpu=None):
@@ -644,7 +803,7 @@ def conv(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="
     are merged.  Where the spatial axes are single chunks, each batch chunk is convolved whole
     (``map_blocks``).  Where a spatial axis is chunked (one very large image), ``x`` is
     zero-padded by ``padding`` first (``da.pad``) and each chunk is convolved without padding,
-    with a halo of ``dilation * (kernel - 1)`` from its right neighbour (``map_overlap``); with
+    with a halo of ``dilation * (kernel - 1)`` from its right neighbour (one task per chunk); with
     ``stride`` > 1 the chunk boundaries are moved onto multiples of the stride
     (:func:`window_chunks`).  ``kwargs`` (e.g. ``method``, ``activation``) pass to
     :func:`cupyconv.conv`.  Returns a dask array of the input's dtype.

@@ -50,32 +50,34 @@ def test_filter_reach(size, origin, reach):
     assert sum(reach) == size - 1
 
 
-@pytest.mark.parametrize("call,depths", [
-    (lambda x: cd.correlate1d(x, np.ones(5), axis=0, origin=2), {0: 4}),
-    (lambda x: cd.convolve1d(x, np.ones(4), axis=1), {1: 2}),
-    (lambda x: cd.correlate(x, np.ones((3, 6)), origin=(1, -3)), {0: 2, 1: 5}),
-    (lambda x: cd.gaussian_filter(x, (1.0, 2.0)), {0: 4, 1: 8}),
-    (lambda x: cd.gaussian_filter(x, 2.0, truncate=2.0), {0: 4, 1: 4}),
-    (lambda x: cd.gaussian_filter(x, (0, 3.0), radius=2), {1: 2}),
-    (lambda x: cd.gaussian_filter1d(x, 1.0, axis=0, radius=6), {0: 6}),
-    (lambda x: cd.uniform_filter(x, (5, 2), origin=(0, -1)), {0: 2, 1: 1}),
-    (lambda x: cd.uniform_filter1d(x, 6, axis=1, origin=2), {1: 5}),
-    (lambda x: cd.sobel(x, axis=0), {0: 1, 1: 1}),
-    (lambda x: cd.laplace(x, axes=(1,)), {1: 1}),
-    (lambda x: cd.gaussian_laplace(x, 1.0, axes=(0,)), {0: 4}),
-    (lambda x: cd.gaussian_gradient_magnitude(x, (1.0, 0.5)), {0: 4, 1: 2}),
+@pytest.mark.parametrize("call,reaches", [
+    (lambda x: cd.correlate1d(x, np.ones(5), axis=0, origin=2), {0: (4, 0)}),
+    (lambda x: cd.convolve1d(x, np.ones(4), axis=1), {1: (1, 2)}),
+    (lambda x: cd.correlate(x, np.ones((3, 6)), origin=(1, -3)), {0: (2, 0), 1: (0, 5)}),
+    (lambda x: cd.gaussian_filter(x, (1.0, 2.0)), {0: (4, 4), 1: (8, 8)}),
+    (lambda x: cd.gaussian_filter(x, 2.0, truncate=2.0), {0: (4, 4), 1: (4, 4)}),
+    (lambda x: cd.gaussian_filter(x, (0, 3.0), radius=2), {1: (2, 2)}),
+    (lambda x: cd.gaussian_filter1d(x, 1.0, axis=0, radius=6), {0: (6, 6)}),
+    (lambda x: cd.uniform_filter(x, (5, 2), origin=(0, -1)), {0: (2, 2), 1: (0, 1)}),
+    (lambda x: cd.uniform_filter1d(x, 6, axis=1, origin=2), {1: (5, 0)}),
+    (lambda x: cd.sobel(x, axis=0), {0: (1, 1), 1: (1, 1)}),
+    (lambda x: cd.laplace(x, axes=(1,)), {1: (1, 1)}),
+    (lambda x: cd.gaussian_laplace(x, 1.0, axes=(0,)), {0: (4, 4)}),
+    (lambda x: cd.gaussian_gradient_magnitude(x, (1.0, 0.5)), {0: (4, 4), 1: (2, 2)}),
 ])
-def test_halo_per_filter(monkeypatch, call, depths):
-    """Each filter asks map_filter for the halo its window reaches along each axis."""
+def test_halo_per_filter(monkeypatch, call, reaches):
+    """Each filter asks map_filter for the (left, right) halo its window reaches along each axis
+    (asymmetric with an origin or an even size; the larger side is the symmetric depth that
+    map_overlap used to be given)."""
     seen = {}
 
-    def spy(x, name, d, modes, out_dtype, args=(), kwargs=None, gpu=None):
-        seen.update({ax: v for ax, v in d.items() if v})
+    def spy(x, name, r, modes, out_dtype, args=(), kwargs=None, gpu=None):
+        seen.update({ax: tuple(v) for ax, v in r.items() if any(v)})
         return x
 
     monkeypatch.setattr(cd, "_map_filter", spy)
     call(da.zeros((64, 64), chunks=16))
-    assert seen == depths
+    assert seen == reaches
 
 
 @pytest.mark.parametrize("chunks,depth,expected", [
@@ -542,3 +544,211 @@ def test_every_function_takes_gpu_and_checks_it_before_compute():
     np.testing.assert_array_equal(cd.gaussian_filter(da.from_array(a, chunks=4), 1.0,
                                                      gpu=False).compute(),
                                   sn.gaussian_filter(a, 1.0))
+
+
+# --------------------------------------------------------------------------- one task per chunk
+def _tasks(y) -> int:
+    return len(dict(y.__dask_graph__()))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: cd.gaussian_filter(x, 1.0),
+    lambda x: cd.gaussian_filter(x, 1.0, mode="wrap"),
+    lambda x: cd.correlate(x, np.ones((3, 2, 4)), origin=(1, 0, -2)),
+    lambda x: cd.uniform_filter1d(x, 3, axis=1),
+    lambda x: cd.sobel(x, axis=2, mode="mirror"),
+])
+def test_one_task_per_output_chunk(call):
+    """The filter is one layer of one task per output chunk, and the whole graph is the input's
+    tasks (those of the rechunk where thin chunks were merged) plus one task per output chunk."""
+    x = da.from_array(np.zeros((12, 14, 16)), chunks=(4, (7, 7), (5, 5, 6)))
+    y = call(x)
+    layer = y.dask.layers[y.name]
+    assert len(layer) == y.npartitions == x.npartitions
+    assert set(dict(layer)) == {(y.name,) + i for i in np.ndindex(y.numblocks)}
+    assert _tasks(y) == _tasks(x) + y.npartitions
+    # thin chunks: the rechunk's tasks, then one per output chunk
+    thin = da.from_array(np.zeros((12, 14, 16)), chunks=(1, (7, 7), (5, 1, 10)))
+    y = call(thin)
+    assert len(y.dask.layers[y.name]) == y.npartitions
+    assert _tasks(y) == _tasks(thin.rechunk(y.chunks)) + y.npartitions
+
+
+def test_a_task_reads_only_the_neighbours_its_halo_reaches():
+    """The middle chunk of a 3x3x3 grid reads all 27 chunks with a halo along every axis, 3 with
+    a halo along one axis, 2 with a halo on one side of one axis; corner chunks fewer."""
+    x = da.from_array(np.zeros((12, 12, 12)), chunks=4)
+    cases = [(cd.gaussian_filter(x, 1.0), 27, 8),
+             (cd.gaussian_filter1d(x, 1.0, axis=1), 3, 2),
+             (cd.correlate1d(x, np.ones(3), axis=0, origin=1), 2, 1)]  # reach (2, 0)
+    for y, middle, corner in cases:
+        layer = dict(y.dask.layers[y.name])
+        assert len(layer[(y.name, 1, 1, 1)].dependencies) == middle
+        assert len(layer[(y.name, 0, 0, 0)].dependencies) == corner
+        assert all(dep[0] == x.name for task in layer.values() for dep in task.dependencies)
+
+
+def test_windows_are_one_task_per_chunk_and_read_the_weights_key():
+    rng = np.random.default_rng(8)
+    a, w = rng.standard_normal((29, 31)), rng.standard_normal((4, 3))
+    y = cd.signal_correlate(da.from_array(a, chunks=(8, 10)), w, "same")
+    layer = dict(y.dask.layers[y.name])
+    assert len(layer) == y.npartitions
+    weights = [k for k in dict(y.__dask_graph__()) if not isinstance(k, tuple)]
+    assert len(weights) == 1 and all(weights[0] in t.dependencies for t in layer.values())
+    import scipy.signal as ss
+
+    np.testing.assert_allclose(y.compute(), ss.correlate(a, w, "same"), rtol=1e-12, atol=1e-12)
+
+
+def _expected_block(a, starts, sizes, present, periodic):
+    """The block of the chunk at ``starts`` with halo ``present`` cut straight from ``a``."""
+    index = []
+    for ax, (s, c, (lo, hi)) in enumerate(zip(starts, sizes, present)):
+        i = np.arange(s - lo, s + c + hi)
+        if periodic[ax]:
+            i %= a.shape[ax]
+        assert i.min() >= 0 and i.max() < a.shape[ax]
+        index.append(i)
+    return a[np.ix_(*index)]
+
+
+def _assembled_blocks(a, chunks, reach, boundary):
+    """Every chunk's (plan, block assembled from the NumPy chunks of ``a``)."""
+    axes = [cd._axis_pieces(c, r, b) for c, r, b in zip(chunks, reach, boundary)]
+    bounds = [np.cumsum((0,) + c) for c in chunks]
+    blocks = {}
+    for idx in np.ndindex(*(len(c) for c in chunks)):
+        neighbours, cuts, shape, present = cd._halo_plan(idx, axes)
+        pieces = [a[tuple(slice(bounds[ax][j], bounds[ax][j + 1]) for ax, j in enumerate(nb))]
+                  for nb in neighbours]
+        blocks[idx] = (neighbours, cuts, present, cd.assemble_halo(pieces, cuts, shape))
+    return blocks, bounds
+
+
+@pytest.mark.parametrize("chunks,reach,boundary", [
+    # asymmetric reach, array edges (no halo there), corners
+    (((4, 5, 3), (6, 6)), ((3, 1), (0, 2)), ("none", "none")),
+    # periodic along an axis of 2 chunks (both halos from the other chunk) and of 3 chunks
+    (((6, 6), (4, 4, 4)), ((2, 3), (1, 2)), ("periodic", "periodic")),
+    # periodic with one chunk: no halo (the wrap mode does it); an axis with reach 0
+    (((12,), (3, 5, 4), (5, 5)), ((4, 4), (0, 2), (0, 0)), ("periodic", "none", "none")),
+    # 3 chunks periodic next to none, one-sided reaches
+    (((4, 4, 4), (7, 5)), ((0, 3), (2, 0)), ("periodic", "none")),
+])
+def test_assemble_halo_cuts_exactly_the_reach(chunks, reach, boundary):
+    rng = np.random.default_rng(len(chunks[0]))
+    a = rng.standard_normal(tuple(sum(c) for c in chunks))
+    periodic = [b == "periodic" for b in boundary]
+    blocks, bounds = _assembled_blocks(a, chunks, reach, boundary)
+    for idx, (neighbours, cuts, present, block) in blocks.items():
+        sizes = [chunks[ax][i] for ax, i in enumerate(idx)]
+        for ax, i in enumerate(idx):
+            n, (left, right), size = len(chunks[ax]), reach[ax], sizes[ax]
+            lo, hi = present[ax]
+            if n == 1:
+                assert (lo, hi) == (0, 0)
+            elif periodic[ax]:
+                assert (lo, hi) == (left, right)
+            else:  # an edge chunk's inward halo also covers what the mode reflects
+                assert lo == (0 if i == 0 else max(left, right + 1 - size) if i == n - 1
+                              else left)
+                assert hi == (0 if i == n - 1 else max(right, left + 1 - size) if i == 0
+                              else right)
+        starts = [bounds[ax][i] for ax, i in enumerate(idx)]
+        np.testing.assert_array_equal(block, _expected_block(a, starts, sizes, present, periodic))
+        # each distinct neighbour once among the task's inputs, one cut per piece
+        assert len(set(neighbours)) == len(neighbours)
+        pieces_per_axis = [1 + (lo > 0) + (hi > 0) for lo, hi in present]
+        assert len(cuts) == int(np.prod(pieces_per_axis))
+
+
+def test_periodic_two_chunks_read_one_neighbour_twice():
+    a = np.arange(10.0)
+    blocks, _ = _assembled_blocks(a, ((5, 5),), ((2, 3),), ("periodic",))
+    neighbours, cuts, present, block = blocks[(0,)]
+    assert neighbours == ((1,), (0,)) and len(cuts) == 3 and present == ((2, 3),)
+    np.testing.assert_array_equal(block, [8, 9, 0, 1, 2, 3, 4, 5, 6, 7])
+
+
+def test_edge_chunk_takes_the_halo_its_mode_reflects():
+    """A 2-element edge chunk of a filter reaching (2, 0): mirror mode reads element 2 for the
+    first output, so the chunk takes a right halo of 1 though the filter reaches 0 to the
+    right."""
+    assert cd._axis_pieces((2, 3, 4), (2, 0), "none") == [
+        (((0, 0, 2), (1, 0, 1)), 0, 1), (((0, 0, 2), (1, 0, 3)), 2, 0),
+        (((1, 1, 3), (2, 0, 4)), 2, 0)]
+    # and mirrored: the last chunk of a filter reaching (0, 3) takes a left halo of 1
+    assert cd._axis_pieces((3, 3), (0, 3), "none")[1] == (((0, 2, 3), (1, 0, 3)), 1, 0)
+    with pytest.raises(ValueError, match="rechunk_for_depth"):
+        cd._axis_pieces((1, 5), (2, 2), "none")
+
+
+def test_no_halo_block_is_the_chunk_and_trimmed_results_own_their_memory():
+    chunk = np.arange(12.0).reshape(3, 4)
+    assert cd.assemble_halo([chunk], ((0, (slice(0, 3), slice(0, 4)),
+                                       (slice(0, 3), slice(0, 4))),), (3, 4)) is chunk
+    padded = np.arange(30.0).reshape(5, 6)
+    cuts = ((0, (slice(0, 5), slice(0, 6)), (slice(0, 5), slice(0, 6))),)
+    got = cd._halo_task(lambda b: b * 2, cuts, (5, 6), (slice(1, 4), slice(2, 6)), padded[:, :6])
+    np.testing.assert_array_equal(got, 2 * padded[1:4, 2:6])
+    assert got.base is None and got.flags.c_contiguous
+    untrimmed = cd._halo_task(lambda b: b + 1, cuts, (5, 6), None, padded)
+    assert untrimmed.shape == (5, 6)
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads", "distributed"])
+def test_schedulers(scheduler):
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((13, 11, 9))
+    x = da.from_array(a, chunks=(4, (5, 6), 3))
+    img, w = rng.standard_normal((2, 3, 17, 15)), rng.standard_normal((4, 3, 3, 3))
+    lazy = [(cd.gaussian_filter(x, 1.0, mode=("wrap", "mirror", "nearest")),
+             sn.gaussian_filter(a, 1.0, mode=("wrap", "mirror", "nearest"))),
+            (cd.correlate(x, np.ones((2, 3, 4)), origin=(0, 1, -2)),
+             sn.correlate(a, np.ones((2, 3, 4)), origin=(0, 1, -2))),
+            (cd.conv(da.from_array(img, chunks=(1, 3, 6, 7)), w, stride=2, padding=1),
+             reference.conv(img, w, stride=2, padding=1))]
+    if scheduler == "distributed":
+        distributed = pytest.importorskip("distributed")
+        with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
+                                dashboard_address=None) as client:
+            got = client.compute([y for y, _ in lazy], sync=True)
+    else:
+        got = [y.compute(scheduler=scheduler) for y, _ in lazy]
+    for g, (_, ref) in zip(got, lazy):
+        np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_names_are_deterministic():
+    x = da.from_array(np.zeros((20, 20)), chunks=7)
+    assert cd.gaussian_filter(x, 1.0).name == cd.gaussian_filter(x, 1.0).name
+    assert cd.gaussian_filter(x, 1.0).name != cd.gaussian_filter(x, 1.5).name
+    assert cd.gaussian_filter(x, 1.0).name != cd.gaussian_filter(x, 1.0, mode="wrap").name
+    assert cd.correlate(x, np.ones((3, 3))).name == cd.correlate(x, np.ones((3, 3))).name
+    assert cd.correlate(x, np.ones((3, 3))).name != cd.correlate(x, np.full((3, 3), 2.0)).name
+    assert cd.gaussian_filter(x, 1.0).name != cd.gaussian_filter(x, 1.0, gpu=True).name
+    w = np.ones((2, 1, 3, 3))
+    img = da.from_array(np.zeros((1, 1, 20, 20)), chunks=(1, 1, 7, 7))
+    assert cd.conv(img, w, padding=1).name == cd.conv(img, w, padding=1).name
+    assert cd.conv(img, w, padding=1).name != cd.conv(img, 2 * w, padding=1).name
+
+
+def test_untrimmed_windows_take_exactly_their_reach():
+    """Without trimming (the 'valid' windows of signal/conv) no mode reads past the block, so an
+    edge chunk takes no extra halo: each result's shape stays what out_chunks says."""
+    assert cd._axis_pieces((2, 3), (2, 0), "none", edge_mode=False)[0] == (((0, 0, 2),), 0, 0)
+    assert cd._axis_pieces((2, 3), (2, 0), "none")[0] == (((0, 0, 2), (1, 0, 1)), 0, 1)
+
+
+def test_slices_cull_the_graph():
+    a = np.random.default_rng(4).standard_normal((30, 28))
+    y = cd.gaussian_filter(da.from_array(a, chunks=(6, 7)), 1.0, mode="wrap")
+    x_name = next(iter(y.dask.dependencies[y.name]))
+    part = y[:6, 7:14]
+    culled = dict(part.dask.cull({k for row in part.__dask_keys__() for k in row}))
+    # the one chunk's task and the 9 input chunks around it (wrapping at the top), no more
+    assert [k for k in culled if k[0] == y.name] == [(y.name, 0, 1)]
+    assert sorted(k[1:] for k in culled if k[0] == x_name) == [
+        (r, c) for r in (0, 1, 4) for c in (0, 1, 2)]
+    np.testing.assert_array_equal(part.compute(), sn.gaussian_filter(a, 1.0, mode="wrap")[:6, 7:14])
