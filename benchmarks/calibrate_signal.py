@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cupyconv._dispatch import signal as cost
 from cupyconv import signal as cs  # noqa: E402
 from cupyconv._signal.fft import fft_points, fft_work_dtype  # noqa: E402
-from cupyconv._signal.direct import dense_volume_offsets  # noqa: E402
+from cupyconv._signal.direct import direct_runner  # noqa: E402
 from cupyconv._signal.plan import compute_dtype, plan_filter  # noqa: E402
 from cupyconv._core.timing import time_gpu  # noqa: E402
 from bench import git_commit  # noqa: E402
@@ -35,7 +35,8 @@ from bench import git_commit  # noqa: E402
 
 # 3-d volumes for the 3-d factors (none of bench_signal's held-out shapes); 'same' mode runs
 # them on nd_dense_tile where the taps fit (DENSE_VOLUME_FACTOR)
-GRID_3D = tuple(("float32", v, k, None) for v in ((64, 64, 64), (128, 128, 128), (192, 160, 64))
+GRID_3D = tuple(("float32", v, k, None) for v in ((64, 64, 64), (128, 128, 128), (192, 160, 64),
+                                                  (224, 96, 48), (72, 136, 200))
                 for k in ((3, 3, 3), (5, 5, 5), (7, 7, 7), (11, 11, 11), (3, 3, 13), (13, 5, 1)))
 
 
@@ -57,8 +58,7 @@ def grid(quick: bool):
 def features(plan, compute):
     """(direct units, bytes moved, fft units) exactly as the cost model computes them (the
     direct units without the 3-d factor)."""
-    k = [plan.shape_g[a] for a in plan.axes]
-    units = plan.outputs() * math.prod(k[:-1]) * (k[-1] + cost.ROW_OVERHEAD)
+    units = cost._slope_units(plan, plan.outputs())
     moved = (math.prod(plan.shape_a) + plan.outputs()) * np.dtype(compute).itemsize
     per, batch = fft_points(plan)
     return units, moved, cost.FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))
@@ -77,13 +77,24 @@ def measure(repeat: int, problems):
         t = {m: time_gpu(lambda m=m: cs.correlate(a, k, "same", m, axes=axes), repeat=repeat)
              for m in ("direct", "fft")}
         units, moved, fft_units = features(plan, compute)
-        rows.append(dict(dtype=dtype, in1=s1, in2=s2, axes=axes, compute=compute,
-                         ndim=len(plan.axes),
-                         dense=dense_volume_offsets(plan, compute) is not None,
-                         fft_dtype=fft_work_dtype(plan), direct_ms=t["direct"], fft_ms=t["fft"],
-                         units=units, moved=moved, fft_units=fft_units))
+        row = dict(dtype=dtype, in1=s1, in2=s2, axes=axes, compute=compute, ndim=len(plan.axes),
+                   fft_dtype=fft_work_dtype(plan), direct_ms=t["direct"], fft_ms=t["fft"],
+                   units=units, moved=moved, fft_units=fft_units)
+        if len(plan.axes) == 3:  # both volume kernels, each on its own
+            fill = np.zeros((), plan.result_dtype)[()]
+            for name, dense in (("filter_direct", False), ("dense", True)):
+                if dense and cost.dense_volume_units(plan, compute) is None:
+                    continue
+                run = direct_runner(plan, a, k, fill, compute, dense_volume=dense)
+                row[name + "_ms"] = time_gpu(lambda run=run: run(a, k), repeat=repeat)
+            dense = cost.dense_volume_units(plan, compute)
+            if dense is not None:
+                row["dense_units"], row["dense_moved"] = dense
+        rows.append(row)
+        extra = "".join(f"  {n} {row[n + '_ms']:8.3f} ms" for n in ("filter_direct", "dense")
+                        if n + "_ms" in row)
         print(f"{dtype:10s} {str(s1):20s} {str(s2):12s} direct {t['direct']:8.3f} ms  "
-              f"fft {t['fft']:8.3f} ms", flush=True)
+              f"fft {t['fft']:8.3f} ms{extra}", flush=True)
     return rows
 
 
@@ -115,37 +126,43 @@ def fit(rows):
     return out
 
 
-def factor_name(row) -> str | None:
-    """The cost model's 3-d scale that applies to a measured row (None: a 1-2 axis problem)."""
-    if row.get("ndim") != 3:
-        return None
-    return "DENSE_VOLUME_FACTOR" if row.get("dense") else "DIRECT_3D_FACTOR"
-
-
 def fit_3d(rows, consts, name: str) -> float | None:
-    """The least-squares scale ``name`` of the direct slope on the 3-axis problems it applies to
-    (None where none does), the other constants as given."""
-    rs = [r for r in rows if factor_name(r) == name]
+    """The least-squares 3-d scale ``name`` of the direct slope (DIRECT_3D_FACTOR from the
+    filter_direct timings, DENSE_VOLUME_FACTOR from the nd_dense_tile ones, over its padded
+    tiles), the other constants as given; None where no row has the timing."""
+    key, units, extra = {"DIRECT_3D_FACTOR": ("filter_direct_ms", "units", None),
+                         "DENSE_VOLUME_FACTOR": ("dense_ms", "dense_units", "dense_moved")}[name]
+    rs = [r for r in rows if key in r]
     if not rs:
         return None
-    base = [r["units"] * consts["DIRECT_MS_PER_GTAP"][r["compute"]] / 1e9 for r in rs]
-    rest = [r["direct_ms"] - consts["DIRECT_FIXED_MS"] - r["moved"] / cost.BANDWIDTH_BYTES_PER_MS
-            for r in rs]
+    base = [r[units] * consts["DIRECT_MS_PER_GTAP"][r["compute"]] / 1e9 for r in rs]
+    rest = [r[key] - consts["DIRECT_FIXED_MS"] - (r["moved"] + (r[extra] if extra else 0))
+            / cost.BANDWIDTH_BYTES_PER_MS for r in rs]
     return float(sum(b * y for b, y in zip(base, rest)) / sum(b * b for b in base))
 
 
 def worst_choice(rows, consts) -> float:
-    """Largest (time of the method the model picks) / (faster measured time) over the grid."""
+    """Largest (time of the method the model picks) / (faster measured time) over the grid; on
+    volumes timed kernel by kernel, the direct estimate is the cheaper kernel's."""
     worst = 1.0
     for r in rows:
-        factor = consts[factor_name(r)] if factor_name(r) else 1.0
-        d = (consts["DIRECT_FIXED_MS"] + factor * r["units"] * consts["DIRECT_MS_PER_GTAP"].get(
-            r["compute"], cost.DIRECT_MS_PER_GTAP[r["compute"]]) / 1e9
-            + r["moved"] / cost.BANDWIDTH_BYTES_PER_MS)
+        slope = consts["DIRECT_MS_PER_GTAP"].get(r["compute"],
+                                                 cost.DIRECT_MS_PER_GTAP[r["compute"]])
+        bw = cost.BANDWIDTH_BYTES_PER_MS
+        factor = consts["DIRECT_3D_FACTOR"] if r.get("ndim") == 3 else 1.0
+        d = consts["DIRECT_FIXED_MS"] + factor * r["units"] * slope / 1e9 + r["moved"] / bw
+        direct = r.get("filter_direct_ms", r["direct_ms"])
+        if "dense_ms" in r:
+            dd = (consts["DIRECT_FIXED_MS"] + consts["DENSE_VOLUME_FACTOR"] * r["dense_units"]
+                  * slope / 1e9 + (r["moved"] + r["dense_moved"]) / bw)
+            if dd < d:
+                d, direct = dd, r["dense_ms"]
         f = consts["FFT_FIXED_MS"] + r["fft_units"] * consts["FFT_MS_PER_GUNIT"].get(
             r["fft_dtype"], cost.FFT_MS_PER_GUNIT[r["fft_dtype"]]) / 1e9
-        picked = r["fft_ms"] if f < d else r["direct_ms"]
-        worst = max(worst, picked / min(r["fft_ms"], r["direct_ms"]))
+        picked = r["fft_ms"] if f < d else direct
+        fastest = min(r["fft_ms"], r["direct_ms"], r.get("filter_direct_ms", np.inf),
+                      r.get("dense_ms", np.inf))
+        worst = max(worst, picked / fastest)
     return worst
 
 

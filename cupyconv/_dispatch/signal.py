@@ -7,8 +7,9 @@ both paths on a grid of problems on the GPU and prints fitted values to paste he
 below were fitted on an NVIDIA H100 (session 2026-11-22, commit 4c917e6; uint64 is not fitted).
 
 direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
-            (times DIRECT_3D_FACTOR over three axes, DENSE_VOLUME_FACTOR for 'same' volumes
-            on nd_dense_tile) + bytes moved / BANDWIDTH
+            (times DIRECT_3D_FACTOR over three axes) + bytes moved / BANDWIDTH
+dense_ms  = the same over nd_dense_tile's padded tiles, times DENSE_VOLUME_FACTOR, plus the
+            transposes ('same' volumes; the direct path runs the cheaper of the two)
 fft_ms    = FFT_FIXED_MS + transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[dt] / 1e9
             (P: padded points per transform; 3 transforms: two forward, one inverse)
 
@@ -23,7 +24,8 @@ import math
 import numpy as np
 
 from cupyconv._core.caches import memoized
-from cupyconv._signal.direct import dense_volume_offsets
+from cupyconv._ndimage.passes import TILE_X, TILE_Y, TILE_Z
+from cupyconv._signal.direct import dense_volume_layout
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits
 
@@ -39,9 +41,10 @@ BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
 # estimate.  A scale on the slope, fitted on 18 float32 volumes 64^3-192x160x64 with kernels
 # 3^3-11^3 alone (calibrate_signal.py --only-3d, H100, session 2026-11-24 11).
 DIRECT_3D_FACTOR = 3.53
-# 'same' volumes run on ndimage's nd_dense_tile instead (_signal.direct.dense_volume_offsets): the
-# same slope scaled by this factor.  First value from bench_ndimage's 3-d correlate at 59241c7
-# (256^3, k = 3 / 7 / 15: 2.8 / 2.1 / 2.5 x the 2-d slope); refitted by calibrate_signal.py.
+# 'same' volumes may run on ndimage's nd_dense_tile instead (_signal.direct.dense_volume_layout),
+# costed per output of its padded tiles (160 x 8 x 4 outputs: a volume that fills them badly
+# pays for the idle part) at this factor times the 2-d slope, plus the transposes where the
+# layout moves the longest axis last.  Fitted with DIRECT_3D_FACTOR by calibrate_signal.py.
 DENSE_VOLUME_FACTOR = 2.4
 # FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
 # problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
@@ -55,23 +58,64 @@ FFT_MS_PER_GUNIT = {"float32": 0.8391, "float64": 1.4452, "complex64": 0.9923, "
 FFT_TRANSFORMS = 3
 
 
-def direct_factor(plan: FilterPlan, compute: str) -> float:
-    """The scale of the 2-d slope for the kernel that runs ``plan``'s direct path."""
-    if len(plan.axes) < 3:
-        return 1.0
-    return DENSE_VOLUME_FACTOR if dense_volume_offsets(plan, compute) is not None else \
-        DIRECT_3D_FACTOR
-
-
-def direct_ms(plan: FilterPlan, compute: str) -> float:
+def _slope_units(plan: FilterPlan, outputs: int) -> float:
+    """Tap units of ``outputs`` outputs of ``plan``: rows of the filter times (its width plus the
+    per-row overhead)."""
     k = [plan.shape_g[a] for a in plan.axes]
     kw = k[-1] if k else 1
     rows = math.prod(k[:-1]) if k else 1
-    units = plan.outputs() * rows * (kw + ROW_OVERHEAD)
+    return outputs * rows * (kw + ROW_OVERHEAD)
+
+
+def _moved_ms(plan: FilterPlan, compute: str) -> float:
     item = np.dtype(compute).itemsize
-    moved = (math.prod(plan.shape_a) + plan.outputs()) * item
-    slope = DIRECT_MS_PER_GTAP[compute] * direct_factor(plan, compute)
-    return DIRECT_FIXED_MS + units * slope / 1e9 + moved / BANDWIDTH_BYTES_PER_MS
+    return (math.prod(plan.shape_a) + plan.outputs()) * item / BANDWIDTH_BYTES_PER_MS
+
+
+def filter_direct_ms(plan: FilterPlan, compute: str) -> float:
+    """Estimate of filter_direct (or filter_plane, which the 2-d fit describes) on ``plan``."""
+    factor = DIRECT_3D_FACTOR if len(plan.axes) == 3 else 1.0
+    return (DIRECT_FIXED_MS + _slope_units(plan, plan.outputs()) * DIRECT_MS_PER_GTAP[compute]
+            * factor / 1e9 + _moved_ms(plan, compute))
+
+
+def dense_volume_units(plan: FilterPlan, compute: str):
+    """(tap units over nd_dense_tile's padded tiles, transposed bytes) of ``plan`` on the dense
+    volume route, or None where it does not apply."""
+    layout = dense_volume_layout(plan, compute)
+    if layout is None:
+        return None
+    perm, _ = layout
+    d, h, w = (plan.shape_a[ax] for ax in perm)
+    tz, ty, tx = TILE_Z, TILE_Y, TILE_X
+    padded = math.ceil(d / tz) * tz * math.ceil(h / ty) * ty * math.ceil(w / tx) * tx
+    moved = 0 if perm == (0, 1, 2) else 4 * plan.outputs() * np.dtype(compute).itemsize
+    return _slope_units(plan, padded), moved
+
+
+def dense_volume_ms(plan: FilterPlan, compute: str) -> float | None:
+    """Estimate of the dense volume route (nd_dense_tile) on ``plan``, or None."""
+    units = dense_volume_units(plan, compute)
+    if units is None:
+        return None
+    taps, moved = units
+    return (DIRECT_FIXED_MS + taps * DIRECT_MS_PER_GTAP[compute] * DENSE_VOLUME_FACTOR / 1e9
+            + _moved_ms(plan, compute) + moved / BANDWIDTH_BYTES_PER_MS)
+
+
+@memoized(1024)
+def use_dense_volume(plan: FilterPlan, compute: str) -> bool:
+    """Whether the direct path runs ``plan`` on nd_dense_tile (estimated faster than
+    filter_direct) rather than filter_direct."""
+    dense = dense_volume_ms(plan, compute)
+    return dense is not None and dense < filter_direct_ms(plan, compute)
+
+
+def direct_ms(plan: FilterPlan, compute: str) -> float:
+    """Estimate of the direct path: the kernel :func:`use_dense_volume` picks."""
+    if use_dense_volume(plan, compute):
+        return dense_volume_ms(plan, compute)
+    return filter_direct_ms(plan, compute)
 
 
 def fft_ms(plan: FilterPlan) -> float:

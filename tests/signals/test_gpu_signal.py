@@ -196,3 +196,37 @@ def test_errors_raise_before_launch():
         cs.correlate(a > 0, b > 0, method="direct")
     with pytest.raises(TypeError, match="cupy.asarray"):
         cs.correlate2d(np.ones((4, 4)), b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("func", ["correlate", "convolve"])
+def test_same_volumes_on_both_kernels(func, dtype):
+    """'same' volumes on both direct kernels (filter_direct and ndimage's nd_dense_tile, the
+    longest axis moved last where it is not), whichever the cost model picks, against SciPy:
+    odd and even filters, a filter longer than an axis, a non-contiguous view, a result
+    poisoned beforehand cannot leak (fresh outputs), and the public call from a second stream."""
+    import cupy
+
+    from cupyconv._dispatch.signal import use_dense_volume
+    from cupyconv._signal.direct import dense_volume_layout, direct_runner
+    from cupyconv._signal.plan import plan_filter
+
+    rng = np.random.default_rng([len(func), len(dtype)])
+    for s1, s2 in [((37, 9, 11), (3, 4, 3)), ((12, 70, 20), (5, 5, 2)), ((9, 8, 133), (3, 3, 9)),
+                   ((6, 30, 7), (7, 3, 9))]:
+        a, b = rand(rng, s1, dtype), rand(rng, s2, dtype)
+        ref = getattr(signal, func)(a.astype(np.float64), b.astype(np.float64), mode="same",
+                                    method="direct").astype(dtype)
+        plan = plan_filter(s1, s2, dtype, dtype, func=func, mode="same")
+        assert dense_volume_layout(plan, dtype) is not None
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        for dense in (False, True):
+            cupy.full(a.shape, np.nan, dtype)  # leaves NaNs in the pool for the next allocation
+            check(direct_runner(plan, da, db, np.zeros((), dtype)[()], dtype, dense)(da, db), ref)
+        view = cupy.asarray(np.ascontiguousarray(a[::-1, :, ::-1]))[::-1, :, ::-1]
+        check(getattr(cs, func)(view, db, mode="same", method="direct"), ref)
+        with cupy.cuda.Stream(non_blocking=True) as stream:
+            got = getattr(cs, func)(da, db, mode="same", method="direct")
+            stream.synchronize()
+        check(got, ref)
+        assert isinstance(use_dense_volume(plan, dtype), bool)

@@ -93,14 +93,15 @@ def numpy_cupy(monkeypatch):
     monkeypatch.setattr(jit, "get_function", lambda module, template, *a: models[template])
 
 
-def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None):
+def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None, dense=False):
     plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode=mode,
                        boundary=boundary, axes=axes, prefer_small_kernel=True)
     fill = check_fillvalue(fillvalue, plan.result_dtype)
     if method == "direct":
         z = _signal_direct.run_direct(plan, a, b, fill, compute_dtype(plan.result_dtype))
     elif method == "runner":  # what the public functions call: the lean plane runner where it applies
-        run = _signal_direct.direct_runner(plan, a, b, fill, compute_dtype(plan.result_dtype))
+        run = _signal_direct.direct_runner(plan, a, b, fill, compute_dtype(plan.result_dtype),
+                                           dense)
         z = run(a, b)
     else:
         z = _signal_fft.run_fft(plan, a, b, fill, _signal_fft.fft_work_dtype(plan))
@@ -272,44 +273,55 @@ def host_dense_tile(numpy_cupy, monkeypatch):
 @pytest.mark.parametrize("func", ["correlate", "convolve"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("s1,s2", [((6, 9, 37), (3, 3, 3)), ((5, 7, 8), (2, 4, 3)),
-                                   ((3, 4, 5), (5, 2, 7))])
+                                   ((3, 4, 5), (5, 2, 7)), ((11, 4, 6), (2, 3, 4)),
+                                   ((5, 13, 7), (3, 4, 2))])
 def test_same_volumes_run_on_dense_tile(host_dense_tile, func, dtype, s1, s2):
     """'same' over the three axes of a real volume runs ndimage's nd_dense_tile with taps at
-    ``t - pad_lo`` and zeros outside: even filter sizes (SciPy's centring), filters larger than
-    the volume along an axis, convolution's reversed filter."""
+    ``t - pad_lo`` and zeros outside, the longest axis moved last (and back): even filter sizes
+    (SciPy's centring), filters larger than the volume along an axis, convolution's reversed
+    filter."""
     rng = np.random.default_rng(len(s1) + sum(s2))
     a, b = rng.standard_normal(s1).astype(dtype), rng.standard_normal(s2).astype(dtype)
     plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode="same")
-    assert _signal_direct.dense_volume_offsets(plan, dtype) is not None
-    got = _run(func, a, b, "same", "runner")
+    perm, _ = _signal_direct.dense_volume_layout(plan, dtype)
+    assert perm[-1] == int(np.argmax(s1)) and sorted(perm) == [0, 1, 2]
+    got = _run(func, a, b, "same", "runner", dense=True)
     ref = getattr(signal, func)(a.astype(np.float64), b.astype(np.float64), mode="same",
                                 method="direct")
     assert host_dense_tile == ["nd_dense_tile"]
-    assert got.dtype == np.dtype(dtype) and got.shape == ref.shape
+    assert got.dtype == np.dtype(dtype) and got.shape == ref.shape and got.flags.c_contiguous
     tol = 1e-4 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
 
 
 def test_dense_tile_route_limits():
     """Only real 'same' volumes over all three axes with zero fill and taps that fit the tile
-    take nd_dense_tile; the cost model scales the slope accordingly."""
+    can take nd_dense_tile; the cost model picks it where its padded tiles cost less than
+    filter_direct, and the direct estimate is the cheaper kernel's."""
     from cupyconv._dispatch import signal as cost
 
-    def offsets(s1, s2, dtype="float32", **kw):
+    def layout(s1, s2, dtype="float32", **kw):
         kw.setdefault("mode", "same")
         plan = plan_filter(s1, s2, dtype, dtype, func="correlate", **kw)
-        return _signal_direct.dense_volume_offsets(plan, compute_dtype(plan.result_dtype)), plan
+        return _signal_direct.dense_volume_layout(plan, compute_dtype(plan.result_dtype)), plan
 
-    got, plan = offsets((64, 64, 64), (3, 5, 7))
-    assert got.shape == (105, 3) and got.min(axis=0).tolist() == [-1, -2, -3]
-    assert cost.direct_factor(plan, "float32") == cost.DENSE_VOLUME_FACTOR
+    (perm, offsets), plan = layout((64, 64, 64), (3, 5, 7))
+    assert perm == (0, 1, 2) and offsets.shape == (105, 3)
+    assert offsets.min(axis=0).tolist() == [-1, -2, -3]
+    (perm, offsets), _ = layout((300, 20, 30), (3, 5, 7))
+    assert perm == (1, 2, 0) and offsets.min(axis=0).tolist() == [-2, -3, -1]
     for s1, s2, kw in [((64, 64, 64), (3, 3, 3), {"mode": "full"}),
                        ((64, 64, 64), (3, 3, 3), {"mode": "valid"}),
                        ((64, 64, 64), (3, 3, 3), {"dtype": "complex64"}),
                        ((64, 64, 64), (21, 21, 21), {}),          # the taps overflow the tile
                        ((4, 64, 64, 64), (1, 3, 3, 3), {"axes": (1, 2, 3)}),  # a batch axis
                        ((64, 64), (3, 3), {})]:
-        got, plan = offsets(s1, s2, **kw)
-        assert got is None, (s1, s2, kw)
-    assert cost.direct_factor(offsets((64, 64, 64), (3, 3, 3), mode="full")[1],
-                              "float32") == cost.DIRECT_3D_FACTOR
+        got, plan = layout(s1, s2, **kw)
+        compute = compute_dtype(plan.result_dtype)
+        assert got is None and cost.dense_volume_ms(plan, compute) is None, (s1, s2, kw)
+        assert not cost.use_dense_volume(plan, compute)
+    for s1, s2 in [((160, 120, 80), (7, 7, 7)), ((48, 256, 256), (9, 3, 3)), ((64, 64, 64), (3, 3, 3))]:
+        plan = layout(s1, s2)[1]
+        dense, fd = cost.dense_volume_ms(plan, "float32"), cost.filter_direct_ms(plan, "float32")
+        assert cost.use_dense_volume(plan, "float32") == (dense < fd)
+        assert cost.direct_ms(plan, "float32") == min(dense, fd)

@@ -196,9 +196,9 @@ def test_cost_model_prefers_direct_for_small_and_fft_for_large_kernels():
 
 
 def test_cost_model_scales_the_direct_kernel_on_three_axes():
-    """Over three axes the 2-d slope per tap is scaled by the kernel that runs the volume:
-    DENSE_VOLUME_FACTOR for 'same' volumes (nd_dense_tile), DIRECT_3D_FACTOR otherwise
-    (filter_direct's 3-d tiles); 2-d plans are unscaled.  128^3 with 3^3 stays direct."""
+    """Over three axes the 2-d slope per tap is scaled per kernel: DIRECT_3D_FACTOR for
+    filter_direct's 3-d tiles, DENSE_VOLUME_FACTOR for nd_dense_tile ('same' volumes only);
+    2-d plans are unscaled.  128^3 with 3^3 stays direct."""
     def plan(s1, s2, mode="same"):
         return plan_filter(s1, s2, np.float32, np.float32, func="correlate", mode=mode)
 
@@ -206,14 +206,21 @@ def test_cost_model_scales_the_direct_kernel_on_three_axes():
     p2 = plan((512, 512), (15, 15))
     assert _signal_cost.DIRECT_3D_FACTOR > 1 and _signal_cost.DENSE_VOLUME_FACTOR > 1
     assert _signal_cost.choose(plan((128, 128, 128), (3, 3, 3)), "float32") == "direct"
-    base = {p: _signal_cost.direct_ms(p, "float32") for p in (same3, full3, p2)}
-    for name, scaled in (("DIRECT_3D_FACTOR", full3), ("DENSE_VOLUME_FACTOR", same3)):
+    assert _signal_cost.dense_volume_ms(full3, "float32") is None
+    estimates = {"filter_direct": lambda p: _signal_cost.filter_direct_ms(p, "float32"),
+                 "dense": lambda p: _signal_cost.dense_volume_ms(p, "float32") or 0.0}
+    base = {(n, p.mode, len(p.axes)): f(p) for n, f in estimates.items() for p in (same3, full3, p2)}
+    for name, scaled in (("DIRECT_3D_FACTOR", "filter_direct"), ("DENSE_VOLUME_FACTOR", "dense")):
         old = getattr(_signal_cost, name)
         try:
             setattr(_signal_cost, name, 1.0)
-            for p in base:
-                got = _signal_cost.direct_ms(p, "float32")
-                assert got < base[p] if p is scaled else got == base[p], (name, p.mode)
+            for n, f in estimates.items():
+                for p in (same3, full3, p2):
+                    got, before = f(p), base[(n, p.mode, len(p.axes))]
+                    if n == scaled and len(p.axes) == 3 and before:
+                        assert got < before, (name, n, p.mode)
+                    else:
+                        assert got == before, (name, n, p.mode)
         finally:
             setattr(_signal_cost, name, old)
 
