@@ -166,12 +166,29 @@ def worst_choice(rows, consts) -> float:
     return worst
 
 
+def apply_factors(fitted: dict) -> None:
+    """Rewrite the 3-d factors' assignments in the cost model's source with the fitted values
+    (the other constants are pasted by hand: their fit spans every dtype)."""
+    import re
+
+    path = ROOT / "cupyconv" / "_dispatch" / "signal.py"
+    text = path.read_text()
+    for name in ("DIRECT_3D_FACTOR", "DENSE_VOLUME_FACTOR"):
+        text, n = re.subn(rf"^{name} = .*$", f"{name} = {fitted[name]:.3f}", text, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"{name}: expected one assignment in {path}, found {n}")
+    path.write_text(text)
+    print(f"wrote the 3-d factors into {path}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="a smaller grid (about a minute)")
     ap.add_argument("--only-3d", action="store_true",
                     help="time the 3-d volumes only and fit their factors alone")
+    ap.add_argument("--apply", action="store_true",
+                    help="write the fitted 3-d factors into cupyconv/_dispatch/signal.py")
     args = ap.parse_args()
     current = dict(DIRECT_FIXED_MS=cost.DIRECT_FIXED_MS, DIRECT_MS_PER_GTAP=cost.DIRECT_MS_PER_GTAP,
                    FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT,
@@ -190,6 +207,8 @@ def main() -> int:
         else:
             value = round(value, 4)
         print(f"{name} = {value}")
+    if args.apply:
+        apply_factors(fitted)
     out = ROOT / "benchmarks" / "results" / f"signal-calibration-{git_commit()}.json"
     out.write_text(json.dumps({"rows": rows, "fitted": fitted}, indent=1))
     print(f"wrote {out}")
