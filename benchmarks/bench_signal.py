@@ -82,7 +82,7 @@ def peers(a, k, axes):
     return out
 
 
-def run(repeat: int, only: str | None, sets=("suite", "holdout")) -> dict:
+def run(repeat: int, only: str | None, sets=("suite", "holdout"), rounds: int = 3) -> dict:
     import cupy
 
     rows = []
@@ -97,19 +97,25 @@ def run(repeat: int, only: str | None, sets=("suite", "holdout")) -> dict:
         k = rng.uniform(-1, 1, s2, dtype=cupy.float32)
         row = {"problem": name, "in1": s1, "in2": s2, "axes": axes, "holdout": holdout,
                "ms": {}, "err": {}}
-        ref = None
+        ref, fns = None, {}
         for peer, fn in peers(a, k, axes).items():
             try:
                 ref = fn() if ref is None else ref
             except NotImplementedError:  # (cupyx.scipy.signal.correlate: 1-d only under auto)
                 row.setdefault("unsupported", []).append(peer)
                 continue
-            row["ms"][peer] = time_gpu(fn, repeat=repeat)
+            fns[peer] = fn
         for method in OURS:
             def fn(method=method):
                 return cs.correlate(a, k, mode="same", method=method, axes=axes)
-            row["ms"][method] = time_gpu(fn, repeat=repeat)
+            fns[method] = fn
             row["err"][method] = rel_error(fn(), ref)
+        # Calls of ~0.1 ms are close to host-bound, and one median can catch a slow spell of
+        # the host: every routine is timed in each of `rounds` rounds, its best median kept.
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t = time_gpu(fn, repeat=repeat)
+                row["ms"][name] = min(t, row["ms"].get(name, t))
         row["auto_picked"] = cs.choose_conv_method(a, k, mode="same", axes=axes)
         fastest = min(row["ms"].values())
         row["auto_vs_fastest"] = row["ms"]["auto"] / fastest
@@ -142,6 +148,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--only", default=None, help="run only problems whose name contains this")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds over all routines; each keeps its best median (3)")
     ap.add_argument("--sets", default="suite,holdout",
                     help="problem sets: suite (the fitted ones), holdout (not used in the fit)")
     args = ap.parse_args()
@@ -149,11 +157,12 @@ def main() -> int:
 
     dev = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     dev = dev.decode() if isinstance(dev, bytes) else str(dev)
-    result = run(args.repeat, args.only, tuple(args.sets.split(",")))
+    result = run(args.repeat, args.only, tuple(args.sets.split(",")), args.rounds)
     result.update(device=dev, commit=git_commit(), cupy=cupy.__version__,
                   cupyconv=cupyconv.__version__, python=platform.python_version(),
                   dtype="float32", mode="same",
-                  note="ms = median device ms; ratios in the table are peer_ms / our direct ms")
+                  note=f"ms = best of {args.rounds} rounds of a median device ms; ratios in the "
+                       "table are peer_ms / our direct ms")
     out = ROOT / "benchmarks" / "results" / f"signal-{dev.replace(' ', '_')}-{result['commit']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

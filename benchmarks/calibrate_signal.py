@@ -58,7 +58,7 @@ def grid(quick: bool):
 def features(plan, compute):
     """(direct units, bytes moved, fft units) exactly as the cost model computes them (the
     direct units without the 3-d factor)."""
-    units = cost._slope_units(plan, plan.outputs())
+    units = cost.filter_direct_units(plan, compute)
     moved = (math.prod(plan.shape_a) + plan.outputs()) * np.dtype(compute).itemsize
     per, batch = fft_points(plan)
     return units, moved, cost.FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))

@@ -25,7 +25,7 @@ import numpy as np
 
 from cupyconv._core.caches import memoized
 from cupyconv._ndimage.passes import TILE_X, TILE_Y, TILE_Z
-from cupyconv._signal.direct import dense_volume_layout
+from cupyconv._signal.direct import dense_volume_layout, outputs_per_thread
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits
 
@@ -36,16 +36,17 @@ ROW_OVERHEAD = 4
 DIRECT_MS_PER_GTAP = {"float32": 0.0726, "float64": 0.0464, "complex64": 0.1977,
                       "complex128": 0.3772, "uint64": 0.50}
 BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
-# The direct kernel over three axes costs more per tap than the 2-d fit says (its tiles stage
-# planes, and per-row work repeats per plane): the held-out 3-d problems ran up to 2.5x the
-# estimate.  A scale on the slope, fitted on 18 float32 volumes 64^3-192x160x64 with kernels
-# 3^3-11^3 alone (calibrate_signal.py --only-3d, H100, session 2026-11-24 11).
-DIRECT_3D_FACTOR = 3.53
-# 'same' volumes may run on ndimage's nd_dense_tile instead (_signal.direct.dense_volume_layout),
-# costed per output of its padded tiles (160 x 8 x 4 outputs: a volume that fills them badly
-# pays for the idle part) at this factor times the 2-d slope, plus the transposes where the
-# layout moves the longest axis last.  Fitted with DIRECT_3D_FACTOR by calibrate_signal.py.
-DENSE_VOLUME_FACTOR = 2.4
+# filter_direct over three axes: costed over the outputs of its padded tiles (8 rows x 32 * RX
+# columns), at this scale of the 2-d slope.  Without the padding the scale read 3.53 and missed
+# by up to 2.8x on volumes with a short last axis.  'same' volumes may run on ndimage's
+# nd_dense_tile instead (_signal.direct.dense_volume_layout), costed per tap over its padded
+# tiles (160 x 8 x 4 outputs) at DENSE_VOLUME_FACTOR times the 2-d slope, plus the transposes
+# where the layout moves the longest axis last; the direct path runs the cheaper estimate.
+# Both fitted on 30 float32 volumes (64^3 .. 224x96x48, kernels 3^3 .. 11^3, 3x3x13, 13x5x1;
+# none of bench_signal's held-out shapes) timed kernel by kernel (calibrate_signal.py --only-3d,
+# H100, 5ab3b1f): the estimate's pick is at most 1.38x the faster kernel there, geomean 1.03x.
+DIRECT_3D_FACTOR = 1.047
+DENSE_VOLUME_FACTOR = 2.727
 # FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
 # problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
 FFT_FIXED_MS = 0.2713
@@ -72,16 +73,28 @@ def _moved_ms(plan: FilterPlan, compute: str) -> float:
     return (math.prod(plan.shape_a) + plan.outputs()) * item / BANDWIDTH_BYTES_PER_MS
 
 
+def filter_direct_units(plan: FilterPlan, compute: str) -> float:
+    """Tap units of filter_direct on ``plan``: over three axes, of the outputs of its padded
+    tiles (8 rows x 32 * RX columns: a volume whose last axis fills them badly pays for the idle
+    part, 4.5x at 64 columns of float32); else of the outputs themselves (the 2-d fit)."""
+    if len(plan.axes) < 3:
+        return _slope_units(plan, plan.outputs())
+    d, h, w = (plan.out_shape[ax] for ax in plan.axes)
+    tx = 32 * outputs_per_thread(np.dtype(compute).itemsize)
+    batch = plan.outputs() // (d * h * w)
+    return _slope_units(plan, batch * d * math.ceil(h / 8) * 8 * math.ceil(w / tx) * tx)
+
+
 def filter_direct_ms(plan: FilterPlan, compute: str) -> float:
     """Estimate of filter_direct (or filter_plane, which the 2-d fit describes) on ``plan``."""
     factor = DIRECT_3D_FACTOR if len(plan.axes) == 3 else 1.0
-    return (DIRECT_FIXED_MS + _slope_units(plan, plan.outputs()) * DIRECT_MS_PER_GTAP[compute]
+    return (DIRECT_FIXED_MS + filter_direct_units(plan, compute) * DIRECT_MS_PER_GTAP[compute]
             * factor / 1e9 + _moved_ms(plan, compute))
 
 
 def dense_volume_units(plan: FilterPlan, compute: str):
-    """(tap units over nd_dense_tile's padded tiles, transposed bytes) of ``plan`` on the dense
-    volume route, or None where it does not apply."""
+    """(taps times the outputs of nd_dense_tile's padded tiles, transposed bytes) of ``plan`` on
+    the dense volume route, or None where it does not apply."""
     layout = dense_volume_layout(plan, compute)
     if layout is None:
         return None
@@ -90,7 +103,9 @@ def dense_volume_units(plan: FilterPlan, compute: str):
     tz, ty, tx = TILE_Z, TILE_Y, TILE_X
     padded = math.ceil(d / tz) * tz * math.ceil(h / ty) * ty * math.ceil(w / tx) * tx
     moved = 0 if perm == (0, 1, 2) else 4 * plan.outputs() * np.dtype(compute).itemsize
-    return _slope_units(plan, padded), moved
+    # per tap, without filter_direct's per-row overhead: the tile kernel slides its window
+    # along a row one load per tap (a per-row term fitted worse, calibrate_signal at 5ab3b1f)
+    return padded * plan.taps(), moved
 
 
 def dense_volume_ms(plan: FilterPlan, compute: str) -> float | None:
