@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -40,13 +41,22 @@ class HostModule:
         _BUILD.mkdir(exist_ok=True)
         lib = _BUILD / f"{digest}.so"
         if not lib.exists():
-            src = _BUILD / f"{digest}.cpp"
+            # Per-process scratch names: pytest-xdist workers build the same module at once, and
+            # a shared .cpp could be compiled while another worker rewrites it (a library
+            # missing entries, then cached under the digest).  The finished library is renamed
+            # into place atomically.
+            tag = f"{os.getpid()}.{id(self)}"
+            src = _BUILD / f"{digest}.{tag}.cpp"
             src.write_text(source)
-            tmp = _BUILD / f"{digest}.{id(self)}.so"
-            subprocess.run([compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread",
-                            "-w", str(src), "-o", str(tmp)], check=True, capture_output=True,
-                           text=True)
-            tmp.replace(lib)
+            tmp = _BUILD / f"{digest}.{tag}.so"
+            try:
+                subprocess.run([compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread",
+                                "-w", str(src), "-o", str(tmp)], check=True,
+                               capture_output=True, text=True)
+                tmp.replace(lib)
+            finally:
+                src.unlink(missing_ok=True)
+                tmp.unlink(missing_ok=True)
         self._lib = ctypes.CDLL(str(lib))
         self._index = {name: i for i, name in enumerate(names)}
 
