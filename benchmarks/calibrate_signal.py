@@ -85,7 +85,8 @@ def measure(repeat: int, problems):
             for name, dense in (("filter_direct", False), ("dense", True)):
                 if dense and cost.dense_volume_units(plan, compute) is None:
                     continue
-                run = direct_runner(plan, a, k, fill, compute, dense_volume=dense)
+                run = (cost.dense_volume_runner(plan, compute) if dense
+                       else direct_runner(plan, a, k, fill, compute))
                 row[name + "_ms"] = time_gpu(lambda run=run: run(a, k), repeat=repeat)
             dense = cost.dense_volume_units(plan, compute)
             if dense is not None:

@@ -28,7 +28,7 @@ import numpy as np
 from cupyconv._core.arrays import require_array, same_device
 from cupyconv._core.caches import memoized
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
-from cupyconv._dispatch.signal import choose, use_dense_volume
+from cupyconv._dispatch.signal import choose, dense_volume_runner, use_dense_volume
 from cupyconv._signal.direct import direct_runner, lean_plane_runner
 from cupyconv._signal.fft import fft_work_dtype, overlap_add_blocks, run_fft
 from cupyconv._signal.plan import (NUMPY_LOOP_DTYPES, axes_key, check_boundary,
@@ -91,8 +91,11 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
                 remember(key, prepare(lambda ops, z: lean(*ops, z), ("in1", "in2"), (in1, in2),
                                       z))
             return z
-    direct = (direct_runner(plan, in1, in2, fill, compute, use_dense_volume(plan, compute))
-              if method == "direct" else None)
+    direct = None
+    if method == "direct":
+        direct = (dense_volume_runner(plan, compute)
+                  if fill == 0 and use_dense_volume(plan, compute)
+                  else direct_runner(plan, in1, in2, fill, compute))
 
     def run(in1, in2):
         import cupy

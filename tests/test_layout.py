@@ -5,7 +5,7 @@ function, so a lazy import that only hides a loop counts as the loop).  Layers, 
 
 - ``_core``: geometry, operand checks, the kernel registry, compilation, launches; imports nothing
   else of the package;
-- kernel families ``_gemm``, ``_depthwise``, ``_direct``, ``_signal``: ``_core`` and their own
+- kernel families ``_gemm``, ``_depthwise``, ``_direct``, ``_signal``, ``_ndimage``: ``_core`` and their own
   family only, never another family's internals;
 - ``_dispatch``: algorithm registries, choice, tuning, the prepared-call cache; ``_core`` and the
   families;
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "cupyconv"
-FAMILIES = ("_gemm", "_depthwise", "_direct", "_signal")
+FAMILIES = ("_gemm", "_depthwise", "_direct", "_signal", "_ndimage")
 
 
 def _module_name(path: Path) -> str:

@@ -24,10 +24,12 @@ import math
 import numpy as np
 
 from cupyconv._core.caches import memoized
+from cupyconv._ndimage import passes as nd_passes
+from cupyconv._ndimage.boundary import CONSTANT
 from cupyconv._ndimage.passes import TILE_X, TILE_Y, TILE_Z
-from cupyconv._signal.direct import dense_volume_layout, outputs_per_thread
+from cupyconv._signal.direct import outputs_per_thread
 from cupyconv._signal.fft import fft_points, fft_work_dtype
-from cupyconv._signal.plan import FilterPlan, direct_fits
+from cupyconv._signal.plan import FilterPlan, direct_fits, kernel_operand
 
 # Direct kernel.  ROW_OVERHEAD counts, in taps, the per-filter-row work that does not shrink with
 # the row (register-window loads, loop control).
@@ -59,6 +61,63 @@ FFT_MS_PER_GUNIT = {"float32": 0.8391, "float64": 1.4452, "complex64": 0.9923, "
 FFT_TRANSFORMS = 3
 
 
+# --------------------------------------------------------------------------- volumes on nd_dense_tile
+@memoized(256)
+def dense_volume_layout(plan: FilterPlan, compute: str):
+    """``(perm, offsets)`` with which ndimage's ``nd_dense_tile`` computes ``plan``, or None
+    where it cannot: real float, 'same' mode over all three axes of a 3-d operand (no swap, no
+    batch axes, zero fill) and taps that fit the tile's shared memory.
+
+    ``perm`` puts the longest axis last (the others keep their order): the tile is 160 columns
+    wide, so a volume's short last axis would leave most of it idle; the operands are
+    transposed into that order and the result back.  ``offsets`` (ntaps x 3, C order of the
+    permuted filter): 'same' keeps in1's shape, the shape nd_dense_tile writes; output ``i``
+    reads ``a[i + t - pad_lo]`` for tap ``t``, i.e. offsets ``t - pad_lo``, zeros outside (mode
+    constant, cval 0).  Shapes only, so the cost model asks it too."""
+    if (compute not in ("float32", "float64") or plan.mode != "same" or plan.swapped
+            or plan.kernel_select or plan.reverse_out or plan.boundary != "fill"
+            or len(plan.shape_a) != 3 or plan.axes != (0, 1, 2)):
+        return None
+    longest = max(range(3), key=lambda ax: (plan.shape_a[ax], ax))
+    perm = tuple(ax for ax in range(3) if ax != longest) + (longest,)
+    shape_g = tuple(plan.shape_g[ax] for ax in perm)
+    pad_lo = np.asarray([plan.pad_lo[ax] for ax in perm], np.int64)
+    offsets = np.indices(shape_g).reshape(3, -1).T - pad_lo
+    shape_a = tuple(plan.shape_a[ax] for ax in perm)
+    if nd_passes.dense_tile_plan(shape_a, offsets, CONSTANT, np.dtype(compute).itemsize) is None:
+        return None
+    return perm, offsets
+
+
+def dense_volume_runner(plan: FilterPlan, compute: str):
+    """A runner ``(in1, in2) -> result in compute`` for a plan :func:`dense_volume_layout`
+    accepts: the volume in the layout's axis order (a copy unless it already is, contiguous and
+    in the compute type), one copy of the (flipped for convolution) filter into a fresh weight
+    buffer ending in cval 0 and divisor 1, one ``nd_dense_tile`` launch, and the result back in
+    the caller's axis order (a copy where the layout permuted)."""
+    import cupy
+
+    perm, offsets = dense_volume_layout(plan, compute)
+    shape_a = tuple(plan.shape_a[ax] for ax in perm)
+    shape_g = tuple(plan.shape_g[ax] for ax in perm)
+    launch = nd_passes.dense_tile_launcher(compute, compute, compute, shape_a, offsets, CONSTANT)
+    ntaps = len(offsets)
+    tail = np.array([0, 1], compute)  # cval, divisor
+    back = tuple(int(i) for i in np.argsort(perm))
+
+    def run(in1, in2):
+        a = cupy.ascontiguousarray(in1.transpose(perm).astype(compute, copy=False))
+        w = cupy.empty(ntaps + 2, compute)
+        w[:ntaps].reshape(shape_g)[...] = kernel_operand(plan, in2, cupy).transpose(perm)
+        w[ntaps:] = nd_passes.device_copy(tail)  # a cached copy safe on any stream
+        y = cupy.empty(shape_a, compute)
+        launch(a, w, y)
+        return y if perm == (0, 1, 2) else cupy.ascontiguousarray(y.transpose(back))
+
+    return run
+
+
+# --------------------------------------------------------------------------- estimates
 def _slope_units(plan: FilterPlan, outputs: int) -> float:
     """Tap units of ``outputs`` outputs of ``plan``: rows of the filter times (its width plus the
     per-row overhead)."""

@@ -3,9 +3,9 @@
 The convolved axes (at most three) move to the end and are padded in front to (D, H, W); every
 other axis is flattened into one batch dimension, so a stack of images or signals is one launch.
 The filter is shared across the batch (batch stride 0) unless it has batch extent of its own.
-Real 2-d planes run on ``filter_plane.cu`` (:func:`lean_plane_runner`); real 3-d volumes in
-'same' mode run on ndimage's ``nd_dense_tile`` (:func:`dense_volume_runner`), which stages a
-plane per tile and beat filter_direct's 3-d tiles on every volume measured.
+Real 2-d planes run on ``filter_plane.cu`` (:func:`lean_plane_runner`).  (Real 3-d volumes in
+'same' mode may run on ndimage's ``nd_dense_tile`` instead: ``cupyconv._dispatch.signal``
+decides and runs that, as it spans two kernel families.)
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.kernels import (FILTER_DIRECT, FILTER_PLANE, FILTER_WIDTHS, KERNEL_CONSTANTS,
                                     PLANE_SQUARES, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import GRID_YZ_MAX, int64s, ints
-from cupyconv._ndimage import passes as nd_passes
-from cupyconv._ndimage.boundary import CONSTANT
 from cupyconv._signal.plan import BOUNDARY_CODE, MAX_DIRECT_AXES, FilterPlan, finish, kernel_operand
 
 SMEM_LIMIT = 48 * 1024  # the static per-block limit on every supported GPU: no opt-in needed
@@ -139,8 +137,7 @@ def _address(arr) -> int:
     return int(getattr(data, "ptr", 0))
 
 
-def direct_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str,
-                  dense_volume: bool = False):
+def direct_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):
     """A runner ``(in1, in2) -> result in compute`` for calls whose operands match these (shape,
     strides, dtype, device, alignment: the fast-path key).
 
@@ -148,71 +145,12 @@ def direct_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str,
     operand swap or centre selection) gets a lean runner: one allocation and one plane-kernel
     launch prepared here, the filter reversed by the kernel for convolution: ~27 us of Python per
     call instead of ~115 (on the 2026-11-23 H100 host), so a 4096^2 3x3 call costs its kernel time.
-    ``dense_volume`` (the cost model's pick, :func:`cupyconv._dispatch.signal.use_dense_volume`):
-    a volume :func:`dense_volume_layout` accepts runs on ndimage's nd_dense_tile.  Anything else
-    runs :func:`run_direct`.
+    Anything else runs :func:`run_direct`.
     """
     lean = lean_plane_runner(plan, in1, in2, fillvalue, compute)
     if lean is not None:
         return lean
-    if dense_volume and fillvalue == 0 and dense_volume_layout(plan, compute) is not None:
-        return dense_volume_runner(plan, compute)
     return lambda a, b: run_direct(plan, a, b, fillvalue, compute)
-
-
-@memoized(256)
-def dense_volume_layout(plan: FilterPlan, compute: str):
-    """``(perm, offsets)`` with which ndimage's ``nd_dense_tile`` computes ``plan``, or None
-    where it cannot: real float, 'same' mode over all three axes of a 3-d operand (no swap, no
-    batch axes, zero fill) and taps that fit the tile's shared memory.
-
-    ``perm`` puts the longest axis last (the others keep their order): the tile is 160 columns
-    wide, so a volume's short last axis would leave most of it idle; the operands are
-    transposed into that order and the result back.  ``offsets`` (ntaps x 3, C order of the
-    permuted filter): 'same' keeps in1's shape, the shape nd_dense_tile writes; output ``i``
-    reads ``a[i + t - pad_lo]`` for tap ``t``, i.e. offsets ``t - pad_lo``, zeros outside (mode
-    constant, cval 0).  Shapes only, so the cost model asks it too."""
-    if (compute not in ("float32", "float64") or plan.mode != "same" or plan.swapped
-            or plan.kernel_select or plan.reverse_out or plan.boundary != "fill"
-            or len(plan.shape_a) != 3 or plan.axes != (0, 1, 2)):
-        return None
-    longest = max(range(3), key=lambda ax: (plan.shape_a[ax], ax))
-    perm = tuple(ax for ax in range(3) if ax != longest) + (longest,)
-    shape_g = tuple(plan.shape_g[ax] for ax in perm)
-    pad_lo = np.asarray([plan.pad_lo[ax] for ax in perm], np.int64)
-    offsets = np.indices(shape_g).reshape(3, -1).T - pad_lo
-    shape_a = tuple(plan.shape_a[ax] for ax in perm)
-    if nd_passes.dense_tile_plan(shape_a, offsets, CONSTANT, np.dtype(compute).itemsize) is None:
-        return None
-    return perm, offsets
-
-
-def dense_volume_runner(plan: FilterPlan, compute: str):
-    """A runner ``(in1, in2) -> result in compute`` for a plan :func:`dense_volume_layout`
-    accepts: the volume in the layout's axis order (a copy unless it already is, contiguous and
-    in the compute type), one copy of the (flipped for convolution) filter into a fresh weight
-    buffer ending in cval 0 and divisor 1, one ``nd_dense_tile`` launch, and the result back in
-    the caller's axis order (a copy where the layout permuted)."""
-    import cupy
-
-    perm, offsets = dense_volume_layout(plan, compute)
-    shape_a = tuple(plan.shape_a[ax] for ax in perm)
-    shape_g = tuple(plan.shape_g[ax] for ax in perm)
-    launch = nd_passes.dense_tile_launcher(compute, compute, compute, shape_a, offsets, CONSTANT)
-    ntaps = len(offsets)
-    tail = np.array([0, 1], compute)  # cval, divisor
-    back = tuple(int(i) for i in np.argsort(perm))
-
-    def run(in1, in2):
-        a = cupy.ascontiguousarray(in1.transpose(perm).astype(compute, copy=False))
-        w = cupy.empty(ntaps + 2, compute)
-        w[:ntaps].reshape(shape_g)[...] = kernel_operand(plan, in2, cupy).transpose(perm)
-        w[ntaps:] = nd_passes.device_copy(tail)  # a cached copy safe on any stream
-        y = cupy.empty(shape_a, compute)
-        launch(a, w, y)
-        return y if perm == (0, 1, 2) else cupy.ascontiguousarray(y.transpose(back))
-
-    return run
 
 
 def lean_plane_runner(plan: FilterPlan, in1, in2, fillvalue, compute: str):

@@ -207,8 +207,8 @@ def test_same_volumes_on_both_kernels(func, dtype):
     poisoned beforehand cannot leak (fresh outputs), and the public call from a second stream."""
     import cupy
 
-    from cupyconv._dispatch.signal import use_dense_volume
-    from cupyconv._signal.direct import dense_volume_layout, direct_runner
+    from cupyconv._dispatch.signal import dense_volume_layout, dense_volume_runner, use_dense_volume
+    from cupyconv._signal.direct import direct_runner
     from cupyconv._signal.plan import plan_filter
 
     rng = np.random.default_rng([len(func), len(dtype)])
@@ -220,9 +220,10 @@ def test_same_volumes_on_both_kernels(func, dtype):
         plan = plan_filter(s1, s2, dtype, dtype, func=func, mode="same")
         assert dense_volume_layout(plan, dtype) is not None
         da, db = cupy.asarray(a), cupy.asarray(b)
-        for dense in (False, True):
+        for run in (direct_runner(plan, da, db, np.zeros((), dtype)[()], dtype),
+                    dense_volume_runner(plan, dtype)):
             cupy.full(a.shape, np.nan, dtype)  # leaves NaNs in the pool for the next allocation
-            check(direct_runner(plan, da, db, np.zeros((), dtype)[()], dtype, dense)(da, db), ref)
+            check(run(da, db), ref)
         view = cupy.asarray(np.ascontiguousarray(a[::-1, :, ::-1]))[::-1, :, ::-1]
         check(getattr(cs, func)(view, db, mode="same", method="direct"), ref)
         with cupy.cuda.Stream(non_blocking=True) as stream:

@@ -14,6 +14,7 @@ import pytest
 from scipy import signal
 
 from cupyconv._core import jit
+from cupyconv._dispatch import signal as _signal_cost
 from cupyconv._signal import direct as _signal_direct
 from cupyconv._signal import fft as _signal_fft
 from cupyconv._core.kernels import plane_rows_per_thread
@@ -100,8 +101,9 @@ def _run(func, a, b, mode, method, boundary="fill", fillvalue=0, axes=None, dens
     if method == "direct":
         z = _signal_direct.run_direct(plan, a, b, fill, compute_dtype(plan.result_dtype))
     elif method == "runner":  # what the public functions call: the lean plane runner where it applies
-        run = _signal_direct.direct_runner(plan, a, b, fill, compute_dtype(plan.result_dtype),
-                                           dense)
+        compute = compute_dtype(plan.result_dtype)
+        run = (_signal_cost.dense_volume_runner(plan, compute) if dense
+               else _signal_direct.direct_runner(plan, a, b, fill, compute))
         z = run(a, b)
     else:
         z = _signal_fft.run_fft(plan, a, b, fill, _signal_fft.fft_work_dtype(plan))
@@ -283,7 +285,7 @@ def test_same_volumes_run_on_dense_tile(host_dense_tile, func, dtype, s1, s2):
     rng = np.random.default_rng(len(s1) + sum(s2))
     a, b = rng.standard_normal(s1).astype(dtype), rng.standard_normal(s2).astype(dtype)
     plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode="same")
-    perm, _ = _signal_direct.dense_volume_layout(plan, dtype)
+    perm, _ = _signal_cost.dense_volume_layout(plan, dtype)
     assert perm[-1] == int(np.argmax(s1)) and sorted(perm) == [0, 1, 2]
     got = _run(func, a, b, "same", "runner", dense=True)
     ref = getattr(signal, func)(a.astype(np.float64), b.astype(np.float64), mode="same",
@@ -303,7 +305,7 @@ def test_dense_tile_route_limits():
     def layout(s1, s2, dtype="float32", **kw):
         kw.setdefault("mode", "same")
         plan = plan_filter(s1, s2, dtype, dtype, func="correlate", **kw)
-        return _signal_direct.dense_volume_layout(plan, compute_dtype(plan.result_dtype)), plan
+        return _signal_cost.dense_volume_layout(plan, compute_dtype(plan.result_dtype)), plan
 
     (perm, offsets), plan = layout((64, 64, 64), (3, 5, 7))
     assert perm == (0, 1, 2) and offsets.shape == (105, 3)
