@@ -27,7 +27,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._ndimage import passes as nd_passes
 from cupyconv._ndimage.boundary import CONSTANT
 from cupyconv._ndimage.passes import TILE_X, TILE_Y, TILE_Z
-from cupyconv._signal.direct import outputs_per_thread
+from cupyconv._signal.direct import launch_config, outputs_per_thread
 from cupyconv._signal.fft import fft_points, fft_work_dtype
 from cupyconv._signal.plan import FilterPlan, direct_fits, kernel_operand
 
@@ -138,10 +138,13 @@ def filter_direct_units(plan: FilterPlan, compute: str) -> float:
     part, 4.5x at 64 columns of float32); else of the outputs themselves (the 2-d fit)."""
     if len(plan.axes) < 3:
         return _slope_units(plan, plan.outputs())
-    d, h, w = (plan.out_shape[ax] for ax in plan.axes)
-    tx = 32 * outputs_per_thread(np.dtype(compute).itemsize)
+    out3 = tuple(plan.out_shape[ax] for ax in plan.axes)
+    item = np.dtype(compute).itemsize
+    (tx, ty), *_ = launch_config(item, out3, tuple(plan.shape_g[ax] for ax in plan.axes))
+    cols = tx * outputs_per_thread(item)  # the kernel's own tile, not a copy of its numbers
+    d, h, w = out3
     batch = plan.outputs() // (d * h * w)
-    return _slope_units(plan, batch * d * math.ceil(h / 8) * 8 * math.ceil(w / tx) * tx)
+    return _slope_units(plan, batch * d * math.ceil(h / ty) * ty * math.ceil(w / cols) * cols)
 
 
 def filter_direct_ms(plan: FilterPlan, compute: str) -> float:
