@@ -40,6 +40,9 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_RX": 4,           # channels-last depthwise: destination pixels per run (row walk)
     "DWCL_ACC": 36,         # ... backward-weight accumulators per thread (compute type)
     "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
+    "CHUNK_SUM_SEGMENTS": 32,  # backward-weight chunk sum (chunk_sum.cu): most chunk segments
+    "DWCL_UNROLL": 1,       # ... forward/backward-data: the KF kernel rows' loads unrolled together
+    "DWCL_MIN_BLOCKS": 1,   # ... forward/backward-data: resident blocks per SM asked of the compiler
     "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
     "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
     "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)
@@ -176,6 +179,8 @@ def depthwise_wgrad_module(dtype: str) -> KernelModule:
 
 
 DEPTHWISE_WGRAD_GATHER = KernelModule("depthwise/depthwise.cu", ("depthwise_wgrad_gather",))
+# Backward-weight's second stage: the per-chunk partial sums added in a fixed order.
+CHUNK_SUM = KernelModule("depthwise/chunk_sum.cu", ("chunk_sum",))
 # Channels-last depthwise kernels (depthwise_cl.cu), mult == 1: one binary per (dtype, KF) and
 # pass kind.  KF = 3, 5, 7 run the row walk for W strides S = 1, 2; KF = 0 any shape (S = 0).
 # VEC: channels per thread, the widest of DEPTHWISE_CL_VECS[dtype] that C and the alignment allow
@@ -372,7 +377,7 @@ DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depth
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
     DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + tuple(
     grouped_module(dtype) for dtype in DTYPES) + (
-    STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, SPLITK_REDUCE) + tuple(
+    STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, CHUNK_SUM, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(
     m for dtype in DTYPES for m in (depthwise_tile_module(dtype, 0), depthwise_tile_module(dtype, 1),
                                     depthwise_gather_module(dtype), depthwise_wgrad_module(dtype))

@@ -25,10 +25,10 @@ from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.epilogue import run_epilogue_pass
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
+from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
                                     DEPTHWISE_PLANE_WGRAD, DEPTHWISE_WGRAD_GATHER,
                                     DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS, PLANE_SQUARES,
-                                    PLANE_WGRAD_VARIANT, SPLITK_REDUCE,
+                                    PLANE_WGRAD_VARIANT,
                                     depthwise_gather_module, depthwise_tile_module,
                                     depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
@@ -45,6 +45,10 @@ DW_ROWS = KERNEL_CONSTANTS["DW_ROWS"]    # most output rows per thread
 DW_TAPS = KERNEL_CONSTANTS["DW_TAPS"]    # taps per backward-weight pass
 MAX_Z = KERNEL_CONSTANTS["DW_MAX_Z"]     # most planes per block
 STRIP = KERNEL_CONSTANTS["FP_TW"]        # plane kernel: columns per strip
+# Backward-weight's chunk sum: at most CHUNK_SUM_SEGMENTS segments of the chunks, each of at
+# least CHUNK_SUM_MIN_PER_SEGMENT chunks (a segment's four partial sums keep four loads in flight).
+CHUNK_SUM_SEGMENTS = KERNEL_CONSTANTS["CHUNK_SUM_SEGMENTS"]
+CHUNK_SUM_MIN_PER_SEGMENT = 4
 _TARGET_BLOCKS = 4 * 132  # backward-weight: enough blocks to fill an H100/H200 a few times over
 
 
@@ -459,15 +463,13 @@ def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in:
 
 
 def _chunk_reduce(geom: ConvGeometry, chunks: int) -> Launch:
-    """Sum the backward-weight partial sums (chunks, K, taps) over the chunks, in order, into dw
-    viewed as a (K, taps) matrix (the split-K reduce kernel)."""
-    k, taps = geom.out_channels, math.prod(geom.kernel)
-    fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", geom.dtype)
-    grid, block = launch_grid(k * taps)
-    # (no bias, residual or activation: the reduce's epilogue arguments are placeholders)
-    return Launch(fn, grid, block,
-                  ints((False, False, NO_ACTIVATION, chunks, 1, k, taps, True, 1))
-                  + int64s((0, 0, 0, 1, taps, 0, 1)))
+    """Sum the backward-weight partial sums (chunks, K, taps) over the chunks into dw (K, taps),
+    in an order fixed by the plan (chunk_sum.cu): blocks of 32 filter taps, the chunks split into
+    up to CHUNK_SUM_SEGMENTS segments summed side by side."""
+    count = geom.out_channels * math.prod(geom.kernel)
+    fn = jit.get_function(CHUNK_SUM, "chunk_sum", geom.dtype)
+    segments = max(1, min(CHUNK_SUM_SEGMENTS, chunks // CHUNK_SUM_MIN_PER_SEGMENT))
+    return Launch(fn, (math.ceil(count / 32),), (32, segments), ints((chunks, count)))
 
 
 @memoized(2048)

@@ -26,7 +26,8 @@
 
 // DWCL_RX (destination pixels per run), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
 // thread and most taps per pass) come from KERNEL_CONSTANTS; the host's plans mirror them.
-#if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS)
+#if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS) || \
+    !defined(DWCL_UNROLL) || !defined(DWCL_MIN_BLOCKS)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 
@@ -116,7 +117,7 @@ __device__ __forceinline__ void stage_filters(const T* __restrict__ w, A* wsm, i
 // (SD, SH, SW, ...) are the forward convolution's stride, dilation and leading pad throughout.
 // Grid: x = ceil(runs / (BY * rounds)), y = channel blocks.  Shared memory: taps * CGB * VEC of A.
 template <typename T, int KF, int S, int VEC, int TRANSPOSED>
-__global__ void __launch_bounds__(DW_THREADS)
+__global__ void __launch_bounds__(DW_THREADS, DWCL_MIN_BLOCKS)
 depthwise_cl(const T* __restrict__ src,
              const T* __restrict__ w,
              const T* __restrict__ bias,
@@ -168,20 +169,29 @@ depthwise_cl(const T* __restrict__ src,
     for (int kd = 0; kd < KD; ++kd) {
       const int sd = dw::src_coord<TRANSPOSED>(d, kd, SD, DD, PD, SDs);
       if (sd < 0) continue;
-      for (int kh = 0; kh < KH; ++kh) {
-        const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
-        if (sh < 0) continue;
-        const T* srow = src + n * ssn + sd * ssd + sh * ssh + c0;
-        const A* wrow = wthr + (kd * KH + kh) * KW * cb;
-        if (KF > 0) {
+      const T* splane = src + n * ssn + sd * ssd + c0;
+      if (KF > 0) {
+        // Every kernel row of the walk at once (KH == KF): a row outside the source reads as
+        // zeros (its column bound is 0) instead of being skipped, so no branch separates the
+        // rows' loads and all KF * NJ of them can be in flight together.
+        const int f = Walk::first(x0, PW);
+#if DWCL_UNROLL
+#pragma unroll
+#else
+#pragma unroll 1
+#endif
+        for (int kh = 0; kh < (KF > 0 ? KF : 1); ++kh) {
+          const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
+          const T* srow = splane + (sh < 0 ? 0 : sh) * ssh;
+          const int ncols = sh < 0 ? 0 : SWs;
+          const A* wrow = wthr + (kd * KH + kh) * KW * cb;
           A wk[KF > 0 ? KF : 1][VEC];
 #pragma unroll
           for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[kw]);
-          const int f = Walk::first(x0, PW);
 #pragma unroll
           for (int j = 0; j < Walk::NJ; ++j) {
             A v[VEC];
-            dwcl::load_col<VEC>(srow, f + j, SWs, ssw, v);
+            dwcl::load_col<VEC>(srow, f + j, ncols, ssw, v);
 #pragma unroll
             for (int r = 0; r < RX; ++r)
 #pragma unroll
@@ -190,7 +200,13 @@ depthwise_cl(const T* __restrict__ src,
 #pragma unroll
                   for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wk[kw][i];
           }
-        } else {
+        }
+      } else {
+        for (int kh = 0; kh < KH; ++kh) {
+          const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
+          if (sh < 0) continue;
+          const T* srow = splane + sh * ssh;
+          const A* wrow = wthr + (kd * KH + kh) * KW * cb;
 #pragma unroll
           for (int r = 0; r < RX; ++r) {
             for (int kw = 0; kw < KW; ++kw) {

@@ -1,0 +1,119 @@
+"""Channels-last depthwise row walk: device time of compile-time settings of the forward /
+backward-data kernel (depthwise_cl.cu) on every depthwise layer of MobileNetV2 and
+EfficientNet-B0 (batch 32, channels-last), beside PyTorch's, so the constants can be set from
+measurements (issue 17).  A setting is DWCL_RX (pixels per run), DWCL_UNROLL (the KF kernel rows'
+loads unrolled together), DWCL_MIN_BLOCKS (launch bounds) and MAX_ROUNDS (runs per thread).
+Backward-weight is timed once (it takes none of these settings).
+
+    python3 benchmarks/exp_depthwise_walk.py [--dtypes float32,float16] [--out DIR]
+
+The settings' modules are compiled first in parallel processes (CuPy's disk cache keeps them),
+then timed one after another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing
+import sys
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import measure  # noqa: E402
+from bench_depthwise_nets import (BATCH, bench_layers, geometry, our_calls,  # noqa: E402
+                                  peer_calls)
+from cupyconv._core import kernels  # noqa: E402
+from cupyconv._core.caches import clear_caches  # noqa: E402
+from cupyconv._core.dtypes import itemsize  # noqa: E402
+from cupyconv._depthwise import channels_last  # noqa: E402
+
+# name -> (DWCL_RX, DWCL_UNROLL, DWCL_MIN_BLOCKS, MAX_ROUNDS)
+SETTINGS = {
+    "rx4 u0 b1 r4": (4, 0, 1, 4),
+    "rx4 u1 b1 r4": (4, 1, 1, 4),
+    "rx4 u1 b2 r4": (4, 1, 2, 4),
+    "rx4 u1 b2 r1": (4, 1, 2, 1),
+    "rx2 u1 b1 r4": (2, 1, 1, 4),
+    "rx2 u1 b3 r4": (2, 1, 3, 4),
+    "rx2 u0 b1 r4": (2, 0, 1, 4),
+}
+
+
+def use(setting) -> None:
+    rx, unroll, min_blocks, rounds = setting
+    kernels.KERNEL_CONSTANTS.update(DWCL_RX=rx, DWCL_UNROLL=unroll, DWCL_MIN_BLOCKS=min_blocks)
+    channels_last.RX = rx
+    channels_last.MAX_ROUNDS = rounds
+    clear_caches()
+
+
+def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
+    """Compile the forward/backward-data modules of one setting (run in a child process)."""
+    from cupyconv._core import jit
+
+    use(SETTINGS[name])
+    t0 = time.perf_counter()
+    for dtype in dtypes:
+        for kf in kernels.DEPTHWISE_CL_KF:
+            module = kernels.depthwise_cl_module(dtype, kf)
+            variant = module.variants[0]
+            jit.get_function(module, "depthwise_cl", dtype, variant)
+    return f"{name}: compiled in {time.perf_counter() - t0:.1f} s"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    dtypes, names = tuple(args.dtypes.split(",")), args.settings.split(",")
+    with multiprocessing.get_context("spawn").Pool(len(names)) as pool:
+        for line in pool.map(functools.partial(compile_setting, dtypes=dtypes), names):
+            print(line, flush=True)
+    torch = measure.load_torch()
+    torch.backends.cudnn.benchmark = True
+    torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
+    l2 = measure.device_facts()["l2_bytes"]
+    rows = []
+    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+        layer = entry.layer
+        for dtype in dtypes:
+            geom = geometry(layer, dtype, "NHWC")
+            nbytes = geom.bytes_moved(itemsize(dtype))
+            copies = measure.rotation_copies(l2, nbytes, cap=32)
+            shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
+            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
+                                                   seed=zlib.crc32(entry.label.encode()))
+            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+            ours, peer = our_calls(layer, geom), peer_calls(torch, layer)
+            for name in ("forward", "backward-data", "backward-weight"):
+                peer[name](tensors[0])
+                times = {"torch": measure.rotated_graph_ms(peer[name], tensors, torch_graph_ms,
+                                                           repeat=3, target_ms=5.0)}
+                for setting in (names if name != "backward-weight" else names[:1]):
+                    use(SETTINGS[setting])
+                    times[setting] = measure.rotated_graph_ms(
+                        ours[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
+                best = min((k for k in times if k != "torch"), key=times.get)
+                rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
+                             "bytes": nbytes, "ms": times, "best": best})
+                print(f"{entry.label:22s} {dtype:8s} {name:15s} torch {times['torch']:.4f} | "
+                      + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
+                                  for k, v in times.items() if k != "torch"), flush=True)
+            del tensors, arrays
+            measure.release_memory(torch)
+    if args.out:
+        Path(args.out, "exp-depthwise-walk.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
