@@ -526,7 +526,7 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
             with dw.device:
                 partial = scratch(count, compute_dtype(geom.dtype))
                 main(x, dy, partial)
-                reduce(partial, dw, dw, dw)
+                reduce(partial, dw)
             return
     plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
     tiled = plane or wgrad_plan(geom)[0] is not None
@@ -537,4 +537,4 @@ def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
             dy = contiguous(dy)
         partial = scratch(count, compute_dtype(geom.dtype))
         main(x, dy, partial)
-        reduce(partial, dw, dw, dw)
+        reduce(partial, dw)
