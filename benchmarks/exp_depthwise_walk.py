@@ -37,12 +37,11 @@ from cupyconv._depthwise import channels_last  # noqa: E402
 # name -> (DWCL_RX, DWCL_UNROLL, DWCL_MIN_BLOCKS, MAX_ROUNDS)
 SETTINGS = {
     "rx4 u0 b1 r4": (4, 0, 1, 4),
-    "rx4 u1 b1 r4": (4, 1, 1, 4),
+    "rx4 u0 b2 r4": (4, 0, 2, 4),
+    "rx4 u0 b3 r4": (4, 0, 3, 4),
     "rx4 u1 b2 r4": (4, 1, 2, 4),
-    "rx4 u1 b2 r1": (4, 1, 2, 1),
-    "rx2 u1 b1 r4": (2, 1, 1, 4),
+    "rx4 u1 b3 r4": (4, 1, 3, 4),
     "rx2 u1 b3 r4": (2, 1, 3, 4),
-    "rx2 u0 b1 r4": (2, 0, 1, 4),
 }
 
 

@@ -67,11 +67,14 @@ __device__ __forceinline__ void store_vec(T* p, const A* v) {
   *reinterpret_cast<R*>(p) = r;
 }
 
-// Source vector of column `col` of the row at `row` (W stride sw), zero outside [0, n).
+// Source vector at p, column `col` of its row, zero outside [0, n).  Callers step p by the W
+// stride from one column to the next: one pointer add per load, where indexing the row by col *
+// stride cost a 64-bit multiply, a reload of the base and five more integer instructions (SASS,
+// sm_90), more than the loads' own arithmetic in the 16-bit kernels.
 template <int VEC, typename T, typename A>
-__device__ __forceinline__ void load_col(const T* row, int col, int n, cc::index_t sw, A* v) {
+__device__ __forceinline__ void load_col(const T* p, int col, int n, A* v) {
   if ((unsigned)col < (unsigned)n) {
-    load_vec<VEC>(row + col * sw, v);
+    load_vec<VEC>(p, v);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = A(0);
@@ -188,10 +191,11 @@ depthwise_cl(const T* __restrict__ src,
           A wk[KF > 0 ? KF : 1][VEC];
 #pragma unroll
           for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[kw]);
+          const T* p = srow + (cc::index_t)f * ssw;
 #pragma unroll
-          for (int j = 0; j < Walk::NJ; ++j) {
+          for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
             A v[VEC];
-            dwcl::load_col<VEC>(srow, f + j, ncols, ssw, v);
+            dwcl::load_col<VEC>(p, f + j, ncols, v);
 #pragma unroll
             for (int r = 0; r < RX; ++r)
 #pragma unroll
@@ -294,7 +298,7 @@ depthwise_cl_wgrad(const T* __restrict__ x,
     const int valid = OW - x0;
     A g[RX][VEC];
 #pragma unroll
-    for (int r = 0; r < RX; ++r) dwcl::load_col<VEC>(grow, x0 + r, OW, gsw, g[r]);
+    for (int r = 0; r < RX; ++r) dwcl::load_col<VEC>(grow + (cc::index_t)(x0 + r) * gsw, x0 + r, OW, g[r]);
     const T* xn = x + n * xsn + c0;
     if (KF > 0) {
 #pragma unroll
@@ -306,10 +310,11 @@ depthwise_cl_wgrad(const T* __restrict__ x,
         if ((id | ih) < 0) continue;
         const T* xrow = xn + id * xsd + ih * xsh;
         const int f = Walk::first(x0, PW);
+        const T* xp = xrow + (cc::index_t)f * xsw;
 #pragma unroll
-        for (int j = 0; j < Walk::NJ; ++j) {
+        for (int j = 0; j < Walk::NJ; ++j, xp += xsw) {
           A v[VEC];
-          dwcl::load_col<VEC>(xrow, f + j, IW, xsw, v);
+          dwcl::load_col<VEC>(xp, f + j, IW, v);
 #pragma unroll
           for (int r = 0; r < RX; ++r)
 #pragma unroll
