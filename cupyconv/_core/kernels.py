@@ -41,8 +41,7 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_ACC": 36,         # ... backward-weight accumulators per thread (compute type)
     "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
     "CHUNK_SUM_SEGMENTS": 32,  # backward-weight chunk sum (chunk_sum.cu): most chunk segments
-    "DWCL_UNROLL": 1,       # ... forward/backward-data: the KF kernel rows' loads unrolled together
-    "DWCL_MIN_BLOCKS": 1,   # ... forward/backward-data: resident blocks per SM asked of the compiler
+    "DWCL_MIN_BLOCKS": 2,   # ... forward/backward-data: blocks per SM (caps registers at 128)
     "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
     "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
     "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)

@@ -24,10 +24,11 @@
 #include "common.cuh"
 #include "src_coord.cuh"
 
-// DWCL_RX (destination pixels per run), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
+// DWCL_RX (destination pixels per run), DWCL_MIN_BLOCKS (forward/backward-data blocks resident per
+// SM, which caps their registers), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
 // thread and most taps per pass) come from KERNEL_CONSTANTS; the host's plans mirror them.
 #if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS) || \
-    !defined(DWCL_UNROLL) || !defined(DWCL_MIN_BLOCKS)
+    !defined(DWCL_MIN_BLOCKS)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 
@@ -174,15 +175,11 @@ depthwise_cl(const T* __restrict__ src,
       if (sd < 0) continue;
       const T* splane = src + n * ssn + sd * ssd + c0;
       if (KF > 0) {
-        // Every kernel row of the walk at once (KH == KF): a row outside the source reads as
-        // zeros (its column bound is 0) instead of being skipped, so no branch separates the
-        // rows' loads and all KF * NJ of them can be in flight together.
+        // The kernel rows one at a time (unrolling them, so that all KF * NJ loads could be in
+        // flight, measured slower: more registers, fewer resident threads).  A row outside the
+        // source reads as zeros (its column bound is 0) rather than being skipped.
         const int f = Walk::first(x0, PW);
-#if DWCL_UNROLL
-#pragma unroll
-#else
 #pragma unroll 1
-#endif
         for (int kh = 0; kh < (KF > 0 ? KF : 1); ++kh) {
           const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
           const T* srow = splane + (sh < 0 ? 0 : sh) * ssh;
