@@ -13,8 +13,8 @@
 // (stage.cuh): every source element is read from global memory about once.
 // Gather kernel (channels-last, and the fallback for tiles that do not fit shared memory):
 // neighbouring threads own neighbouring channels, so each tap is one coalesced read.
-// Backward-weight: per-block partial sums over a fixed set of planes, reduced in a fixed order by
-// the split-K reduce kernel: bitwise reproducible, no atomics.
+// Backward-weight: per-block partial sums over a fixed set of planes, added in a fixed order by
+// chunk_sum.cu: bitwise reproducible, no atomics.
 #include "common.cuh"
 #include "stage.cuh"
 #include "src_coord.cuh"

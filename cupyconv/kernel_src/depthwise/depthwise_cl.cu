@@ -19,8 +19,8 @@
 //
 // Backward-weight: the same runs over the forward output; each thread accumulates dy * x for a pass
 // of taps (grid z) over the runs of one chunk of the batch (grid x), the block sums its BY rows of
-// threads in a fixed order and writes partial[(chunk * C + c) * taps + tap], which the split-K
-// reduce kernel sums over chunks in order: bitwise reproducible, no atomics.
+// threads in a fixed order and writes partial[(chunk * C + c) * taps + tap], which chunk_sum.cu
+// adds over the chunks in a fixed order: bitwise reproducible, no atomics.
 #include "common.cuh"
 #include "src_coord.cuh"
 

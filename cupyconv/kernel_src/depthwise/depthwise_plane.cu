@@ -167,7 +167,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 // values (scalars: the strip's d shift leaves dy quads unaligned), then walks the input rows;
 // input row r meets dy row i through tap row r - i, for all KF columns of taps.  Each lane keeps
 // KF x KF sums over every item it walks; the block adds them in a fixed order (shared memory, no
-// atomics), and the split-K reduce kernel adds the chunks in order: bitwise repeatable.
+// atomics), and chunk_sum.cu adds the chunks in a fixed order: bitwise repeatable.
 // Grid: (K, chunks); shared memory: KF * KF * blockDim.x accumulators.
 template <typename T, int KWB, int KF>
 __global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
