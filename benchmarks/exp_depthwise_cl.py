@@ -34,6 +34,22 @@ def settings(dtype: str):
     return [(v, r) for v in vecs for r in (1, 4)]
 
 
+def nhwc_depthwise_operands(torch, dtypes, l2_bytes: int):
+    """For each depthwise layer of the networks and each of ``dtypes``: (entry, dtype, geometry,
+    bytes moved, PyTorch channels-last operand copies rotated past the L2, their CuPy views)."""
+    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+        layer = entry.layer
+        for dtype in dtypes:
+            geom = geometry(layer, dtype, "NHWC")
+            nbytes = geom.bytes_moved(itemsize(dtype))
+            copies = measure.rotation_copies(l2_bytes, nbytes, cap=32)
+            shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
+            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
+                                                   seed=zlib.crc32(entry.label.encode()))
+            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+            yield entry, dtype, geom, nbytes, tensors, arrays
+
+
 def use(dtype: str, vec: int, rounds: int) -> None:
     channels_last.DEPTHWISE_CL_VECS[dtype] = (vec, 1)
     channels_last.MAX_ROUNDS = rounds
@@ -49,32 +65,25 @@ def main(argv=None) -> int:
     l2 = measure.device_facts()["l2_bytes"]
     original = dict(channels_last.DEPTHWISE_CL_VECS), channels_last.MAX_ROUNDS
     rows = []
-    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+    for entry, dtype, geom, nbytes, _, arrays in nhwc_depthwise_operands(
+            torch, args.dtypes.split(","), l2):
         layer = entry.layer
-        for dtype in args.dtypes.split(","):
-            geom = geometry(layer, dtype, "NHWC")
-            nbytes = geom.bytes_moved(itemsize(dtype))
-            copies = measure.rotation_copies(l2, nbytes, cap=32)
-            shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
-            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
-                                                   seed=zlib.crc32(entry.label.encode()))
-            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
-            calls = our_calls(layer, geom)
-            for name in PASSES:
-                times = {}
-                for vec, rounds in settings(dtype):
-                    use(dtype, vec, rounds)
-                    times[f"v{vec}r{rounds}"] = measure.rotated_graph_ms(
-                        calls[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
-                best = min(times, key=times.get)
-                rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
-                             "bytes": nbytes, "ms": times, "best": best})
-                print(f"{entry.label:26s} {dtype:8s} {name:16s} "
-                      + "  ".join(f"{k} {v:.4f}{'*' if k == best else ' '}"
-                                  for k, v in times.items()), flush=True)
-            channels_last.DEPTHWISE_CL_VECS.update(original[0])
-            channels_last.MAX_ROUNDS = original[1]
-            clear_caches()
+        calls = our_calls(layer, geom)
+        for name in PASSES:
+            times = {}
+            for vec, rounds in settings(dtype):
+                use(dtype, vec, rounds)
+                times[f"v{vec}r{rounds}"] = measure.rotated_graph_ms(
+                    calls[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
+            best = min(times, key=times.get)
+            rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
+                         "bytes": nbytes, "ms": times, "best": best})
+            print(f"{entry.label:26s} {dtype:8s} {name:16s} "
+                  + "  ".join(f"{k} {v:.4f}{'*' if k == best else ' '}"
+                              for k, v in times.items()), flush=True)
+        channels_last.DEPTHWISE_CL_VECS.update(original[0])
+        channels_last.MAX_ROUNDS = original[1]
+        clear_caches()
     if args.out:
         Path(args.out, "exp-depthwise-cl.json").write_text(json.dumps(rows, indent=1))
     return 0

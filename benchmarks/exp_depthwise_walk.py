@@ -20,7 +20,6 @@ import json
 import multiprocessing
 import sys
 import time
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,11 +27,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import measure  # noqa: E402
-from bench_depthwise_nets import (BATCH, bench_layers, geometry, our_calls,  # noqa: E402
-                                  peer_calls)
+from bench_depthwise_nets import our_calls, peer_calls  # noqa: E402
+from exp_depthwise_cl import nhwc_depthwise_operands  # noqa: E402
 from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
-from cupyconv._core.dtypes import itemsize  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
 
 # name -> (DWCL_RX, DWCL_MIN_BLOCKS, MAX_ROUNDS)
@@ -82,33 +80,25 @@ def main(argv=None) -> int:
     torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
     l2 = measure.device_facts()["l2_bytes"]
     rows = []
-    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+    for entry, dtype, geom, nbytes, tensors, arrays in nhwc_depthwise_operands(torch, dtypes, l2):
         layer = entry.layer
-        for dtype in dtypes:
-            geom = geometry(layer, dtype, "NHWC")
-            nbytes = geom.bytes_moved(itemsize(dtype))
-            copies = measure.rotation_copies(l2, nbytes, cap=32)
-            shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
-            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
-                                                   seed=zlib.crc32(entry.label.encode()))
-            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
-            ours, peer = our_calls(layer, geom), peer_calls(torch, layer)
-            for name in ("forward", "backward-data", "backward-weight"):
-                peer[name](tensors[0])
-                times = {"torch": measure.rotated_graph_ms(peer[name], tensors, torch_graph_ms,
-                                                           repeat=3, target_ms=5.0)}
-                for setting in (names if name != "backward-weight" else names[:1]):
-                    use(SETTINGS[setting])
-                    times[setting] = measure.rotated_graph_ms(
-                        ours[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
-                best = min((k for k in times if k != "torch"), key=times.get)
-                rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
-                             "bytes": nbytes, "ms": times, "best": best})
-                print(f"{entry.label:22s} {dtype:8s} {name:15s} torch {times['torch']:.4f} | "
-                      + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
-                                  for k, v in times.items() if k != "torch"), flush=True)
-            del tensors, arrays
-            measure.release_memory(torch)
+        ours, peer = our_calls(layer, geom), peer_calls(torch, layer)
+        for name in ("forward", "backward-data", "backward-weight"):
+            peer[name](tensors[0])
+            times = {"torch": measure.rotated_graph_ms(peer[name], tensors, torch_graph_ms,
+                                                       repeat=3, target_ms=5.0)}
+            for setting in (names if name != "backward-weight" else names[:1]):
+                use(SETTINGS[setting])
+                times[setting] = measure.rotated_graph_ms(
+                    ours[name], arrays, measure.cupy_graph_ms, repeat=3, target_ms=5.0)
+            best = min((k for k in times if k != "torch"), key=times.get)
+            rows.append({"layer": entry.label, "dtype": dtype, "pass": name,
+                         "bytes": nbytes, "ms": times, "best": best})
+            print(f"{entry.label:22s} {dtype:8s} {name:15s} torch {times['torch']:.4f} | "
+                  + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
+                              for k, v in times.items() if k != "torch"), flush=True)
+        del tensors, arrays  # (the generator drops its own references at the next layer)
+        measure.release_memory(torch)
     if args.out:
         Path(args.out, "exp-depthwise-walk.json").write_text(json.dumps(rows, indent=1))
     return 0
