@@ -1,9 +1,10 @@
 """Channels-last depthwise row walk: device time of compile-time settings of the forward /
 backward-data kernel (depthwise_cl.cu) on every depthwise layer of MobileNetV2 and
 EfficientNet-B0 (batch 32, channels-last), beside PyTorch's, so the constants can be set from
-measurements (issue 17).  A setting is DWCL_RX (pixels per run), DWCL_MIN_BLOCKS (launch bounds)
-and MAX_ROUNDS (runs per thread).  (The kernel rows' loads unrolled together, DWCL_UNROLL, were
-measured at 8960701 and 3f8debe and dropped: benchmarks/NOTES.md, session 16.)
+measurements (issue 17).  A setting is DWCL_RX (pixels per run), DWCL_MIN_BLOCKS (launch
+bounds), MAX_ROUNDS (runs per thread) and a divisor of the widest channel vector.  (The kernel
+rows' loads unrolled together, DWCL_UNROLL, were measured at 8960701 and 3f8debe and dropped:
+benchmarks/NOTES.md, session 16.)
 Backward-weight is timed once (it takes none of these settings).
 
     python3 benchmarks/exp_depthwise_walk.py [--dtypes float32,float16] [--out DIR]
@@ -33,21 +34,25 @@ from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
 
-# name -> (DWCL_RX, DWCL_MIN_BLOCKS, MAX_ROUNDS)
+# name -> (DWCL_RX, DWCL_MIN_BLOCKS, MAX_ROUNDS, VEC_DIV): VEC_DIV 2 halves the widest vector
+# of a forward / backward-data launch (twice the threads, each on half the channels).
 SETTINGS = {
-    "rx4 b1 r4": (4, 1, 4),
-    "rx4 b2 r4": (4, 2, 4),
-    "rx4 b3 r4": (4, 3, 4),
-    "rx4 b2 r1": (4, 2, 1),
-    "rx2 b3 r4": (2, 3, 4),
+    "rx4 b2 r4": (4, 2, 4, 1),
+    "rx2 b2 r4": (2, 2, 4, 1),
+    "rx2 b4 r4": (2, 4, 4, 1),
+    "rx2 b3 r4": (2, 3, 4, 1),
+    "rx4 b2 r4 v/2": (4, 2, 4, 2),
+    "rx2 b4 r4 v/2": (2, 4, 4, 2),
 }
+DEFAULT_MAX_PASS_VEC = channels_last.max_pass_vec
 
 
 def use(setting) -> None:
-    rx, min_blocks, rounds = setting
+    rx, min_blocks, rounds, vec_div = setting
     kernels.KERNEL_CONSTANTS.update(DWCL_RX=rx, DWCL_MIN_BLOCKS=min_blocks)
     channels_last.RX = rx
     channels_last.MAX_ROUNDS = rounds
+    channels_last.max_pass_vec = lambda geom: max(1, DEFAULT_MAX_PASS_VEC(geom) // vec_div)
     clear_caches()
 
 

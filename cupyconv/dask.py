@@ -300,14 +300,25 @@ def assemble_halo(pieces, cuts, shape):
     return block
 
 
+# A trimmed result stays a view of the block's result where that holds at most this much more
+# memory than the chunk, and is copied where it holds more (small chunks, wide halos).  The copy
+# costs one more read and write of the chunk: 0.4 ms of the ~3 ms a 512^3 float32 chunk of the
+# streamed gaussian takes on an H100 (benchmarks/NOTES.md, session 17).
+TRIM_VIEW_MAX_GROWTH = 1.25
+
+
 def _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs):
     """One output chunk: its block assembled from ``pieces``, ``block_fn`` on it, and the halo
-    trimmed off (``interior``: slices, or None to keep the whole result).  The trimmed result is
-    a copy, so it does not pin the padded block's memory."""
+    trimmed off (``interior``: slices, or None to keep the whole result): a view of the result
+    where the halo adds at most TRIM_VIEW_MAX_GROWTH of memory, else a copy that does not pin
+    the padded block."""
     result = block_fn(assemble_halo(pieces, cuts, shape), **kwargs)
     if interior is None:
         return result
-    return result[interior].copy()
+    trimmed = result[interior]
+    if result.size <= TRIM_VIEW_MAX_GROWTH * trimmed.size:
+        return trimmed
+    return trimmed.copy()
 
 
 def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=None,
@@ -322,7 +333,7 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     the array's edges; with ``trim``, the block function's mode extends the edge chunks, whose
     inward halo then also covers what a mirror mode reflects) or "periodic" (the halo there
     comes from the far end); an axis of one chunk gets no halo.  ``trim``: cut the halo present
-    off each result (copied, so it does not pin the padded block); ``trim=False`` keeps
+    off each result (see :func:`_halo_task`); ``trim=False`` keeps
     ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  ``kwargs`` pass to ``block_fn``; dask collections
     among them (e.g. :func:`_shared` weights) are computed once and passed by key.  The layer's
     name is a token of the input, the function, the halo and the arguments: equal calls give

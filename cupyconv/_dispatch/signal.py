@@ -4,7 +4,8 @@ Both estimates are milliseconds from shapes alone (pure Python), so the choice c
 work and can be tested on the CPU.  The constants were first placeholders derived from the
 anchors table (docs: benchmarks/NOTES.md, "issue 6"); ``benchmarks/calibrate_signal.py`` measures
 both paths on a grid of problems on the GPU and prints fitted values to paste here.  The values
-below were fitted on an NVIDIA H100 (session 2026-11-22, commit 4c917e6; uint64 is not fitted).
+below were fitted on an NVIDIA H100 (direct: session 2026-11-22, commit 4c917e6; FFT: session 17,
+after the FFT path moved to our own cuFFT plans; uint64 is not fitted).
 
 direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
             (times DIRECT_3D_FACTOR over three axes) + bytes moved / BANDWIDTH
@@ -49,15 +50,16 @@ BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
 # H100, 5ab3b1f): the estimate's pick is at most 1.38x the faster kernel there, geomean 1.03x.
 DIRECT_3D_FACTOR = 1.047
 DENSE_VOLUME_FACTOR = 2.727
-# FFT path: FFT_FIXED_MS is dominated by the chain of ~10 CuPy launches (host-bound on small
-# problems; the anchors show cupyx fftconvolve at 0.555 ms on 1024^2 but 1.08 ms on 4096^2).
-FFT_FIXED_MS = 0.2713
-# That fixed cost is host time, so it follows the host's CPU: fitted at 0.27 ms, it read ~0.6-0.9 ms
-# on the 2026-11-23 H100 host (fft 0.95 ms on 1024^2 with a 63x63 filter, where the model said
-# 0.34 and the direct kernel took 0.45), while the direct kernel's device time barely moves.
-# auto therefore takes the FFT only when it wins by this margin as well.
-FFT_HOST_MARGIN_MS = 0.2
-FFT_MS_PER_GUNIT = {"float32": 0.8391, "float64": 1.4452, "complex64": 0.9923, "complex128": 2.8005}
+# FFT path (cupyconv._signal.spectral: our own cuFFT plans, one fused spectrum product): the
+# fixed cost is host time, ~9 CuPy launches.  Through cupy.fft it was 0.27 ms fitted and read
+# 0.4-0.9 ms on later H100 hosts, so auto demanded a 0.2 ms margin on top; with our plans the
+# call costs 0.22 ms of host on the 96^3 / 15^3 volume where cupyx's fftconvolve costs 0.41
+# (exp_signal_host.py).  Refitted on calibrate_signal.py --quick's grid (H100, session 17, 64
+# problems): FFT_FIXED_MS 0.1736 and the slopes below; with a 0.05 ms margin the pick is at most
+# 1.30x the faster method there (geomean 1.01x), against 1.45x at 0.1 and 2.33x at 0.2.
+FFT_FIXED_MS = 0.1736
+FFT_HOST_MARGIN_MS = 0.05
+FFT_MS_PER_GUNIT = {"float32": 0.7793, "float64": 1.4167, "complex64": 1.0092, "complex128": 2.6544}
 FFT_TRANSFORMS = 3
 
 

@@ -1,4 +1,6 @@
-"""The FFT path of the signal API: a :class:`FilterPlan` executed with ``cupy.fft``.
+"""The FFT path of the signal API: a :class:`FilterPlan` executed with cuFFT (through our own
+plans, :mod:`cupyconv._signal.spectral`, where the convolved axes are the trailing ones; else
+``cupy.fft``).
 
 Real operands use the real-input transforms (``rfftn``/``irfftn``: half the spectrum), complex ones
 ``fftn``/``ifftn``; every transform length is padded to a 2,3,5,7-smooth size (the radices cuFFT and
@@ -20,6 +22,7 @@ import math
 import numpy as np
 
 from cupyconv._core.caches import memoized
+from cupyconv._signal import spectral
 from cupyconv._signal.plan import FilterPlan, boundary_indices, finish, kernel_operand
 
 
@@ -175,6 +178,10 @@ def _full_correlation(x, g, axes, work_dtype, blocks=()):
     import cupy
 
     axes = tuple(axes)  # CuPy's flip wants a tuple of axes, not a list
+    if not blocks:
+        z = spectral.full_correlation(x, g, axes, work_dtype)
+        if z is not None:
+            return z
     h = cupy.flip(g, axis=axes)  # correlation is convolution with the reversed kernel
     complex_work = np.dtype(work_dtype).kind == "c"
     if blocks:
