@@ -115,16 +115,22 @@ def fit(rows):
             num = sum((r["direct_ms"] - out["DIRECT_FIXED_MS"] - r["moved"] /
                        cost.BANDWIDTH_BYTES_PER_MS) * r["units"] for r in rs)
             out["DIRECT_MS_PER_GTAP"][dt] = float(num / sum(r["units"] ** 2 for r in rs) * 1e9)
-    A = np.array([[1.0, r["fft_units"] / 1e9] for r in f32])
-    (F, c), *_ = np.linalg.lstsq(A, np.array([r["fft_ms"] for r in f32]), rcond=None)
-    out["FFT_FIXED_MS"] = max(float(F), 0.0)
-    out["FFT_MS_PER_GUNIT"] = {"float32": float(c)}
-    for dt in ("float64", "complex64", "complex128"):
-        rs = [r for r in rows if r["fft_dtype"] == dt]
-        if rs:
-            num = sum((r["fft_ms"] - out["FFT_FIXED_MS"]) * r["fft_units"] for r in rs)
-            out["FFT_MS_PER_GUNIT"][dt] = float(num / sum(r["fft_units"] ** 2 for r in rs) * 1e9)
+    out.update(fit_fft(rows))
     return out
+
+
+def fit_fft(rows) -> dict:
+    """FFT_HOST_MS: the median FFT time of the problems with little transform work (< 0.05
+    Gunits: host-bound); per dtype, the slope through the origin over the problems slower than
+    1.5x that (device-bound), the current slope where none is."""
+    host = float(np.median([r["fft_ms"] for r in rows if r["fft_units"] < 0.05e9]))
+    slopes = dict(cost.FFT_MS_PER_GUNIT)
+    for dt in slopes:
+        rs = [r for r in rows if r["fft_dtype"] == dt and r["fft_ms"] > 1.5 * host]
+        if rs:
+            slopes[dt] = float(sum(r["fft_ms"] * r["fft_units"] for r in rs)
+                               / sum(r["fft_units"] ** 2 for r in rs) * 1e9)
+    return {"FFT_HOST_MS": host, "FFT_MS_PER_GUNIT": slopes}
 
 
 def fit_3d(rows, consts, name: str) -> float | None:
@@ -158,8 +164,8 @@ def worst_choice(rows, consts) -> float:
                   * slope / 1e9 + (r["moved"] + r["dense_moved"]) / bw)
             if dd < d:
                 d, direct = dd, r["dense_ms"]
-        f = consts["FFT_FIXED_MS"] + r["fft_units"] * consts["FFT_MS_PER_GUNIT"].get(
-            r["fft_dtype"], cost.FFT_MS_PER_GUNIT[r["fft_dtype"]]) / 1e9
+        f = max(consts["FFT_HOST_MS"], r["fft_units"] * consts["FFT_MS_PER_GUNIT"].get(
+            r["fft_dtype"], cost.FFT_MS_PER_GUNIT[r["fft_dtype"]]) / 1e9)
         picked = r["fft_ms"] if f < d else direct
         fastest = min(r["fft_ms"], r["direct_ms"], r.get("filter_direct_ms", np.inf),
                       r.get("dense_ms", np.inf))
@@ -192,7 +198,7 @@ def main() -> int:
                     help="write the fitted 3-d factors into cupyconv/_dispatch/signal.py")
     args = ap.parse_args()
     current = dict(DIRECT_FIXED_MS=cost.DIRECT_FIXED_MS, DIRECT_MS_PER_GTAP=cost.DIRECT_MS_PER_GTAP,
-                   FFT_FIXED_MS=cost.FFT_FIXED_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT,
+                   FFT_HOST_MS=cost.FFT_HOST_MS, FFT_MS_PER_GUNIT=cost.FFT_MS_PER_GUNIT,
                    DIRECT_3D_FACTOR=cost.DIRECT_3D_FACTOR,
                    DENSE_VOLUME_FACTOR=cost.DENSE_VOLUME_FACTOR)
     rows = measure(args.repeat, GRID_3D if args.only_3d else tuple(grid(args.quick)) + GRID_3D)

@@ -11,11 +11,11 @@ direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_M
             (times DIRECT_3D_FACTOR over three axes) + bytes moved / BANDWIDTH
 dense_ms  = the same over nd_dense_tile's padded tiles, times DENSE_VOLUME_FACTOR, plus the
             transposes ('same' volumes; the direct path runs the cheaper of the two)
-fft_ms    = FFT_FIXED_MS + transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[dt] / 1e9
-            (P: padded points per transform; 3 transforms: two forward, one inverse)
+fft_ms    = max(FFT_HOST_MS, transforms * batch * P * log2(P) * FFT_MS_PER_GUNIT[dt] / 1e9)
+            (P: padded points per transform; 3 transforms: two forward, one inverse; the host
+            part and the device part overlap)
 
-auto picks the FFT when fft_ms + FFT_HOST_MARGIN_MS < direct_ms (the FFT's fixed cost is host
-time and varies between hosts).
+auto picks the FFT when fft_ms < direct_ms.
 """
 
 from __future__ import annotations
@@ -50,16 +50,17 @@ BANDWIDTH_BYTES_PER_MS = 3.5e9  # ~3.5 TB/s achieved copy rate
 # H100, 5ab3b1f): the estimate's pick is at most 1.38x the faster kernel there, geomean 1.03x.
 DIRECT_3D_FACTOR = 1.047
 DENSE_VOLUME_FACTOR = 2.727
-# FFT path (cupyconv._signal.spectral: our own cuFFT plans, one fused spectrum product): the
-# fixed cost is host time, ~9 CuPy launches.  Through cupy.fft it was 0.27 ms fitted and read
-# 0.4-0.9 ms on later H100 hosts, so auto demanded a 0.2 ms margin on top; with our plans the
-# call costs 0.22 ms of host on the 96^3 / 15^3 volume where cupyx's fftconvolve costs 0.41
-# (exp_signal_host.py).  Refitted on calibrate_signal.py --quick's grid (H100, session 17, 64
-# problems): FFT_FIXED_MS 0.1736 and the slopes below; with a 0.05 ms margin the pick is at most
-# 1.30x the faster method there (geomean 1.01x), against 1.45x at 0.1 and 2.33x at 0.2.
-FFT_FIXED_MS = 0.1736
-FFT_HOST_MARGIN_MS = 0.05
-FFT_MS_PER_GUNIT = {"float32": 0.7793, "float64": 1.4167, "complex64": 1.0092, "complex128": 2.6544}
+# FFT path (cupyconv._signal.spectral: our own cuFFT plans, one fused spectrum product).  Its
+# time is the larger of the host's ~9 CuPy launches and the transforms' device time, not their
+# sum: below ~0.2 ms of transforms the call is host-bound.  Through cupy.fft the host part was
+# 0.4-0.9 ms on H100 hosts; with our plans it is ~0.2 (0.22 ms on the 96^3 / 15^3 volume, where
+# cupyx's fftconvolve costs 0.41: exp_signal_host.py).  Fitted on calibrate_signal.py --quick's
+# grid (H100, session 17, 64 problems, none of bench_signal's held-out ones): FFT_HOST_MS the
+# median time of the problems with little transform work, the slopes through the origin over
+# the problems above 1.5x that.  The pick is at most 1.17x the faster method on the grid apart
+# from one host-noise outlier (64^3 with 11^3: fft read 0.39 ms, twice its neighbours).
+FFT_HOST_MS = 0.2
+FFT_MS_PER_GUNIT = {"float32": 0.9825, "float64": 2.0581, "complex64": 1.6677, "complex128": 3.4895}
 FFT_TRANSFORMS = 3
 
 
@@ -200,7 +201,7 @@ def direct_ms(plan: FilterPlan, compute: str) -> float:
 def fft_ms(plan: FilterPlan) -> float:
     per, batch = fft_points(plan)
     units = FFT_TRANSFORMS * batch * per * math.log2(max(per, 2))
-    return FFT_FIXED_MS + units * FFT_MS_PER_GUNIT[fft_work_dtype(plan)] / 1e9
+    return max(FFT_HOST_MS, units * FFT_MS_PER_GUNIT[fft_work_dtype(plan)] / 1e9)
 
 
 @memoized(1024)
@@ -219,4 +220,4 @@ def choose(plan: FilterPlan, compute: str) -> str:
         return "fft"
     if np.dtype(plan.result_dtype) == np.float16:
         return "fft"  # SciPy's direct loops refuse float16
-    return "fft" if fft_ms(plan) + FFT_HOST_MARGIN_MS < direct_ms(plan, compute) else "direct"
+    return "fft" if fft_ms(plan) < direct_ms(plan, compute) else "direct"
