@@ -84,14 +84,13 @@ def _forward(a, k: int, fast: tuple, spectrum: tuple, work, cwork, reverse: bool
     return out
 
 
-def full_correlation(x, g, axes: tuple, work_dtype: str):
+def full_correlation(x, g, axes: tuple, fast: tuple, work_dtype: str):
     """``corr(x, g)`` in 'full' extent over ``axes`` in ``work_dtype`` (float32/64 or
-    complex64/128), as a view of a fresh array; None where this path does not apply (see the
-    module docstring)."""
+    complex64/128), each axis zero-padded to its transform length in ``fast`` (at least
+    ``x.shape[a] + g.shape[a] - 1``), as a view of a fresh array; None where this path does not
+    apply (see the module docstring)."""
     import cupy
     from cupy.cuda import cufft
-
-    from cupyconv._signal.fft import next_fast_len  # (fft.py imports this module)
 
     nd, k = x.ndim, len(axes)
     if cupy.cuda.runtime.is_hip or not 1 <= k <= 3 or g.ndim != nd or x.size == 0 or g.size == 0:
@@ -100,7 +99,7 @@ def full_correlation(x, g, axes: tuple, work_dtype: str):
         # the convolved axes moved last (views; the padding copies read through any strides)
         order = [i for i in range(nd) if i not in axes] + list(axes)
         z = full_correlation(x.transpose(order), g.transpose(order),
-                             tuple(range(nd - k, nd)), work_dtype)
+                             tuple(range(nd - k, nd)), fast, work_dtype)
         return None if z is None else z.transpose(np.argsort(order))
     try:
         lead = np.broadcast_shapes(x.shape[:nd - k], g.shape[:nd - k])
@@ -110,7 +109,6 @@ def full_correlation(x, g, axes: tuple, work_dtype: str):
     real = work.kind == "f"
     cwork = np.result_type(work, np.complex64)
     sizes = tuple(x.shape[a] + g.shape[a] - 1 for a in axes)
-    fast = tuple(next_fast_len(n) for n in sizes)
     if 1 in fast:
         # An axis where both operands have length 1 needs no transform; dropping it also keeps
         # the buffers from being C- and F-contiguous at once, which cuFFT's R2C plans refuse.
@@ -120,7 +118,8 @@ def full_correlation(x, g, axes: tuple, work_dtype: str):
         lead_x, lead_g = x.shape[:nd - k], g.shape[:nd - k]
         z = full_correlation(x.reshape(lead_x + tuple(x.shape[nd - k + i] for i in keep)),
                              g.reshape(lead_g + tuple(g.shape[nd - k + i] for i in keep)),
-                             tuple(range(nd - k, nd - k + len(keep))), work_dtype)
+                             tuple(range(nd - k, nd - k + len(keep))),
+                             tuple(fast[i] for i in keep), work_dtype)
         return z.reshape(lead + sizes)
     spectrum = fast[:-1] + (fast[-1] // 2 + 1,) if real else fast
     spec_x = _forward(x, k, fast, spectrum, work, cwork, reverse=False)
