@@ -254,7 +254,9 @@ def _prepared(name: str, prepare, input, output, *options):
     addresses) and calls whose result dtype is not the requested ``output`` dtype, which SciPy's
     rules reach only with a warning (a real dtype promoted to complex) that every call must give.
     """
-    key = _call_key(name, input, (output,) + options)
+    # (output as _resolve_output reads it: None or a dtype is keyed, anything else is an array)
+    to_array = output is not None and not isinstance(output, (type, np.dtype, str))
+    key = None if to_array else _call_key(name, input, (output,) + options)
     run = lookup(key)
     if run is not None:
         return run(input)
