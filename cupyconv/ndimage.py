@@ -6,7 +6,9 @@ filtered axis (shared-memory tiles along the axis, the boundary applied while st
 the passes along the last two axes fused into one read of the array where the output is float32 or
 float64 and that is also the compute dtype (see ``_fuse_last_two``);
 ``correlate``/``convolve`` run a shared-memory tiled N-d kernel (arrays of up to 3 dims whose
-tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.
+tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.  A call
+equal to an earlier validated one (the input's shape, strides, dtype, device and alignment, every
+option by value) skips validation and planning: it allocates and launches (``_prepared``).
 
 Differences from SciPy, where matching it would be wrong or impossible on a GPU:
 
@@ -331,7 +333,7 @@ def _fuse_last_two(chain: list, shape: tuple, in_dtype: str, out_dtype: np.dtype
 
 
 def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
-    """(stack, kernel2, left2) of the fused pair on the row walk (``passes.run_plane``,
+    """(stack, kernel2, left2) of the fused pair on the row walk (``passes.plane_launcher``,
     separable), or None where it does not apply: the walk reads and writes one float dtype, takes
     one boundary mode for both axes, and runs the last-axis pass first, which under mode constant
     differs from the other order (the second pass pads the first's output with cval)."""
@@ -524,7 +526,7 @@ def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, conv
 
 
 def _walk_dense(x, out_dtype, compute: str, wshape: tuple, left: list):
-    """(stack, kernel2, left2) of the N-d correlation on the row walk (``passes.run_plane``,
+    """(stack, kernel2, left2) of the N-d correlation on the row walk (``passes.plane_launcher``,
     dense), or None where it does not apply: real float data read, written and summed in one
     dtype, 2-d, or 3-d with a filter of one plane (a stack of 2-d filters; 3-d filters run faster
     on nd_dense_tile).  (The caller keeps the staged kernels where a tap is below SciPy's skip

@@ -243,7 +243,7 @@ def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
     index math inside a plane is 32-bit), or a tile that passes the static shared-memory limit
     or a filter longer than ``SEP_MAX_TAPS`` (then the 1-d passes run).
 
-    The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`run_sep2d` completes
+    The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`sep2d_launcher` completes
     them with the origins, modes and pass order."""
     if len(shape) < 2:
         return None

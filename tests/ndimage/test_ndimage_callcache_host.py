@@ -7,7 +7,9 @@ validation, write into ``output`` arrays or warn.
 NumPy arrays stand in for CuPy arrays: ``call_key`` is replaced by the same key for NumPy arrays
 (shape, strides, dtype, alignment) and the current device by 0."""
 
+import gc
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -150,7 +152,8 @@ def check(got, ref):
         np.testing.assert_array_equal(got, ref)
     else:
         tol = 2e-5 if ref.dtype in (np.float32, np.complex64) else 1e-12
-        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max(initial=0.0)))
+        scale = max(1.0, np.abs(ref).max(initial=0.0))
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale)
 
 
 W1 = np.array([0.5, -1.0, 0.75, 0.25])
@@ -320,3 +323,16 @@ def test_empty_and_unfiltered_inputs(cached):
         check(cn.uniform_filter(x, 1), sn.uniform_filter(x, 1))
         check(cn.laplace(x, axes=()), x)  # no axes: a copy
     assert cached.launches == [] and cached.entries() == 5
+
+
+@pytestmark_host
+def test_runners_hold_no_input(cached):
+    """A remembered runner keeps its launchers, not the array of the call that made it."""
+    rng = np.random.default_rng(15)
+    for name, args, kw, _ in CALLS:
+        x = rand(rng, (6, 9), "float64")
+        getattr(cn, name)(x, *args, **kw)
+        alive = weakref.ref(x)
+        del x
+        gc.collect()
+        assert alive() is None, name
