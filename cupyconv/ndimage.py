@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
 import struct
+import sys
 import warnings
 
 import numpy as np
@@ -80,6 +82,19 @@ def _host_weights_1d(weights) -> np.ndarray:
     return w
 
 
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller of this function name the
+    first frame outside cupyconv: the user's call, however deep the package's own calls go (a
+    public filter, its prepared call, a Gaussian Laplace's terms)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _resolve_output(output, x, complex_output: bool):
     """(the caller's output array or None, the output dtype): SciPy's rules for ``output`` as
     None, a dtype (or type, or dtype name) or an array of the input's shape."""
@@ -89,7 +104,8 @@ def _resolve_output(output, x, complex_output: bool):
     elif isinstance(output, (type, np.dtype)):
         dtype = np.dtype(output)
         if complex_output and dtype.kind != "c":
-            warnings.warn("promoting specified output dtype to complex", stacklevel=4)
+            warnings.warn("promoting specified output dtype to complex",
+                          stacklevel=_user_stacklevel())
             dtype = np.promote_types(dtype, np.complex64)
         arr = None
     elif isinstance(output, str):

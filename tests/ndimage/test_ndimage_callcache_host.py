@@ -291,10 +291,14 @@ def test_failed_validation_is_not_cached(cached):
 def test_promotion_warning_every_call(cached):
     """output= a real dtype for a complex result: SciPy warns and promotes, on every call."""
     x = rand(np.random.default_rng(14), (4, 5), "complex64")
-    for _ in range(3):
-        with pytest.warns(UserWarning, match="promoting"):
-            got = cn.uniform_filter(x, 3, output=np.float32)
-        assert got.dtype == np.complex64
+    calls = [lambda: cn.uniform_filter(x, 3, output=np.float32),
+             lambda: cn.correlate1d(x, [1.0, 2.0], output=np.float64),
+             lambda: cn.laplace(x, output=np.float32)]  # (its terms warn)
+    for _ in range(2):
+        for call in calls:
+            with pytest.warns(UserWarning, match="promoting") as record:
+                assert call().dtype.kind == "c"
+            assert {w.filename for w in record} == {__file__}  # names the caller's line
     assert cached.entries() == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
