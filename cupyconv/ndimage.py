@@ -6,7 +6,9 @@ filtered axis (shared-memory tiles along the axis, the boundary applied while st
 the passes along the last two axes fused into one read of the array where the output is float32 or
 float64 and that is also the compute dtype (see ``_fuse_last_two``);
 ``correlate``/``convolve`` run a shared-memory tiled N-d kernel (arrays of up to 3 dims whose
-tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.
+tile fits), a direct N-d kernel otherwise, or a 1-d pass where only one axis is filtered.  A call
+equal to an earlier validated one (the input's shape, strides, dtype, device and alignment, every
+option by value) skips validation and planning: it allocates and launches (``_prepared``).
 
 Differences from SciPy, where matching it would be wrong or impossible on a GPU:
 
@@ -25,12 +27,16 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
+import struct
+import sys
 import warnings
 
 import numpy as np
 
 from cupyconv._core.arrays import require_array
 from cupyconv._core.caches import memoized
+from cupyconv._dispatch.callcache import call_key, lookup, remember
 from cupyconv._ndimage import passes
 from cupyconv._ndimage.boundary import CONSTANT, mode_code
 from cupyconv._ndimage.dtypes import (ND_CTYPES, check_input_dtype, compute_dtype,
@@ -76,6 +82,19 @@ def _host_weights_1d(weights) -> np.ndarray:
     return w
 
 
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller of this function name the
+    first frame outside cupyconv: the user's call, however deep the package's own calls go (a
+    public filter, its prepared call, a Gaussian Laplace's terms)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _resolve_output(output, x, complex_output: bool):
     """(the caller's output array or None, the output dtype): SciPy's rules for ``output`` as
     None, a dtype (or type, or dtype name) or an array of the input's shape."""
@@ -85,7 +104,8 @@ def _resolve_output(output, x, complex_output: bool):
     elif isinstance(output, (type, np.dtype)):
         dtype = np.dtype(output)
         if complex_output and dtype.kind != "c":
-            warnings.warn("promoting specified output dtype to complex", stacklevel=4)
+            warnings.warn("promoting specified output dtype to complex",
+                          stacklevel=_user_stacklevel())
             dtype = np.promote_types(dtype, np.complex64)
         arr = None
     elif isinstance(output, str):
@@ -173,6 +193,98 @@ def _weights_buffer(taps: np.ndarray, cval, divisor: float, compute: str) -> np.
                            np.array([cval, divisor], dtype=compute)])
 
 
+# --------------------------------------------------------------------------- prepared calls
+# A public filter validates its arguments and plans its launches in ``_prepare_<filter>(input,
+# output, *options) -> (x, run)``; ``run(x)`` only allocates and launches.  A call whose input
+# (shape, strides, dtype, device, alignment), current device and options by value equal those of
+# an earlier call that passed validation reuses that call's ``run`` (kept in
+# cupyconv._dispatch.callcache, which clear_caches() empties): everything that can reject a call
+# depends on the key alone, so warm calls raise nothing the full path would.
+
+class _Uncacheable(Exception):
+    """An option the call key cannot hold by value: the call takes the full path."""
+
+
+_pack_float = struct.Struct("<d").pack
+# NumPy scalars keyed by their bytes.  NumPy complex scalars are left out: float() of one (a
+# complex sigma) warns on every full-path call, which a warm call would not repeat.
+_NUMPY_SCALARS = frozenset(np.dtype(c).type for c in "?" + np.typecodes["AllInteger"]
+                           + np.typecodes["Float"])
+# the types ``output=`` may name a dtype by
+_OUTPUT_TYPES = frozenset({bool, int, float, complex} | {
+    np.dtype(c).type for c in "?" + np.typecodes["AllInteger"] + np.typecodes["AllFloat"]})
+
+
+def _frozen(v):
+    """The key of one option by value: equal keys only for options that every step of the full
+    path treats alike (``1``, ``1.0``, ``True`` and ``np.float64(1)`` differ, and so do ``0.0``
+    and ``-0.0``; lists and tuples by their items; NumPy arrays by dtype, shape and bytes; a
+    kwargs dict by its sorted items).  Raises :class:`_Uncacheable` for anything else (a CuPy
+    or foreign array, an unknown object, which may change between calls)."""
+    t = type(v)
+    if t is str or t is int or v is None:
+        return v
+    if t is float:
+        return float, _pack_float(v)  # by bits: -0.0 is not 0.0, a NaN equals its own bits
+    if t is tuple or t is list:
+        return t, tuple(map(_frozen, v))
+    if t is bool:
+        return bool, v
+    if t is complex:
+        return complex, _pack_float(v.real), _pack_float(v.imag)
+    if t in _NUMPY_SCALARS:
+        return t, v.tobytes()
+    if t is np.ndarray and v.dtype.kind in "biufc":
+        return t, v.dtype.str, v.shape, v.tobytes()
+    if isinstance(v, np.dtype):
+        return np.dtype, v
+    if t is type and v in _OUTPUT_TYPES:
+        return type, v
+    if t is dict:
+        return dict, tuple((k, _frozen(e)) for k, e in sorted(v.items()))
+    raise _Uncacheable
+
+
+def _device_id() -> int:
+    import cupy
+
+    return cupy.cuda.runtime.getDevice()
+
+
+def _call_key(name: str, input, options: tuple):
+    """The prepared-call key of ``name(input, *options)``, or None where ``input`` is not a CuPy
+    ndarray or an option cannot be keyed by value.  The current device is part of it: the full
+    path allocates and launches there (device copies of weights, the loaded kernels)."""
+    base = call_key("ndimage." + name, (input,), ())
+    if base is None:
+        return None
+    try:
+        return base, _device_id(), tuple(map(_frozen, options))
+    except _Uncacheable:
+        return None
+
+
+def _prepared(name: str, prepare, input, output, *options):
+    """Every public filter: the prepared call of an equal earlier call, else ``prepare(input,
+    output, *options)`` validates and plans, its runner computes the result and is remembered.
+
+    Not remembered: calls with ``output`` an array (the key holds no array; its checks depend on
+    addresses) and calls whose result dtype is not the requested ``output`` dtype, which SciPy's
+    rules reach only with a warning (a real dtype promoted to complex) that every call must give.
+    """
+    # (output as _resolve_output reads it: None or a dtype is keyed, anything else is an array)
+    to_array = output is not None and not isinstance(output, (type, np.dtype, str))
+    key = None if to_array else _call_key(name, input, (output,) + options)
+    run = lookup(key)
+    if run is not None:
+        return run(input)
+    x, run = prepare(input, output, *options)
+    result = run(x)
+    if key is not None and (output is None or result.dtype == np.dtype(output)):
+        remember(key, run)
+    return result
+
+
 # --------------------------------------------------------------------------- pass chains
 class _Pass:
     """One 1-d pass: correlate along ``axis`` with ``taps`` (host float64 or complex128), the
@@ -237,7 +349,7 @@ def _fuse_last_two(chain: list, shape: tuple, in_dtype: str, out_dtype: np.dtype
 
 
 def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
-    """(stack, kernel2, left2) of the fused pair on the row walk (``passes.run_plane``,
+    """(stack, kernel2, left2) of the fused pair on the row walk (``passes.plane_launcher``,
     separable), or None where it does not apply: the walk reads and writes one float dtype, takes
     one boundary mode for both axes, and runs the last-axis pass first, which under mode constant
     differs from the other order (the second pass pads the first's output with cval)."""
@@ -256,50 +368,77 @@ def _walk_pair(shape: tuple, src_dtype: str, out_dtype: str, pair):
     return stack, kernel2, (py.left, px.left)
 
 
-def _run_fused(src, dst, pair, compute: str) -> None:
-    """The fused pair: on the row walk where :func:`_walk_pair` allows, else ``nd_sep2d``."""
+def _fused_launcher(shape: tuple, src_dtype: str, out_dtype: str, pair, compute: str):
+    """The launcher of a fused pair: on the row walk where :func:`_walk_pair` allows, else
+    ``nd_sep2d``."""
     first, second = pair
-    x_first = first.axis == src.ndim - 1
+    x_first = first.axis == len(shape) - 1
     px, py = (first, second) if x_first else (second, first)
     weights = np.concatenate([np.asarray(px.taps, compute), np.asarray(py.taps, compute),
                               np.array([px.cval, px.divisor, py.divisor], dtype=compute)])
-    walk = _walk_pair(src.shape, src.dtype.name, dst.dtype.name, pair)
+    walk = _walk_pair(shape, src_dtype, out_dtype, pair)
     if walk is not None:
-        passes.run_plane(src, dst, weights, *walk, px.mode, separable=True)
-        return
-    passes.run_sep2d(src, dst, weights, px.taps.size, py.taps.size, px.left, py.left, px.mode,
-                     py.mode, x_first)
+        return passes.plane_launcher(src_dtype, weights, *walk, px.mode, separable=True)
+    return passes.sep2d_launcher(shape, src_dtype, out_dtype, weights, px.taps.size,
+                                 py.taps.size, px.left, py.left, px.mode, py.mode, x_first)
 
 
-def _run_passes(x, chain: list, out_arr, out_dtype):
-    """Run ``chain`` on ``x``, each pass writing ``out_dtype`` (SciPy casts between passes
-    too), ping-ponging between two buffers so no pass reads what it writes.  The passes along
-    the last two axes run fused where :func:`_fuse_last_two` allows."""
-    cupy = _cupy()
-    result, direct = _result_buffers(x, out_arr, out_dtype)
-    if x.size == 0:
-        return _finish(result, out_arr, direct)
-    if not chain:
-        result[...] = x
-        return _finish(result, out_arr, direct)
-    src = cupy.ascontiguousarray(x)
-    steps = _fuse_last_two(chain, x.shape, x.dtype.name, out_dtype)
-    spare = cupy.empty(x.shape, out_dtype) if len(steps) > 1 else None
-    for i, p in enumerate(steps):
-        dst = result if (len(steps) - 1 - i) % 2 == 0 else spare
+def _pass_launchers(shape: tuple, in_dtype: str, chain: list, out_dtype: np.dtype) -> list:
+    """The launchers of ``chain`` on an array of ``shape`` and ``in_dtype``, each pass writing
+    ``out_dtype`` (SciPy casts between passes too); the passes along the last two axes fused
+    where :func:`_fuse_last_two` allows."""
+    launchers = []
+    src_dtype = in_dtype
+    for p in _fuse_last_two(chain, shape, in_dtype, out_dtype):
         if isinstance(p, tuple):
-            _run_fused(src, dst, p, out_dtype.name)
+            launchers.append(_fused_launcher(shape, src_dtype, out_dtype.name, p, out_dtype.name))
         else:
-            compute = compute_dtype(src.dtype.name, out_dtype.name, np.iscomplexobj(p.taps))
+            compute = compute_dtype(src_dtype, out_dtype.name, np.iscomplexobj(p.taps))
             weights = _weights_buffer(p.taps, p.cval, p.divisor, compute)
-            passes.run_line(src, dst, p.axis, weights, p.left, p.mode)
-        src = dst
-    return _finish(result, out_arr, direct)
+            launchers.append(passes.line_launcher(shape, p.axis, src_dtype, out_dtype.name,
+                                                  weights, p.left, p.mode))
+        src_dtype = out_dtype.name  # later passes read the previous one's output
+    return launchers
+
+
+def _runner(x, build, out_arr, out_dtype):
+    """``run(x)`` of a validated call on arrays shaped like ``x``: the result (the caller's
+    ``out_arr`` where given) of the launchers that ``build()`` returns, built once here and only
+    where ``x`` has elements.  The launchers run one after the other, each reading the previous
+    one's output (the first a C-contiguous ``x``) and ping-ponging between the result and a spare
+    buffer so that none reads what it writes and the last writes the result; no launchers: the
+    result is a copy of ``x`` (cast to the output dtype)."""
+    cupy = _cupy()
+    launchers = build() if x.size else []
+    count = len(launchers)
+
+    def run(x):
+        result, direct = _result_buffers(x, out_arr, out_dtype)
+        if x.size == 0:
+            return _finish(result, out_arr, direct)
+        if not count:
+            result[...] = x
+            return _finish(result, out_arr, direct)
+        src = cupy.ascontiguousarray(x)
+        spare = cupy.empty(x.shape, out_dtype) if count > 1 else None
+        for i, launch in enumerate(launchers):
+            dst = result if (count - 1 - i) % 2 == 0 else spare
+            launch(src, dst)
+            src = dst
+        return _finish(result, out_arr, direct)
+
+    return run
+
+
+def _chain_runner(x, chain: list, out_arr, out_dtype):
+    """:func:`_runner` of the 1-d passes ``chain``."""
+    return _runner(x, lambda: _pass_launchers(x.shape, x.dtype.name, chain, out_dtype), out_arr,
+                   out_dtype)
 
 
 def _filter1d(x, w, axis, output, mode, cval, origin, divisor=1.0):
-    """correlate1d on validated operands: ``w`` is the host weights, already conjugated or
-    reversed as the caller needs."""
+    """The runner of correlate1d on validated operands: ``w`` is the host weights, already
+    conjugated or reversed as the caller needs."""
     complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
     out_arr, out_dtype = _resolve_output(output, x, complex_out)
     if w.ndim != 1 or w.shape[0] < 1:
@@ -311,10 +450,18 @@ def _filter1d(x, w, axis, output, mode, cval, origin, divisor=1.0):
     cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
     p = _Pass(axis, w.astype(np.complex128 if complex_out else np.float64),
               w.shape[0] // 2 + origin, code, cval, divisor)
-    return _run_passes(x, [p], out_arr, out_dtype)
+    return _chain_runner(x, [p], out_arr, out_dtype)
 
 
 # --------------------------------------------------------------------------- 1-d filters
+def _prepare_correlate1d(input, output, weights, axis, mode, cval, origin):
+    x = _input(input)
+    w = _host_weights(weights)
+    if w.dtype.kind == "c":
+        w = w.conj()
+    return x, _filter1d(x, w, axis, output, mode, cval, origin)
+
+
 def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """Correlate ``input`` along ``axis`` with the 1-d ``weights`` (as ``scipy.ndimage.correlate1d``;
     complex weights are conjugated).
@@ -324,24 +471,26 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     ``-(len(weights) // 2) <= origin <= (len(weights) - 1) // 2``.  ``output``: an array of the
     input's shape or a dtype; by default the input's dtype (complex if the weights are).
     """
+    return _prepared("correlate1d", _prepare_correlate1d, input, output, weights, axis, mode, cval,
+                     origin)
+
+
+def _prepare_convolve1d(input, output, weights, axis, mode, cval, origin):
     x = _input(input)
-    w = _host_weights(weights)
-    if w.dtype.kind == "c":
-        w = w.conj()
-    return _filter1d(x, w, axis, output, mode, cval, origin)
+    w = _host_weights_1d(weights)
+    origin = -operator.index(origin) - (1 - w.shape[0] % 2)
+    return x, _filter1d(x, w[::-1], axis, output, mode, cval, origin)
 
 
 def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """Convolve ``input`` along ``axis`` with the 1-d ``weights`` (as ``scipy.ndimage.convolve1d``):
     correlation with the reversed weights, the origin mirrored (an even length shifts it by one)."""
-    x = _input(input)
-    w = _host_weights_1d(weights)
-    origin = -operator.index(origin) - (1 - w.shape[0] % 2)
-    return _filter1d(x, w[::-1], axis, output, mode, cval, origin)
+    return _prepared("convolve1d", _prepare_convolve1d, input, output, weights, axis, mode, cval,
+                     origin)
 
 
 # --------------------------------------------------------------------------- N-d correlation
-def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes):
+def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, convolution):
     x = _input(input)
     w = _host_weights(weights)
     if w.dtype.kind == "c" and not convolution:
@@ -374,29 +523,26 @@ def _correlate_nd(input, weights, output, mode, cval, origin, convolution, axes)
     filtered = [d for d, s in enumerate(w.shape) if s > 1]
     if len(filtered) <= 1:  # one filtered axis (or a single tap): a 1-d pass
         d = filtered[0] if filtered else x.ndim - 1
-        return _run_passes(x, [_Pass(d, taps.ravel(), left[d], code, cval)], out_arr, out_dtype)
+        return x, _chain_runner(x, [_Pass(d, taps.ravel(), left[d], code, cval)], out_arr,
+                                out_dtype)
 
-    cupy = _cupy()
-    result, direct = _result_buffers(x, out_arr, out_dtype)
-    if x.size == 0:
-        return _finish(result, out_arr, direct)
-    keep = (np.abs(taps.real) > _TINY_WEIGHT) | (np.abs(taps.imag) > _TINY_WEIGHT)
-    index = np.argwhere(keep).astype(np.int64)
-    offsets = index - np.asarray(left, np.int64)
-    compute = compute_dtype(x.dtype.name, out_dtype.name, complex_out)
-    walk = _walk_dense(x, out_dtype, compute, taps.shape, left) if keep.all() else None
-    if walk is not None:
-        passes.run_plane(cupy.ascontiguousarray(x), result,
-                         _weights_buffer(taps, cval, 1.0, compute), *walk, code, separable=False)
-        return _finish(result, out_arr, direct)
-    weights_buf = _weights_buffer(taps[keep], cval, 1.0, compute)
-    passes.run_dense(cupy.ascontiguousarray(x), result, weights_buf, offsets.reshape(-1, x.ndim),
-                     code)
-    return _finish(result, out_arr, direct)
+    def build():
+        keep = (np.abs(taps.real) > _TINY_WEIGHT) | (np.abs(taps.imag) > _TINY_WEIGHT)
+        compute = compute_dtype(x.dtype.name, out_dtype.name, complex_out)
+        walk = _walk_dense(x, out_dtype, compute, taps.shape, left) if keep.all() else None
+        if walk is not None:
+            return [passes.plane_launcher(compute, _weights_buffer(taps, cval, 1.0, compute),
+                                          *walk, code, separable=False)]
+        offsets = np.argwhere(keep).astype(np.int64) - np.asarray(left, np.int64)
+        return [passes.dense_launcher(x.shape, x.dtype.name, out_dtype.name,
+                                      _weights_buffer(taps[keep], cval, 1.0, compute),
+                                      offsets.reshape(-1, x.ndim), code)]
+
+    return x, _runner(x, build, out_arr, out_dtype)
 
 
 def _walk_dense(x, out_dtype, compute: str, wshape: tuple, left: list):
-    """(stack, kernel2, left2) of the N-d correlation on the row walk (``passes.run_plane``,
+    """(stack, kernel2, left2) of the N-d correlation on the row walk (``passes.plane_launcher``,
     dense), or None where it does not apply: real float data read, written and summed in one
     dtype, 2-d, or 3-d with a filter of one plane (a stack of 2-d filters; 3-d filters run faster
     on nd_dense_tile).  (The caller keeps the staged kernels where a tap is below SciPy's skip
@@ -417,14 +563,16 @@ def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *
     ``weights`` has one dim per axis of ``axes`` (default: all); ``origin`` is a scalar or one per
     axis; complex weights are conjugated.  Boundary modes and ``output`` as in :func:`correlate1d`.
     """
-    return _correlate_nd(input, weights, output, mode, cval, origin, False, axes)
+    return _prepared("correlate", _prepare_correlate_nd, input, output, weights, mode, cval, origin,
+                     axes, False)
 
 
 def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """N-d convolution of ``input`` with ``weights`` (as ``scipy.ndimage.convolve``): correlation
     with the weights reversed along every axis and each origin mirrored (even sizes shift by
     one)."""
-    return _correlate_nd(input, weights, output, mode, cval, origin, True, axes)
+    return _prepared("convolve", _prepare_correlate_nd, input, output, weights, mode, cval, origin,
+                     axes, True)
 
 
 # --------------------------------------------------------------------------- Gaussian filters
@@ -479,14 +627,19 @@ def _gaussian_pass(axis, sigma, order, mode, cval, truncate, radius) -> _Pass:
     return _Pass(axis, _gaussian_taps(sigma, operator.index(order), lw), lw, mode_code(mode), cval)
 
 
+def _prepare_gaussian_filter1d(input, output, sigma, axis, order, mode, cval, truncate, radius):
+    x = _input(input)
+    p = _gaussian_pass(0, sigma, order, mode, cval, truncate, radius)
+    return x, _filter1d(x, p.taps, axis, output, mode, cval, 0)
+
+
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
                       truncate=4.0, *, radius=None):
     """1-d Gaussian filter (or its ``order``-th derivative, 0-3 and beyond) along ``axis``, as
     ``scipy.ndimage.gaussian_filter1d``: radius ``int(truncate * sigma + 0.5)`` unless ``radius``
     is given."""
-    x = _input(input)
-    p = _gaussian_pass(0, sigma, order, mode, cval, truncate, radius)
-    return _filter1d(x, p.taps, axis, output, mode, cval, 0)
+    return _prepared("gaussian_filter1d", _prepare_gaussian_filter1d, input, output, sigma, axis,
+                     order, mode, cval, truncate, radius)
 
 
 def _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes) -> list:
@@ -499,16 +652,21 @@ def _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes) -> list
             for ax, s, o, m, r in zip(axes, sigmas, orders, modes, radii) if s > 1e-15]
 
 
+def _prepare_gaussian_filter(input, output, sigma, order, mode, cval, truncate, radius, axes):
+    x = _input(input)
+    out_arr, out_dtype = _resolve_output(output, x, False)
+    chain = _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes)
+    _check_cval(cval, x.dtype.kind == "c")
+    return x, _chain_runner(x, chain, out_arr, out_dtype)
+
+
 def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0,
                     *, radius=None, axes=None):
     """N-d Gaussian filter as ``scipy.ndimage.gaussian_filter``: one 1-d pass per axis of ``axes``
     whose sigma exceeds 1e-15; ``sigma``, ``order``, ``mode`` and ``radius`` are scalars or one
     per axis.  Each pass writes the output dtype, as SciPy's do."""
-    x = _input(input)
-    out_arr, out_dtype = _resolve_output(output, x, False)
-    chain = _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes)
-    _check_cval(cval, x.dtype.kind == "c")
-    return _run_passes(x, chain, out_arr, out_dtype)
+    return _prepared("gaussian_filter", _prepare_gaussian_filter, input, output, sigma, order, mode,
+                     cval, truncate, radius, axes)
 
 
 # --------------------------------------------------------------------------- uniform filters
@@ -522,18 +680,21 @@ def _uniform_pass(axis, size, origin, mode, cval) -> _Pass:
     return _Pass(axis, np.ones(size), size // 2 + origin, mode_code(mode), cval, float(size))
 
 
-def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
-    """1-d moving average of ``size`` values along ``axis``, as ``scipy.ndimage.uniform_filter1d``."""
+def _prepare_uniform_filter1d(input, output, size, axis, mode, cval, origin):
     x = _input(input)
     axis = _axis(axis, x.ndim)
     out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
     p = _uniform_pass(axis, size, origin, mode, _check_cval(cval, x.dtype.kind == "c"))
-    return _run_passes(x, [p], out_arr, out_dtype)
+    return x, _chain_runner(x, [p], out_arr, out_dtype)
 
 
-def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
-    """N-d moving average, one 1-d pass per axis of ``axes`` whose size exceeds 1, as
-    ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per axis."""
+def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """1-d moving average of ``size`` values along ``axis``, as ``scipy.ndimage.uniform_filter1d``."""
+    return _prepared("uniform_filter1d", _prepare_uniform_filter1d, input, output, size, axis, mode,
+                     cval, origin)
+
+
+def _prepare_uniform_filter(input, output, size, mode, cval, origin, axes):
     x = _input(input)
     out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
     axes = _axes(axes, x.ndim)
@@ -543,11 +704,18 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     cval = _check_cval(cval, x.dtype.kind == "c")
     chain = [_uniform_pass(ax, s, o, m, cval) for ax, s, o, m in zip(axes, sizes, origins, modes)
              if s > 1]
-    return _run_passes(x, chain, out_arr, out_dtype)
+    return x, _chain_runner(x, chain, out_arr, out_dtype)
+
+
+def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """N-d moving average, one 1-d pass per axis of ``axes`` whose size exceeds 1, as
+    ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per axis."""
+    return _prepared("uniform_filter", _prepare_uniform_filter, input, output, size, mode, cval,
+                     origin, axes)
 
 
 # --------------------------------------------------------------------------- derivatives
-def _edge_filter(input, axis, output, mode, cval, smooth):
+def _prepare_edge_filter(input, output, axis, mode, cval, smooth):
     x = _input(input)
     axis = _axis(axis, x.ndim)
     out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
@@ -556,62 +724,80 @@ def _edge_filter(input, axis, output, mode, cval, smooth):
     chain = [_Pass(axis, np.array([-1.0, 0.0, 1.0]), 1, mode_code(modes[axis]), cval)]
     chain += [_Pass(ax, np.asarray(smooth, np.float64), 1, mode_code(modes[ax]), cval)
               for ax in range(x.ndim) if ax != axis]
-    return _run_passes(x, chain, out_arr, out_dtype)
+    return x, _chain_runner(x, chain, out_arr, out_dtype)
+
+
+_SOBEL_SMOOTH, _PREWITT_SMOOTH = (1.0, 2.0, 1.0), (1.0, 1.0, 1.0)
 
 
 def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
     """Sobel derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 2, 1] along every other
     axis), as ``scipy.ndimage.sobel``."""
-    return _edge_filter(input, axis, output, mode, cval, [1.0, 2.0, 1.0])
+    return _prepared("sobel", _prepare_edge_filter, input, output, axis, mode, cval, _SOBEL_SMOOTH)
 
 
 def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
     """Prewitt derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 1, 1] along every other
     axis), as ``scipy.ndimage.prewitt``."""
-    return _edge_filter(input, axis, output, mode, cval, [1.0, 1.0, 1.0])
+    return _prepared("prewitt", _prepare_edge_filter, input, output, axis, mode, cval,
+                     _PREWITT_SMOOTH)
 
 
 def _sum_over_axes(x, output, mode, axes, term, square: bool):
-    """SciPy's generic_laplace / generic_gradient_magnitude: the output holds ``term(axis,
-    output dtype, mode)`` of the first axis, then adds those of the others (squared first when
-    ``square``; square root at the end)."""
+    """The runner of SciPy's generic_laplace / generic_gradient_magnitude: the output holds
+    ``term(axis, output dtype, mode)(x)`` of the first axis, then adds those of the others
+    (squared first when ``square``; square root at the end).  ``term`` validates its filter
+    and returns its runner; every term is validated before any runs."""
     out_arr, out_dtype = _resolve_output(output, x, False)
     axes = _axes(axes, x.ndim)
     if not axes:
-        return _run_passes(x, [], out_arr, out_dtype)
+        return _runner(x, lambda: [], out_arr, out_dtype)  # no launchers: a copy
     modes = _sequence(mode, len(axes), "mode")
     for m in modes:
         mode_code(m)
+    terms = [term(ax, out_dtype, m) for ax, m in zip(axes, modes)]
     cupy = _cupy()
-    total = term(axes[0], out_dtype, modes[0])
-    if square:
-        cupy.multiply(total, total, out=total)
-    for ax, m in zip(axes[1:], modes[1:]):
-        part = term(ax, out_dtype, m)
+
+    def run(x):
+        total = terms[0](x)
         if square:
-            cupy.multiply(part, part, out=part)
-        total += part
-    if square:
-        cupy.sqrt(total, out=total, casting="unsafe")
-    if out_arr is not None:
-        out_arr[...] = total
-        return out_arr
-    return total
+            cupy.multiply(total, total, out=total)
+        for part_of in terms[1:]:
+            part = part_of(x)
+            if square:
+                cupy.multiply(part, part, out=part)
+            total += part
+        if square:
+            cupy.sqrt(total, out=total, casting="unsafe")
+        if out_arr is not None:
+            out_arr[...] = total
+            return out_arr
+        return total
+
+    return run
+
+
+_LAPLACE_WEIGHTS = (1.0, -2.0, 1.0)
+
+
+def _prepare_laplace(input, output, mode, cval, axes):
+    x = _input(input)
+
+    def term(ax, dtype, m):
+        return _prepare_correlate1d(x, dtype, _LAPLACE_WEIGHTS, ax, m, cval, 0)[1]
+
+    return x, _sum_over_axes(x, output, mode, axes, term, False)
 
 
 def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     """Sum of second differences ([1, -2, 1]) along ``axes``, as ``scipy.ndimage.laplace``."""
-    x = _input(input)
-
-    def term(ax, dtype, m):
-        return correlate1d(x, [1.0, -2.0, 1.0], ax, dtype, m, cval, 0)
-
-    return _sum_over_axes(x, output, mode, axes, term, False)
+    return _prepared("laplace", _prepare_laplace, input, output, mode, cval, axes)
 
 
-def _gaussian_terms(x, sigma, axes, derivative_order, kwargs):
-    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: ``gaussian_filter``
-    over every axis with sigma (0 outside ``axes``) and the derivative order on ``ax``."""
+def _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs):
+    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: the runner of
+    ``gaussian_filter`` over every axis with sigma (0 outside ``axes``) and the derivative order
+    on ``ax``."""
     axes_t = _axes(axes, x.ndim)
     sigmas = _sequence(sigma, len(axes_t), "sigma")
     if len(axes_t) < x.ndim:
@@ -622,27 +808,34 @@ def _gaussian_terms(x, sigma, axes, derivative_order, kwargs):
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    truncate, radius = kwargs.get("truncate", 4.0), kwargs.get("radius")
 
-    def term(ax, dtype, m, cval):
+    def term(ax, dtype, m):
         order = [0] * x.ndim
         order[ax] = derivative_order
-        return gaussian_filter(x, sigmas, order, dtype, m, cval, **kwargs)
+        return _prepare_gaussian_filter(x, dtype, sigmas, order, m, cval, truncate, radius,
+                                        None)[1]
 
     return term
+
+
+def _prepare_gaussian_sum(input, output, sigma, mode, cval, axes, kwargs, derivative_order,
+                          square):
+    x = _input(input)
+    term = _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs)
+    return x, _sum_over_axes(x, output, mode, axes, term, square)
 
 
 def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
     """Laplace of Gaussian: the sum over ``axes`` of Gaussian second derivatives, as
     ``scipy.ndimage.gaussian_laplace`` (``truncate``/``radius`` pass to the Gaussian)."""
-    x = _input(input)
-    term = _gaussian_terms(x, sigma, axes, 2, kwargs)
-    return _sum_over_axes(x, output, mode, axes, lambda ax, d, m: term(ax, d, m, cval), False)
+    return _prepared("gaussian_laplace", _prepare_gaussian_sum, input, output, sigma, mode, cval,
+                     axes, kwargs, 2, False)
 
 
 def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
                                 **kwargs):
     """Gradient magnitude with Gaussian derivatives, as ``scipy.ndimage.gaussian_gradient_magnitude``:
     sqrt of the sum over ``axes`` of squared first derivatives."""
-    x = _input(input)
-    term = _gaussian_terms(x, sigma, axes, 1, kwargs)
-    return _sum_over_axes(x, output, mode, axes, lambda ax, d, m: term(ax, d, m, cval), True)
+    return _prepared("gaussian_gradient_magnitude", _prepare_gaussian_sum, input, output, sigma,
+                     mode, cval, axes, kwargs, 1, True)

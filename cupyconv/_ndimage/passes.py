@@ -1,9 +1,12 @@
 """Launches of the ndimage kernels: one 1-d pass along an axis, or one dense N-d correlation.
 
-Both take C-contiguous CuPy arrays that do not overlap (the public layer guarantees it) and
-host weights already in the compute dtype with cval and the divisor appended.  Small device
-copies of weights and sizes are cached per content and device, so a repeated call uploads
-nothing.
+Each ``*_launcher`` works out one launch (kernel, grid, shared memory, device copies of the
+weights and packed sizes) once, from the array's shape and dtypes and host weights already in
+the compute dtype with cval and the divisor appended, and returns ``launch(src, dst)`` for
+C-contiguous CuPy arrays of that shape that do not overlap (the public layer guarantees it): a
+prepared call of :mod:`cupyconv.ndimage` keeps its launchers and only launches.  Small device
+copies of weights and sizes are cached per content and device, so building a launcher again
+uploads nothing.
 """
 
 from __future__ import annotations
@@ -86,16 +89,23 @@ def _grid_1d(total: int) -> int:
     return max(1, min(math.ceil(total / THREADS), 1 << 20))
 
 
-def run_line(src, dst, axis: int, weights: np.ndarray, left: int, mode: int) -> None:
-    """dst = the 1-d correlation of src along ``axis`` with ``weights`` (compute dtype: K taps,
-    cval, divisor), the window starting ``left`` elements before each output."""
+def _no_launch(src, dst) -> None:
+    """The launcher of an empty array: nothing to compute."""
+
+
+def line_launcher(shape: tuple[int, ...], axis: int, in_dtype: str, out_dtype: str,
+                  weights: np.ndarray, left: int, mode: int):
+    """``launch(src, dst)``: dst = the 1-d correlation of src (``shape``, ``in_dtype``) along
+    ``axis`` with ``weights`` (compute dtype: K taps, cval, divisor) into ``out_dtype``, the window
+    starting ``left`` elements before each output."""
     K = weights.size - 2
     compute = weights.dtype.name
-    kernel, (outer, n, inner), smem = line_plan(src.shape, axis, K, weights.dtype.itemsize)
-    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), kernel,
-                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
-    if src.size == 0:
-        return
+    kernel, (outer, n, inner), smem = line_plan(shape, axis, K, weights.dtype.itemsize)
+    fn = jit.get_function(nd_module(in_dtype, out_dtype, compute), kernel,
+                          f"{in_dtype}:{out_dtype}:{compute}")
+    size = math.prod(shape)
+    if size == 0:
+        return _no_launch
     if kernel == "nd_line_row":
         prm = (outer, n, K, left, mode)
         threads = row_threads(n)
@@ -107,9 +117,13 @@ def run_line(src, dst, axis: int, weights: np.ndarray, left: int, mode: int) -> 
         grid, block = (tiles_n * math.ceil(inner / 32), min(outer, GRID_YZ_MAX)), (32, 8)
     else:
         prm = (outer, n, inner, K, left, mode)
-        grid, block = (_grid_1d(src.size),), (THREADS,)
-    fn(grid, block, (src, device_copy(weights), dst, device_copy(np.array(prm, np.int64))),
-       shared_mem=smem)
+        grid, block = (_grid_1d(size),), (THREADS,)
+    w_dev, prm_dev = device_copy(weights), device_copy(np.array(prm, np.int64))
+
+    def launch(src, dst) -> None:
+        fn(grid, block, (src, w_dev, dst, prm_dev), shared_mem=smem)
+
+    return launch
 
 
 def dense_tile_plan(shape: tuple[int, ...], offsets: np.ndarray, mode: int,
@@ -178,32 +192,39 @@ def dense_tile_launcher(in_dtype: str, out_dtype: str, compute: str, shape: tupl
     return launch
 
 
-def run_dense(src, dst, weights: np.ndarray, offsets: np.ndarray, mode: int) -> None:
-    """dst = the N-d correlation of src with the taps ``offsets`` (ntaps x ndim coordinate
-    offsets from the output, in the C order of the filter) weighted by ``weights`` (compute
-    dtype: ntaps, cval, divisor): the shared-memory tiled kernel where :func:`dense_tile_plan`
-    has a plan, else the direct one."""
+def dense_launcher(shape: tuple[int, ...], in_dtype: str, out_dtype: str, weights: np.ndarray,
+                   offsets: np.ndarray, mode: int):
+    """``launch(src, dst)``: dst = the N-d correlation of src (``shape``, ``in_dtype``) with the
+    taps ``offsets`` (ntaps x ndim coordinate offsets from the output, in the C order of the
+    filter) weighted by ``weights`` (compute dtype: ntaps, cval, divisor) into ``out_dtype``: the
+    shared-memory tiled kernel where :func:`dense_tile_plan` has a plan, else the direct one."""
     ntaps, ndim = offsets.shape
     if ndim > ND_CONSTANTS["ND_MAX_DIMS"]:
         raise ValueError(f"cupyconv.ndimage correlates at most {ND_CONSTANTS['ND_MAX_DIMS']} "
                          f"filtered dims, got {ndim}")
     compute = weights.dtype.name
-    tiled = dense_tile_launcher(src.dtype.name, dst.dtype.name, compute, src.shape, offsets, mode)
-    if src.size == 0:
-        return
+    tiled = dense_tile_launcher(in_dtype, out_dtype, compute, shape, offsets, mode)
+    size = math.prod(shape)
+    if size == 0:
+        return _no_launch
+    w_dev = device_copy(weights)
     if tiled is not None:
-        tiled(src, device_copy(weights), dst)
-        return
-    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), "nd_dense",
-                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
-    shape = np.array(src.shape, np.int64)
-    strides = np.array([math.prod(src.shape[d + 1:]) for d in range(ndim)], np.int64)
+        return lambda src, dst: tiled(src, w_dev, dst)
+    fn = jit.get_function(nd_module(in_dtype, out_dtype, compute), "nd_dense",
+                          f"{in_dtype}:{out_dtype}:{compute}")
+    strides = np.array([math.prod(shape[d + 1:]) for d in range(ndim)], np.int64)
     lo = np.maximum(-offsets.min(axis=0, initial=0), 0) if ntaps else np.zeros(ndim, np.int64)
     hi = np.maximum(offsets.max(axis=0, initial=0), 0) if ntaps else np.zeros(ndim, np.int64)
     linear = offsets @ strides
     taps = np.concatenate([linear[:, None], offsets], axis=1).ravel()
-    prm = np.concatenate([[ndim, src.size, mode, ntaps], shape, lo, hi, taps]).astype(np.int64)
-    fn((_grid_1d(src.size),), (THREADS,), (src, device_copy(weights), dst, device_copy(prm)))
+    prm = np.concatenate([[ndim, size, mode, ntaps], np.array(shape, np.int64), lo, hi,
+                          taps]).astype(np.int64)
+    prm_dev, grid = device_copy(prm), (_grid_1d(size),)
+
+    def launch(src, dst) -> None:
+        fn(grid, (THREADS,), (src, w_dev, dst, prm_dev))
+
+    return launch
 
 
 SEP_TX = 32                          # nd_sep2d: output columns and rows of a tile
@@ -222,7 +243,7 @@ def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
     index math inside a plane is 32-bit), or a tile that passes the static shared-memory limit
     or a filter longer than ``SEP_MAX_TAPS`` (then the 1-d passes run).
 
-    The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`run_sep2d` completes
+    The packed sizes returned are (planes, H, W, kx, ky, tiles_x); :func:`sep2d_launcher` completes
     them with the origins, modes and pass order."""
     if len(shape) < 2:
         return None
@@ -240,25 +261,31 @@ def sep2d_plan(shape: tuple[int, ...], kx: int, ky: int, compute_itemsize: int):
     return (planes, H, W, kx, ky, tiles_x), grid, smem
 
 
-def run_sep2d(src, dst, weights: np.ndarray, kx: int, ky: int, lx: int, ly: int, mode_x: int,
-              mode_y: int, x_first: bool) -> None:
-    """dst = two 1-d correlations of src fused in one pass: along the last axis with the first
-    ``kx`` of ``weights`` (window starting ``lx`` before each output, boundary ``mode_x``) and
-    along the second-last with the next ``ky`` (``ly``, ``mode_y``), the last-axis pass first
-    where ``x_first``.  ``weights`` (compute dtype): the kx + ky taps, cval, then the divisors
-    of the last-axis and of the second-last-axis pass.  The caller checked :func:`sep2d_plan`."""
+def sep2d_launcher(shape: tuple[int, ...], in_dtype: str, out_dtype: str, weights: np.ndarray,
+                   kx: int, ky: int, lx: int, ly: int, mode_x: int, mode_y: int, x_first: bool):
+    """``launch(src, dst)``: dst = two 1-d correlations of src (``shape``, ``in_dtype``) fused in
+    one pass: along the last axis with the first ``kx`` of ``weights`` (window starting ``lx``
+    before each output, boundary ``mode_x``) and along the second-last with the next ``ky``
+    (``ly``, ``mode_y``), the last-axis pass first where ``x_first``.  ``weights`` (compute
+    dtype): the kx + ky taps, cval, then the divisors of the last-axis and of the
+    second-last-axis pass.  The caller checked :func:`sep2d_plan`."""
     compute = weights.dtype.name
-    plan = sep2d_plan(src.shape, kx, ky, weights.dtype.itemsize)
+    plan = sep2d_plan(shape, kx, ky, weights.dtype.itemsize)
     if plan is None or weights.size != kx + ky + 3:
         raise ValueError("nd_sep2d has no plan for this array and these filters")
     (planes, H, W, _, _, tiles_x), grid, smem = plan
-    fn = jit.get_function(nd_module(src.dtype.name, dst.dtype.name, compute), "nd_sep2d",
-                          f"{src.dtype.name}:{dst.dtype.name}:{compute}")
-    if src.size == 0:
-        return
+    fn = jit.get_function(nd_module(in_dtype, out_dtype, compute), "nd_sep2d",
+                          f"{in_dtype}:{out_dtype}:{compute}")
+    if math.prod(shape) == 0:
+        return _no_launch
     prm = np.array([planes, H, W, kx, ky, lx, ly, mode_x, mode_y, int(bool(x_first)), tiles_x],
                    np.int64)
-    fn(grid, (32, 8), (src, device_copy(weights), dst, device_copy(prm)), shared_mem=smem)
+    w_dev, prm_dev = device_copy(weights), device_copy(prm)
+
+    def launch(src, dst) -> None:
+        fn(grid, (32, 8), (src, w_dev, dst, prm_dev), shared_mem=smem)
+
+    return launch
 
 
 # --------------------------------------------------------------------------- the row walk
@@ -315,34 +342,44 @@ def plane_plan(stack: tuple[int, int, int], kernel2: tuple[int, int], separable:
     return kwb, taps, buffer
 
 
-def run_plane(src, dst, weights: np.ndarray, stack: tuple[int, int, int],
-              kernel2: tuple[int, int], left2: tuple[int, int], mode: int,
-              separable: bool) -> None:
-    """dst = src filtered on the row walk: both C-contiguous (B, H, W) stacks of planes in the
-    same float dtype (``stack``), ``weights`` in that dtype.  Dense: the KH x KW taps, cval, the
-    divisor; separable: KW taps along the last axis, KH along the second-last, cval, their two
-    divisors (the last-axis pass first).  The window of each output starts ``left2`` before it
-    along (H, W).  The caller checked :func:`plane_plan`."""
+def plane_launcher(dtype: str, weights: np.ndarray, stack: tuple[int, int, int],
+                   kernel2: tuple[int, int], left2: tuple[int, int], mode: int, separable: bool):
+    """``launch(src, dst)``: dst = src filtered on the row walk, both C-contiguous (B, H, W)
+    stacks of planes (``stack``) of the float ``dtype``, ``weights`` in that dtype.  Dense: the
+    KH x KW taps, cval, the divisor; separable: KW taps along the last axis, KH along the
+    second-last, cval, their two divisors (the last-axis pass first).  The window of each output
+    starts ``left2`` before it along (H, W).  The caller checked :func:`plane_plan`.
+
+    Whether the walk reads and writes 16-byte vectors depends on the arrays' addresses, so each
+    launch looks at them; the packed sizes of each of the (at most four) cases are made once."""
     item = weights.dtype.itemsize
-    plan = plane_plan(stack, kernel2, separable, src.dtype.name)
-    if plan is None or src.dtype != dst.dtype or src.dtype != weights.dtype:
+    plan = plane_plan(stack, kernel2, separable, dtype)
+    if plan is None or dtype != weights.dtype.name:
         raise ValueError("nd_plane has no plan for this array and filter")
     kwb, taps, buffer = plan
     B, H, W = stack
     ph, pw = left2
     d = -pw % 4  # strips start 4-aligned in the input
-    vec_in = W % 4 == 0 and address(src) % 16 == 0
-    vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
     tiles_w = math.ceil((W + d) / PLANE_TW)
     bands = math.ceil(H / (PLANE_ROWS * plane_rows_per_thread(item)))
     kh, kw = kernel2
     kf = kh if not separable and kh == kw and kh in PLANE_SQUARES else 0
-    fn = jit.get_function(ND_PLANE[src.dtype.name], "nd_plane", src.dtype.name,
-                          (kwb, kf, int(separable)))
-    if src.size == 0:
-        return
-    prm = np.array([B, H, W, kh, kw, ph, pw, WALK_BOUNDARY[mode], tiles_w, d, int(vec_in),
-                    int(vec_out)], np.int64)
-    fn((tiles_w * bands, min(B, GRID_YZ_MAX)), (32 * PLANE_WARPS,),
-       (src, device_copy(weights), dst, device_copy(prm)),
-       shared_mem=taps + (0 if vec_out else buffer))
+    fn = jit.get_function(ND_PLANE[dtype], "nd_plane", dtype, (kwb, kf, int(separable)))
+    if B * H * W == 0:
+        return _no_launch
+    w_dev = device_copy(weights)
+    grid, block = (tiles_w * bands, min(B, GRID_YZ_MAX)), (32 * PLANE_WARPS,)
+    by_vectors: dict = {}  # (vec_in, vec_out) -> (device packed sizes, shared bytes)
+
+    def launch(src, dst) -> None:
+        vec_in = W % 4 == 0 and address(src) % 16 == 0
+        vec_out = d == 0 and W % 4 == 0 and address(dst) % 16 == 0
+        args = by_vectors.get((vec_in, vec_out))
+        if args is None:
+            prm = np.array([B, H, W, kh, kw, ph, pw, WALK_BOUNDARY[mode], tiles_w, d,
+                            int(vec_in), int(vec_out)], np.int64)
+            args = by_vectors[vec_in, vec_out] = (device_copy(prm),
+                                                  taps + (0 if vec_out else buffer))
+        fn(grid, block, (src, w_dev, dst, args[0]), shared_mem=args[1])
+
+    return launch

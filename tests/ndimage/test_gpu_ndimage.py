@@ -183,16 +183,16 @@ def test_fused_sep2d(monkeypatch, mode, dtype):
 
     from cupyconv._ndimage import passes
 
-    ran = []
-    real_run = passes.run_sep2d
+    ran = []  # shapes nd_sep2d launchers were built for (each call here is a first call)
+    real_launcher = passes.sep2d_launcher
 
     def counted(*args, **kwargs):
-        ran.append(args[0].shape)
-        return real_run(*args, **kwargs)
+        ran.append(args[0])
+        return real_launcher(*args, **kwargs)
 
     rng = np.random.default_rng([MODES.index(mode), len(dtype), 5])
     shapes = [(5, 7), (64, 32), (150, 101), (3, 9, 40), (2, 130, 66)]
-    monkeypatch.setattr(passes, "run_sep2d", counted)
+    monkeypatch.setattr(passes, "sep2d_launcher", counted)
     for shape in shapes:
         x = rand(rng, shape, dtype)
         xd = cupy.asarray(x)
