@@ -10,6 +10,9 @@ import threading
 import numpy as np
 import pytest
 import scipy.ndimage as sn
+from nd_cases import CALLCACHE_CALLS as CALLS
+from nd_cases import CALLCACHE_W1 as W1
+from nd_cases import CALLCACHE_W2 as W2
 from nd_cases import rand
 from test_gpu_ndimage import check
 
@@ -19,25 +22,6 @@ from cupyconv._dispatch import callcache
 
 pytestmark = pytest.mark.gpu
 
-W1 = np.array([0.5, -1.0, 0.75, 0.25])
-W2 = np.array([[0.5, -1.0, 0.25], [1.0, 0.5, -0.75], [0.25, 0.0, 1.5]])
-# (name, positional args after the input, keywords, the same call with another option)
-CALLS = [
-    ("correlate1d", (W1,), dict(axis=0, mode="constant", cval=0.5, origin=1), dict(cval=-1.5)),
-    ("convolve1d", (W1,), dict(axis=-1, mode="wrap"), dict(mode="mirror")),
-    ("correlate", (W2,), dict(mode="nearest", origin=(0, -1)), dict(origin=(1, 0))),
-    ("convolve", (W2,), dict(mode="constant", cval=-0.5), dict(cval=0.25)),
-    ("gaussian_filter1d", (0.9,), dict(axis=0, order=1), dict(order=2)),
-    ("gaussian_filter", (1.1,), dict(mode="reflect"), dict(mode="wrap")),
-    ("gaussian_filter", ((1.1, 0.6),), dict(mode="constant", cval=0.5), dict(cval=-0.5)),
-    ("uniform_filter1d", (3,), dict(axis=1, origin=-1), dict(axis=0)),
-    ("uniform_filter", ((2, 3),), dict(mode="mirror"), dict(mode="constant")),
-    ("sobel", (), dict(axis=0), dict(axis=1)),
-    ("prewitt", (), dict(axis=-1, mode="nearest"), dict(mode="wrap")),
-    ("laplace", (), dict(mode="reflect"), dict(mode="nearest")),
-    ("gaussian_laplace", (0.8,), dict(mode="nearest"), dict(truncate=2.0)),
-    ("gaussian_gradient_magnitude", (0.8,), dict(), dict(radius=1)),
-]
 
 
 def _prepared_counter(monkeypatch) -> list:
