@@ -1,11 +1,11 @@
-"""Calibrate the signal API's cost model (cupyconv/_signal_cost.py) on the GPU.
+"""Calibrate the signal API's cost model (cupyconv/_dispatch/signal.py) on the GPU.
 
     python3 benchmarks/calibrate_signal.py [--repeat 10] [--quick] [--only-3d]
 
 Times ``correlate(..., method="direct")`` and ``method="fft"`` on a grid of problems (images
 512^2-4096^2 with square kernels 3-63, 1-d signals, batched stacks, 3-d volumes; float32, plus
 a smaller grid per other dtype), fits the model's constants by least squares on the model's own features, and
-prints them ready to paste into _signal_cost.py, with the worst ratio of the auto choice to the
+prints them ready to paste into cupyconv/_dispatch/signal.py, with the worst ratio of the auto choice to the
 faster method over the grid before and after the fit.  Writes the raw timings as JSON under
 benchmarks/results/.
 """
@@ -100,7 +100,8 @@ def measure(repeat: int, problems):
 
 
 def fit(rows):
-    """Least-squares constants (fixed costs shared across dtypes, per-dtype slopes)."""
+    """The direct model by least squares (a fixed cost shared across dtypes, per-dtype slopes),
+    the FFT model by :func:`fit_fft`."""
     out = {}
     f32 = [r for r in rows if r["dtype"] == "float32"]
     # direct: ms - moved / BW = F + c * units (float32 sets F; other dtypes their slope)
@@ -207,7 +208,7 @@ def main() -> int:
         value = fit_3d(rows, fitted, name)
         fitted[name] = current[name] if value is None else value
     print(f"\nworst auto / fastest over the grid: current constants {worst_choice(rows, current):.2f}, "
-          f"fitted {worst_choice(rows, fitted):.2f}\n\nfitted constants for cupyconv/_signal_cost.py:")
+          f"fitted {worst_choice(rows, fitted):.2f}\n\nfitted constants for cupyconv/_dispatch/signal.py:")
     for name, value in fitted.items():
         if isinstance(value, dict):
             value = {k: round(v, 4) for k, v in value.items()}

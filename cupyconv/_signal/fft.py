@@ -178,16 +178,15 @@ def _full_correlation(x, g, axes, work_dtype, blocks=()):
     import cupy
 
     axes = tuple(axes)  # CuPy's flip wants a tuple of axes, not a list
-    sizes = [x.shape[a] + g.shape[a] - 1 for a in axes]
-    fast = [next_fast_len(n) for n in sizes]
-    if not blocks:
-        z = spectral.full_correlation(x, g, axes, tuple(fast), work_dtype)
-        if z is not None:
-            return z
-    h = cupy.flip(g, axis=axes)  # correlation is convolution with the reversed kernel
     complex_work = np.dtype(work_dtype).kind == "c"
     if blocks:
-        return _overlap_add_convolution(x, h, axes, blocks, complex_work)
+        return _overlap_add_convolution(x, cupy.flip(g, axis=axes), axes, blocks, complex_work)
+    sizes = [x.shape[a] + g.shape[a] - 1 for a in axes]
+    fast = [next_fast_len(n) for n in sizes]
+    z = spectral.full_correlation(x, g, axes, tuple(fast), work_dtype)
+    if z is not None:
+        return z
+    h = cupy.flip(g, axis=axes)  # correlation is convolution with the reversed kernel
     if complex_work:
         spec = cupy.fft.fftn(x, fast, axes) * cupy.fft.fftn(h, fast, axes)
         z = cupy.fft.ifftn(spec, fast, axes)
