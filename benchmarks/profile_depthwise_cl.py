@@ -1,4 +1,4 @@
-"""Channels-last depthwise under ncu: one call of each pass of ours and PyTorch's on a few
+"""Depthwise (channels-last by default) under ncu: one call of each pass of ours and PyTorch's on a few
 MobileNetV2 / EfficientNet-B0 layers (batch 32), between cudaProfilerStart/Stop so that ncu
 profiles only those launches (run it with ``--profile-from-start off``).
 
@@ -12,6 +12,7 @@ Without ncu it prints each call's order, so the profile's rows can be matched to
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import zlib
 from pathlib import Path
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--layers", default=",".join(LAYERS))
     ap.add_argument("--passes", default=",".join(PASSES))
+    ap.add_argument("--layouts", default="NHWC", help="NHWC, NCHW or both")
     args = ap.parse_args(argv)
     torch = measure.load_torch()
     torch.backends.cudnn.benchmark = True
@@ -42,18 +44,19 @@ def main(argv=None) -> int:
     calls = []
     for entry in [e for e in bench_layers() if e.label in wanted]:
         layer = entry.layer
-        for dtype in args.dtypes.split(","):
-            geom = geometry(layer, dtype, "NHWC")
+        for dtype, layout in itertools.product(args.dtypes.split(","), args.layouts.split(",")):
+            nhwc = layout == "NHWC"
+            geom = geometry(layer, dtype, layout)
             shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
-            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, 1,
+            tensors = measure.torch_operand_copies(torch, shapes, dtype, nhwc, 1,
                                                    seed=zlib.crc32(entry.label.encode()))[0]
-            arrays = tuple(measure.cupy_view(t, True) for t in tensors)
+            arrays = tuple(measure.cupy_view(t, nhwc) for t in tensors)
             ours, peer = our_calls(layer, geom), peer_calls(torch, layer)
             for name in args.passes.split(","):
                 for who, fn, ops in (("ours", ours[name], arrays), ("torch", peer[name], tensors)):
                     for _ in range(3):  # compile, autotune
                         fn(ops)
-                    calls.append((f"{entry.label} {dtype} {name} {who}", fn, ops))
+                    calls.append((f"{entry.label} {dtype} {layout} {name} {who}", fn, ops))
     torch.cuda.synchronize()
     cupy.cuda.runtime.deviceSynchronize()
     cupy.cuda.runtime.profilerStart()

@@ -42,6 +42,8 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
     "CHUNK_SUM_SEGMENTS": 32,  # backward-weight chunk sum (chunk_sum.cu): most chunk segments
     "DWCL_MIN_BLOCKS": 2,   # ... forward/backward-data: blocks per SM (caps registers at 128)
+    "DWCL_WGRAD_MIN_BLOCKS": 2,  # ... backward-weight: blocks per SM (its plan fills one wave)
+    "DWCL_WGRAD_UNROLL": 1,  # ... backward-weight: runs unrolled together (loads in flight)
     "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
     "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
     "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)

@@ -35,12 +35,15 @@ SMEM_LIMIT = 48 * 1024 - 1024
 # waves of two resident 256-thread blocks on a 132-SM H100: an estimate, not yet measured).
 MIN_BLOCKS = 1024
 MAX_ROUNDS = 4
-# Backward-weight: blocks the chunks aim for (an H100/H200 several times over); more chunks
-# mean a larger partial-sum workspace for the reduce.  Each thread takes at least
-# WGRAD_MIN_RUNS runs, so a block's fixed-order sum stays a small part of its work.
-WGRAD_TARGET_BLOCKS = 4 * 132
-WGRAD_MIN_RUNS = 4
-
+# Backward-weight: the chunks fill one wave of resident blocks (WGRAD_MIN_BLOCKS per SM, the
+# kernel's launch bounds), every block the same number of runs: a second, part-filled wave cost up
+# to twice the time (ncu, session 18: 314 blocks where 264 fit at once, 1.19 waves).  Each
+# thread takes at least WGRAD_MIN_RUNS runs.  WGRAD_PLAN_SMS: the multiprocessors planned for
+# without a device (host tests, emulation); launches plan for their device's.
+WGRAD_MIN_BLOCKS = KERNEL_CONSTANTS["DWCL_WGRAD_MIN_BLOCKS"]
+WGRAD_WAVES = 1
+WGRAD_MIN_RUNS = 1
+WGRAD_PLAN_SMS = 132
 
 def _acc_bytes(dtype: str) -> int:
     return itemsize(compute_dtype(dtype))
@@ -219,9 +222,10 @@ def wgrad_taps_per_pass(vec: int) -> int:
 
 
 @memoized(2048)
-def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
+def wgrad_plan(geom: ConvGeometry, vec: int, sms: int = WGRAD_PLAN_SMS) -> ClWgradPlan | None:
     """The backward-weight split for ``geom`` at ``vec`` (at most DEPTHWISE_CL_WGRAD_VEC)
-    channels per thread, or None where its grid does not fit."""
+    channels per thread on a device of ``sms`` multiprocessors, or None where its grid does not
+    fit."""
     if vec > DEPTHWISE_CL_WGRAD_VEC:
         raise ValueError(f"backward-weight takes at most {DEPTHWISE_CL_WGRAD_VEC} channels per thread")
     kf, s = walk_variant(geom)
@@ -239,14 +243,13 @@ def wgrad_plan(geom: ConvGeometry, vec: int) -> ClWgradPlan | None:
         passes = math.ceil(kd * kh / max(1, tp // kf))
     else:
         passes = math.ceil(math.prod(geom.kernel) / tp)
-    chunks = max(1, min(math.ceil(runs / (plan.by * WGRAD_MIN_RUNS)),
-                         math.ceil(WGRAD_TARGET_BLOCKS / (cblocks * passes))))
-    runs_per_chunk = math.ceil(runs / chunks)
-    chunks = math.ceil(runs / runs_per_chunk)
     if passes > GRID_YZ_MAX:
         return None
+    wave = sms * WGRAD_MIN_BLOCKS * WGRAD_WAVES  # blocks resident at once
+    chunks = max(1, min(math.ceil(runs / (plan.by * WGRAD_MIN_RUNS)), wave // (cblocks * passes)))
+    runs_per_chunk = math.ceil(runs / chunks)
+    chunks = math.ceil(runs / runs_per_chunk)
     return ClWgradPlan(plan, chunks, runs_per_chunk, passes)
-
 
 def wgrad_shape(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
                 dy_strides: tuple[int, ...]) -> LaunchShape:
@@ -254,7 +257,7 @@ def wgrad_shape(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
     p = wp.plan
     smem = p.cgb * p.by * p.vec * _acc_bytes(geom.dtype)
     scalars = ((geom.in_channels, p.runs_per_row, p.runs, wp.runs_per_chunk) + _spatial(geom)
-               + tuple(x_strides) + tuple(dy_strides))
+               + tuple(x_strides) + tuple(dy_strides) + divmod(p.by, p.runs_per_row))
     return LaunchShape((p.s, p.vec), (wp.chunks, p.cblocks, wp.passes), p.block, smem, scalars)
 
 

@@ -32,7 +32,7 @@ from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, 
                                     depthwise_gather_module, depthwise_tile_module,
                                     depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
-                                   spatial_args)
+                                   sm_count, spatial_args)
 from cupyconv._core.program import scratch
 from cupyconv._depthwise import channels_last as cl
 
@@ -477,7 +477,7 @@ def _cl_wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, 
                        device: int) -> tuple[Launch, Launch, int] | None:
     """(partial-sum launch, chunk-reduce launch, workspace elements) of backward-weight on the
     channels-last kernel at ``vec`` channels per thread, or None where its plan does not fit."""
-    wp = cl.wgrad_plan(geom, vec)
+    wp = cl.wgrad_plan(geom, vec, sm_count(device))
     if wp is None:
         return None
     return (cl.wgrad_launch(geom, wp, x_strides, dy_strides), _chunk_reduce(geom, wp.chunks),

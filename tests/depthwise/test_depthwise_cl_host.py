@@ -52,9 +52,10 @@ def _aligned_empty(shape, dtype, offset_elements=0):
     return out
 
 
-def _run_passes(g, x, w, b, dy, expect_vec=None):
+def _run_passes(g, x, w, b, dy, expect_vec=None, wgrad_sms=cl.WGRAD_PLAN_SMS):
     """Forward (with bias), backward-data and backward-weight on the host; checked against the
-    reference for x, w, b, dy (any views)."""
+    reference for x, w, b, dy (any views); backward-weight planned for ``wgrad_sms``
+    multiprocessors."""
     dtype = g.dtype
     opts = dict(stride=g.stride, dilation=g.dilation, groups=g.groups, layout="NHWC",
                 padding=tuple(zip(g.pad_lo, g.pad_hi)))
@@ -81,7 +82,7 @@ def _run_passes(g, x, w, b, dy, expect_vec=None):
     assert rel_error(dx, ref) <= tolerance(dtype, ref), "backward-data"
     # backward-weight: partial sums per chunk, summed here in chunk order (the reduce kernel's)
     vec = cl.vector_width(g, _operands(x, dy), wgrad=True)
-    wp = cl.wgrad_plan(g, vec)
+    wp = cl.wgrad_plan(g, vec, wgrad_sms)
     shape = cl.wgrad_shape(g, wp, element_strides(x, True), element_strides(dy, True))
     partial = np.full((wp.chunks, g.out_channels, int(np.prod(g.kernel))), np.nan,
                       compute_dtype(dtype))
@@ -154,6 +155,26 @@ def test_host_kernels_read_views(case):
 
     for make in (lambda a: offset(a, 1), lambda a: offset(a, 8), flipped):
         _run_passes(g, make(x), w, b, make(dy))
+
+
+# Backward-weight planned for one multiprocessor: few chunks, so each thread takes many runs,
+# whose coordinates it advances by a block's rows of threads at a time, across rows, planes (3-d)
+# and images; 4 and 64 thread rows (256 and 16 channels).
+LONG_WALK_CASES = [
+    ("float32", 3, 256, (5, 4, 9), 3, dict(padding=1, stride=(2, 1, 1)), 4),
+    ("float16", 5, 256, (13, 17), 5, dict(stride=2, padding=2), 4),
+    ("float32", 5, 256, (7, 6), 4, dict(padding="same"), 4),
+    ("float32", 4, 16, (8, 4, 5), 3, dict(padding=1), 4),
+    ("float32", 200, 16, (9,), 3, dict(padding=1, stride=2), 4),
+]
+
+
+@pytest.mark.parametrize("case", LONG_WALK_CASES, ids=_case_id)
+def test_host_wgrad_with_long_thread_walks(case):
+    g, x, w, b, dy, vec = _problem(case)
+    wp = cl.wgrad_plan(g, min(vec, 4), 1)
+    assert wp.runs_per_chunk >= 3 * wp.plan.by  # three or more runs per thread
+    _run_passes(g, x, w, b, dy, vec, wgrad_sms=1)
 
 
 @pytest.fixture

@@ -262,10 +262,11 @@ def _emulate_wgrad(g, wp, x, dy):
         for pas in range(wp.passes):
             first_tap = pas * pr * k3[2] if p.kf else pas * tp
             rows = []
+            r_begin = chunk * wp.runs_per_chunk
+            r_end = min(p.runs, r_begin + wp.runs_per_chunk)
             for ty in range(p.by):
                 acc = np.zeros((na, c))
-                run = chunk * wp.runs_per_chunk + ty
-                while run < min(p.runs, (chunk + 1) * wp.runs_per_chunk):
+                for run in range(r_begin + ty, r_end, p.by):
                     row, rr = divmod(run, p.runs_per_row)
                     x0 = rr * RX
                     row, oh = divmod(row, o3[1])
@@ -303,7 +304,6 @@ def _emulate_wgrad(g, wp, x, dy):
                                 iw = _src_coord(x0 + r, kw, s3[2], d3[2], p3[2], i3[2], False)
                                 if iw >= 0 and x0 + r < o3[2]:
                                     acc[t] += g_[r] * x[n, id_, ih, iw]
-                    run += p.by
                 rows.append(acc)
             for t in range(na):
                 if first_tap + t >= taps:

@@ -24,11 +24,13 @@
 #include "common.cuh"
 #include "src_coord.cuh"
 
-// DWCL_RX (destination pixels per run), DWCL_MIN_BLOCKS (forward/backward-data blocks resident per
-// SM, which caps their registers), DWCL_ACC and DWCL_TAPS (backward-weight accumulators per
-// thread and most taps per pass) come from KERNEL_CONSTANTS; the host's plans mirror them.
+// DWCL_RX (destination pixels per run), DWCL_MIN_BLOCKS and DWCL_WGRAD_MIN_BLOCKS (blocks
+// resident per SM of the passes and of backward-weight, which cap their registers), DWCL_ACC and
+// DWCL_TAPS (backward-weight accumulators per thread and most taps per pass), DWCL_WGRAD_UNROLL
+// (backward-weight runs unrolled together) come from KERNEL_CONSTANTS; the host's plans mirror
+// them.
 #if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS) || \
-    !defined(DWCL_MIN_BLOCKS)
+    !defined(DWCL_MIN_BLOCKS) || !defined(DWCL_WGRAD_MIN_BLOCKS) || !defined(DWCL_WGRAD_UNROLL)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 
@@ -118,6 +120,30 @@ __device__ __forceinline__ void stage_filters(const T* __restrict__ w, A* wsm, i
 #pragma unroll 5
     for (int t = 0; t < taps; ++t) wsm[t * cb + cl] = live ? cc::load_as<A>(wc[t]) : A(0);
   }
+}
+
+// Backward-weight, one kernel row of one run: acc[base + kw] += g[r] * x[window entry (r, kw)]
+// over the run's pixels r (all of them, or with PARTIAL those r < valid: pixels past the row end take no
+// part, since their zero dy times an infinite x would be NaN).  Full runs take the variant
+// without the test: with it, the branches kept the compiler from issuing the window's loads
+// together (SASS, sm_90: one load in flight at a time).
+template <int KF, int S, int VEC, bool PARTIAL, typename T, typename A, int NA>
+__device__ __forceinline__ void wgrad_row(const T* xp, cc::index_t xsw, int f, int n,
+                                          const A (&g)[DWCL_RX][VEC], A (&acc)[NA][VEC],
+                                          int base, int valid) {
+  typedef walk<KF, S, 0> Walk;
+  A v[Walk::NJ][VEC];
+#pragma unroll
+  for (int j = 0; j < Walk::NJ; ++j, xp += xsw) load_col<VEC>(xp, f + j, n, v[j]);
+#pragma unroll
+  for (int j = 0; j < Walk::NJ; ++j)
+#pragma unroll
+    for (int r = 0; r < DWCL_RX; ++r)
+#pragma unroll
+      for (int kw = 0; kw < KF; ++kw)
+        if (Walk::entry(r, kw) == j && (!PARTIAL || r < valid))
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc[base + kw][i] += g[r][i] * v[j][i];
 }
 
 }  // namespace dwcl
@@ -247,7 +273,7 @@ depthwise_cl(const T* __restrict__ src,
 // [pass * TP, pass * TP + TP).  x and dy read through strides, channel stride 1.
 // Grid: (chunks, channel blocks, passes).  Shared memory: BY * CGB * VEC of A.
 template <typename T, int KF, int S, int VEC>
-__global__ void __launch_bounds__(DW_THREADS)
+__global__ void __launch_bounds__(DW_THREADS, DWCL_WGRAD_MIN_BLOCKS)
 depthwise_cl_wgrad(const T* __restrict__ x,
                    const T* __restrict__ dy,
                    typename cc::acc_type<T>::type* __restrict__ partial,
@@ -261,6 +287,9 @@ depthwise_cl_wgrad(const T* __restrict__ x,
       PH = (int)prm[20], PW = (int)prm[21];
   const cc::index_t xsn = prm[22], xsd = prm[24], xsh = prm[25], xsw = prm[26];  // prm[23]: 1
   const cc::index_t gsn = prm[27], gsd = prm[29], gsh = prm[30], gsw = prm[31];  // prm[28]: 1
+  // A thread's step of BY runs as (rows, runs in a row), from the host: computed here, the two
+  // divisions were redone in the run loop (rematerialized by the compiler to free registers).
+  const int step_oh = (int)prm[32], step_i = (int)prm[33];
   typedef typename cc::acc_type<T>::type A;
   typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), 0> Walk;
   constexpr int RX = DWCL_RX;
@@ -289,13 +318,29 @@ depthwise_cl_wgrad(const T* __restrict__ x,
       tkw[t] = tap % KW; tkh[t] = (tap / KW) % KH; tkd[t] = tap / (KW * KH);
     }
   }
+  // Thread row threadIdx.y takes runs r_begin + threadIdx.y + k * BY: a block's rows of threads
+  // work on neighbouring runs, whose windows share cache lines (contiguous shares per thread row
+  // measured up to 1.5x slower on wide rows of few channels).  A run's (n, od, oh, run in row)
+  // advance from the previous one's by BY runs, carried by comparison: dividing each run's index
+  // cost about a third of a 3x3 run's instructions (SASS, sm_90: four divisions).
   const cc::index_t r_begin = (cc::index_t)chunk * runs_per_chunk;
   const cc::index_t r_end = min(runs, r_begin + runs_per_chunk);
   const bool narrow = runs <= 0xffffffffLL;  // 32-bit index divisions suffice
+  cc::index_t row = r_begin + threadIdx.y;
+  int next_i = cc::divmod(row, runs_per_row, narrow), next_oh = cc::divmod(row, OH, narrow);
+  int next_od = cc::divmod(row, OD, narrow), next_n = (int)row;  // the next run's coordinates
+#pragma unroll DWCL_WGRAD_UNROLL
   for (cc::index_t run = r_begin + threadIdx.y; live && run < r_end; run += blockDim.y) {
-    cc::index_t row = run;
-    const int x0 = cc::divmod(row, runs_per_row, narrow) * RX;
-    const int oh = cc::divmod(row, OH, narrow), od = cc::divmod(row, OD, narrow), n = (int)row;
+    const int x0 = next_i * RX, oh = next_oh, od = next_od, n = next_n;
+    next_i += step_i;
+    next_oh += step_oh;
+    if (next_i >= runs_per_row) { next_i -= runs_per_row; ++next_oh; }
+    if (next_oh >= OH) {  // into a later (n, od) plane: divisions only here
+      const int planes = next_oh / OH;
+      next_oh -= planes * OH;
+      next_od += planes;
+      if (next_od >= OD) { next_n += next_od / OD; next_od %= OD; }
+    }
     const T* grow = dy + n * gsn + od * gsd + oh * gsh + c0;
     // Pixels past the row end take no part (their zero dy times an infinite x would be NaN).
     const int valid = OW - x0;
@@ -308,24 +353,17 @@ depthwise_cl_wgrad(const T* __restrict__ x,
       for (int p = 0; p < PR; ++p) {
         const int kr = pass * PR + p;  // kernel row: kd * KH + kh
         if (kr >= rows_k) break;
-        const int id = dw::src_coord<false>(od, kr / KH, SD, DD, PD, ID);
-        const int ih = dw::src_coord<false>(oh, kr % KH, SH, DH, PH, IH);
+        // (KH == KF on this path: a division by a constant)
+        const int id = dw::src_coord<false>(od, kr / (KF > 0 ? KF : 1), SD, DD, PD, ID);
+        const int ih = dw::src_coord<false>(oh, kr % (KF > 0 ? KF : 1), SH, DH, PH, IH);
         if ((id | ih) < 0) continue;
-        const T* xrow = xn + id * xsd + ih * xsh;
         const int f = Walk::first(x0, PW);
-        const T* xp = xrow + (cc::index_t)f * xsw;
-#pragma unroll
-        for (int j = 0; j < Walk::NJ; ++j, xp += xsw) {
-          A v[VEC];
-          dwcl::load_col<VEC>(xp, f + j, IW, v);
-#pragma unroll
-          for (int r = 0; r < RX; ++r)
-#pragma unroll
-            for (int kw = 0; kw < (KF > 0 ? KF : 1); ++kw)
-              if (Walk::entry(r, kw) == j && r < valid)
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) acc[p * KF + kw][i] += g[r][i] * v[i];
-        }
+        const T* xp = xn + id * xsd + ih * xsh + (cc::index_t)f * xsw;
+        constexpr int K1 = KF > 0 ? KF : 1, S1 = S > 0 ? S : 1;
+        if (valid >= RX)
+          dwcl::wgrad_row<K1, S1, VEC, false>(xp, xsw, f, IW, g, acc, p * K1, valid);
+        else
+          dwcl::wgrad_row<K1, S1, VEC, true>(xp, xsw, f, IW, g, acc, p * K1, valid);
       }
     } else {
 #pragma unroll
@@ -348,8 +386,12 @@ depthwise_cl_wgrad(const T* __restrict__ x,
     }
   }
   // Block sum over threadIdx.y in a fixed order, one tap at a time (constant indices keep acc in
-  // registers); row 0 of threads writes the chunk's partial sums.
+  // registers): the block's threads share the cb channel sums of a tap (a thread per channel,
+  // adding the BY rows in order; one thread row summing its channel vectors left the block
+  // waiting on it) and write the chunk's partial sums.
   const int first_tap = KF > 0 ? pass * PR * KW : pass * TP;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+  const int cbase = blockIdx.y * cb;
 #pragma unroll
   for (int t = 0; t < NA; ++t) {
     if (first_tap + t >= taps) break;
@@ -357,13 +399,10 @@ depthwise_cl_wgrad(const T* __restrict__ x,
 #pragma unroll
     for (int i = 0; i < VEC; ++i) red[threadIdx.y * cb + threadIdx.x * VEC + i] = acc[t][i];
     __syncthreads();
-    if (threadIdx.y == 0 && live) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        A s = A(0);
-        for (int y = 0; y < (int)blockDim.y; ++y) s += red[y * cb + threadIdx.x * VEC + i];
-        partial[((cc::index_t)chunk * C + c0 + i) * taps + first_tap + t] = s;
-      }
+    for (int e = tid; e < cb && cbase + e < C; e += nt) {
+      A s = A(0);
+      for (int y = 0; y < (int)blockDim.y; ++y) s += red[y * cb + e];
+      partial[((cc::index_t)chunk * C + cbase + e) * taps + first_tap + t] = s;
     }
   }
 }
