@@ -45,6 +45,7 @@ WGRAD_WAVES = 1
 WGRAD_MIN_RUNS = 1
 WGRAD_PLAN_SMS = 132
 
+
 def _acc_bytes(dtype: str) -> int:
     return itemsize(compute_dtype(dtype))
 
@@ -250,6 +251,7 @@ def wgrad_plan(geom: ConvGeometry, vec: int, sms: int = WGRAD_PLAN_SMS) -> ClWgr
     runs_per_chunk = math.ceil(runs / chunks)
     chunks = math.ceil(runs / runs_per_chunk)
     return ClWgradPlan(plan, chunks, runs_per_chunk, passes)
+
 
 def wgrad_shape(geom: ConvGeometry, wp: ClWgradPlan, x_strides: tuple[int, ...],
                 dy_strides: tuple[int, ...]) -> LaunchShape:
