@@ -10,7 +10,9 @@ Prints one line per (layer, dtype, pass): ms for each (vec, rounds) setting, the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import multiprocessing
 import sys
 import zlib
 from pathlib import Path
@@ -48,6 +50,27 @@ def nhwc_depthwise_operands(torch, dtypes, l2_bytes: int):
                                                    seed=zlib.crc32(entry.label.encode()))
             arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
             yield entry, dtype, geom, nbytes, tensors, arrays
+
+
+def compiled_settings_sweep(doc: str, settings, compile_setting, argv=None):
+    """Start of a sweep over compile-time settings (exp_depthwise_walk, exp_depthwise_wgrad_cl):
+    the options (--dtypes, --settings: names of ``settings``, --out), each setting's modules
+    compiled first in parallel processes (``compile_setting(name, dtypes=...)`` -> a line to
+    print; CuPy's disk cache keeps them), then PyTorch with cuDNN autotuning.  Returns (args,
+    dtypes, names, torch, PyTorch's graph timer, L2 bytes)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--settings", default=",".join(settings))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    dtypes, names = tuple(args.dtypes.split(",")), args.settings.split(",")
+    with multiprocessing.get_context("spawn").Pool(len(names)) as pool:
+        for line in pool.map(functools.partial(compile_setting, dtypes=dtypes), names):
+            print(line, flush=True)
+    torch = measure.load_torch()
+    torch.backends.cudnn.benchmark = True
+    torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
+    return args, dtypes, names, torch, torch_graph_ms, measure.device_facts()["l2_bytes"]
 
 
 def use(dtype: str, vec: int, rounds: int) -> None:

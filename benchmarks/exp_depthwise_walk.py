@@ -15,10 +15,7 @@ then timed one after another.
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -29,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import measure  # noqa: E402
 from bench_depthwise_nets import our_calls, peer_calls  # noqa: E402
-from exp_depthwise_cl import nhwc_depthwise_operands  # noqa: E402
+from exp_depthwise_cl import compiled_settings_sweep, nhwc_depthwise_operands  # noqa: E402
 from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
@@ -71,19 +68,8 @@ def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    dtypes, names = tuple(args.dtypes.split(",")), args.settings.split(",")
-    with multiprocessing.get_context("spawn").Pool(len(names)) as pool:
-        for line in pool.map(functools.partial(compile_setting, dtypes=dtypes), names):
-            print(line, flush=True)
-    torch = measure.load_torch()
-    torch.backends.cudnn.benchmark = True
-    torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
-    l2 = measure.device_facts()["l2_bytes"]
+    args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
+        __doc__, SETTINGS, compile_setting, argv)
     rows = []
     for entry, dtype, geom, nbytes, tensors, arrays in nhwc_depthwise_operands(torch, dtypes, l2):
         layer = entry.layer

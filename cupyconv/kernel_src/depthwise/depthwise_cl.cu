@@ -123,10 +123,10 @@ __device__ __forceinline__ void stage_filters(const T* __restrict__ w, A* wsm, i
 }
 
 // Backward-weight, one kernel row of one run: acc[base + kw] += g[r] * x[window entry (r, kw)]
-// over the run's pixels r (all of them, or with PARTIAL those r < valid: pixels past the row end take no
-// part, since their zero dy times an infinite x would be NaN).  Full runs take the variant
-// without the test: with it, the branches kept the compiler from issuing the window's loads
-// together (SASS, sm_90: one load in flight at a time).
+// over the run's pixels r: all of them, or with PARTIAL those r < valid (pixels past the row end
+// take no part, since their zero dy times an infinite x would be NaN).  Full runs take the
+// variant without the test: with it, the branches kept the compiler from issuing the window's
+// loads together (SASS, sm_90: one load in flight at a time).
 template <int KF, int S, int VEC, bool PARTIAL, typename T, typename A, int NA>
 __device__ __forceinline__ void wgrad_row(const T* xp, cc::index_t xsw, int f, int n,
                                           const A (&g)[DWCL_RX][VEC], A (&acc)[NA][VEC],
@@ -287,8 +287,8 @@ depthwise_cl_wgrad(const T* __restrict__ x,
       PH = (int)prm[20], PW = (int)prm[21];
   const cc::index_t xsn = prm[22], xsd = prm[24], xsh = prm[25], xsw = prm[26];  // prm[23]: 1
   const cc::index_t gsn = prm[27], gsd = prm[29], gsh = prm[30], gsw = prm[31];  // prm[28]: 1
-  // A thread's step of BY runs as (rows, runs in a row), from the host: computed here, the two
-  // divisions were redone in the run loop (rematerialized by the compiler to free registers).
+  // A thread's step of BY runs as (rows, runs in a row), from the host: when they were computed
+  // here, the compiler redid the two divisions inside the run loop to free their registers.
   const int step_oh = (int)prm[32], step_i = (int)prm[33];
   typedef typename cc::acc_type<T>::type A;
   typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), 0> Walk;
