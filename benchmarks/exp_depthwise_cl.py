@@ -36,19 +36,22 @@ def settings(dtype: str):
     return [(v, r) for v in vecs for r in (1, 4)]
 
 
-def nhwc_depthwise_operands(torch, dtypes, l2_bytes: int):
-    """For each depthwise layer of the networks and each of ``dtypes``: (entry, dtype, geometry,
-    bytes moved, PyTorch channels-last operand copies rotated past the L2, their CuPy views)."""
-    for entry in [e for e in bench_layers() if e.family == "depthwise"]:
+def depthwise_operands(torch, dtypes, l2_bytes: int, layout: str = "NHWC",
+                       keep=lambda layer: True):
+    """For each depthwise layer of the networks that ``keep`` accepts and each of ``dtypes``:
+    (entry, dtype, geometry, bytes moved, PyTorch operand copies in ``layout`` rotated past the
+    L2, their CuPy views)."""
+    nhwc = layout == "NHWC"
+    for entry in [e for e in bench_layers() if e.family == "depthwise" and keep(e.layer)]:
         layer = entry.layer
         for dtype in dtypes:
-            geom = geometry(layer, dtype, "NHWC")
+            geom = geometry(layer, dtype, layout)
             nbytes = geom.bytes_moved(itemsize(dtype))
             copies = measure.rotation_copies(l2_bytes, nbytes, cap=32)
             shapes = (layer.input_shape(BATCH), layer.weight_shape(), layer.output_shape(BATCH))
-            tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies,
+            tensors = measure.torch_operand_copies(torch, shapes, dtype, nhwc, copies,
                                                    seed=zlib.crc32(entry.label.encode()))
-            arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+            arrays = [tuple(measure.cupy_view(t, nhwc) for t in ops) for ops in tensors]
             yield entry, dtype, geom, nbytes, tensors, arrays
 
 
@@ -88,7 +91,7 @@ def main(argv=None) -> int:
     l2 = measure.device_facts()["l2_bytes"]
     original = dict(channels_last.DEPTHWISE_CL_VECS), channels_last.MAX_ROUNDS
     rows = []
-    for entry, dtype, geom, nbytes, _, arrays in nhwc_depthwise_operands(
+    for entry, dtype, geom, nbytes, _, arrays in depthwise_operands(
             torch, args.dtypes.split(","), l2):
         layer = entry.layer
         calls = our_calls(layer, geom)

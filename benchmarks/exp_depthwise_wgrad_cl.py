@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import measure  # noqa: E402
 from bench_depthwise_nets import our_calls, peer_calls  # noqa: E402
-from exp_depthwise_cl import compiled_settings_sweep, nhwc_depthwise_operands  # noqa: E402
+from exp_depthwise_cl import compiled_settings_sweep, depthwise_operands  # noqa: E402
 from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
         __doc__, SETTINGS, compile_setting, argv)
     rows = []
-    for entry, dtype, geom, nbytes, tensors, arrays in nhwc_depthwise_operands(torch, dtypes, l2):
+    for entry, dtype, geom, nbytes, tensors, arrays in depthwise_operands(torch, dtypes, l2):
         ours = our_calls(entry.layer, geom)["backward-weight"]
         peer = peer_calls(torch, entry.layer)["backward-weight"]
         peer(tensors[0])

@@ -41,7 +41,7 @@ def build(ry, mb):
     if ry is not None:
         defines.append(("DP_ROWS(T)", f"((sizeof(T) > 4) ? 2 : {ry})"))
     if mb is not None:
-        defines.append(("DP_MIN_BLOCKS(T, KWB)", f"((sizeof(T) > 4) ? 2 : {mb})"))
+        defines.append(("DP_MIN_BLOCKS(T, KWB, S)", f"((sizeof(T) > 4) ? 2 : {mb})"))
     _depthwise.DEPTHWISE_PLANE = {d: dataclasses.replace(m, defines=tuple(defines))
                                   for d, m in MODULES.items()}
 

@@ -36,7 +36,8 @@ class HostModule:
         entries = "".join(
             f'extern "C" void host_entry_{i}(void* const* args, const unsigned* dims) '
             f"{{ host_launch(&{name}, args, dims); }}\n" for i, name in enumerate(names))
-        source = f'#include "{SHIM}"\n{module.code}\n{entries}'
+        code = module.code.replace("extern __shared__", "extern")  # (host_shim.h: __shared__)
+        source = f'#include "{SHIM}"\n{code}\n{entries}'
         digest = hashlib.sha256((source + SHIM.read_text()).encode()).hexdigest()[:16]
         _BUILD.mkdir(exist_ok=True)
         lib = _BUILD / f"{digest}.so"

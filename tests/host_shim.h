@@ -22,7 +22,11 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __shared__
+// Static __shared__ arrays become function-local statics: one copy per kernel instantiation, seen
+// by every thread of the running block (blocks run one after another), as on the GPU.  The
+// dynamic `extern __shared__` declarations lose the qualifier before compiling (host_kernels.py)
+// and name smem_raw below.
+#define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 
 struct host_dim3 {

@@ -366,17 +366,37 @@ PLANE_VARIANTS = tuple((w, 0) for w in PLANE_WIDTHS) + tuple((plane_width(k), k)
 FILTER_PLANE = {d: KernelModule("signal/filter_plane.cu", ("filter_plane",), (d,), variants=PLANE_VARIANTS)
                 for d in PLANE_DTYPES}
 # The depthwise forward on the same row walk (depthwise_plane.cu): the same width buckets and
-# squares; float16 too (computed in float32).
+# squares; float16 and bfloat16 too (computed in float32).  Template <T, KWB, KF, S, E>: here
+# stride S = 1 and window offset E = 0 (no defaults: HIPRTC finds no lowered name for a name
+# expression that leaves a defaulted argument out).
 DEPTHWISE_PLANE = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane",), (d,),
-                                   variants=PLANE_VARIANTS) for d in DTYPES}
-# Its backward-weight: 3x3 only (a lane keeps KF x KF sums in registers).
-PLANE_WGRAD_VARIANT = (plane_width(3), 3)
+                                   variants=tuple(v + (1, 0) for v in PLANE_VARIANTS))
+                   for d in DTYPES}
+# Its backward-weight: 3x3 only at stride 1 (a lane keeps KF x KF sums in registers).
+PLANE_WGRAD_VARIANT = (plane_width(3), 3, 1, 0)
 DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
                                          variants=(PLANE_WGRAD_VARIANT,)) for d in DTYPES}
+# Stride 2 in H and W on the same kernels, square filters only: one binary per (dtype, KF, pass),
+# one instantiation per window offset E = -PW mod 4 (plane_walk.cuh), so a first call compiles
+# four small kernels, not every filter size's.  Backward-weight: 3x3 and 5x5.
+PLANE_STRIDE2_KF = (3, 5, 7)
+PLANE_STRIDE2_WGRAD_KF = (3, 5)
+# The plane backward-weight kernel's filter sizes, by stride.
+PLANE_WGRAD_KF = {1: (PLANE_WGRAD_VARIANT[1],), 2: PLANE_STRIDE2_WGRAD_KF}
+
+
+def depthwise_plane_stride2_module(dtype: str, kf: int, wgrad: bool = False) -> KernelModule:
+    """The stride-2 plane kernel (forward, or backward-weight if ``wgrad``) for ``kf`` x ``kf``
+    filters: template ``<T, KWB, KF, 2, E>``, variants E = 0 .. 3."""
+    template = "depthwise_plane_wgrad" if wgrad else "depthwise_plane"
+    return KernelModule("depthwise/depthwise_plane.cu", (template,), (dtype,),
+                        tile=(plane_width(kf), kf, 2), variants=tuple((e,) for e in range(4)))
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
     DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + tuple(
+    depthwise_plane_stride2_module(dtype, kf, wgrad) for dtype in DTYPES
+    for wgrad, kfs in ((False, PLANE_STRIDE2_KF), (True, PLANE_STRIDE2_WGRAD_KF)) for kf in kfs) + tuple(
     grouped_module(dtype) for dtype in DTYPES) + (
     STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, CHUNK_SUM, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(

@@ -1,8 +1,9 @@
 """Depthwise convolution (groups == input channels): forward, backward-data, backward-weight.
 
 Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
-3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation runs on
-the plane kernels (the row walk of the signal API's image filter); other channels-first problems
+3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation, and
+those of square 3x3, 5x5, 7x7 filters (backward-weight: 3x3, 5x5) at stride 2, run on the plane
+kernels (the row walk of the signal API's image filter); other channels-first problems
 run on the tile kernels when their window fits in shared memory.  Channels-last problems without
 a channel multiplier whose activations have unit channel stride run on the channels-last kernels
 (:mod:`cupyconv._depthwise.channels_last`), and so does channels-first backward-data with a
@@ -28,8 +29,9 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
                                     DEPTHWISE_PLANE_WGRAD, DEPTHWISE_WGRAD_GATHER,
                                     DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS, PLANE_SQUARES,
-                                    PLANE_WGRAD_VARIANT,
-                                    depthwise_gather_module, depthwise_tile_module,
+                                    PLANE_STRIDE2_KF, PLANE_WGRAD_KF, PLANE_WGRAD_VARIANT,
+                                    KernelModule, depthwise_gather_module,
+                                    depthwise_plane_stride2_module, depthwise_tile_module,
                                     depthwise_wgrad_module, plane_rows_per_thread, plane_width)
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
                                    sm_count, spatial_args)
@@ -155,7 +157,9 @@ class PlanePlan:
     """Work split of the plane kernel (depthwise_plane.cu): items of RY rows x a strip of 4 * qw
     columns, numbered plane by plane (cpp per plane, strips per row); gw lane groups per warp; a
     block of `warps` warps takes ipb consecutive items (`rounds` per group) and stages the taps of
-    the at most sp planes they touch; strip columns start at s * 4 * qw - d."""
+    the at most sp planes they touch; strip columns start at s * 4 * qw - d.  ``stride``: 1, or 2
+    in H and W (square kf filters), where a lane's input window starts ``e`` columns before its
+    first input column (the kernel's E)."""
 
     kwb: int
     kf: int
@@ -170,6 +174,8 @@ class PlanePlan:
     itemsize: int  # of the compute type (float32 for float16 and bfloat16)
     kh: int
     ry: int  # output rows per item: the kernel's DP_ROWS
+    stride: int = 1
+    e: int = 0
 
     @property
     def ipb(self) -> int:
@@ -188,6 +194,14 @@ class PlanePlan:
     def blocks(self, planes: int) -> int:
         return math.ceil(planes * self.cpp / self.ipb)
 
+    def kernel(self, dtype: str, wgrad: bool = False) -> tuple[KernelModule, tuple[int, ...]]:
+        """(module, template variant) of this plan's forward (or backward-weight) kernel."""
+        if self.stride == 2:
+            return depthwise_plane_stride2_module(dtype, self.kf, wgrad), (self.e,)
+        if wgrad:
+            return DEPTHWISE_PLANE_WGRAD[dtype], PLANE_WGRAD_VARIANT
+        return DEPTHWISE_PLANE[dtype], (self.kwb, self.kf, 1, 0)
+
 
 # Work split defaults from benchmarks/sweep_depthwise_plane.py (H100, 3x3, batch 32, ms per
 # launch): float32 (144, 56^2) 4 warps x 2 rounds 0.0602 against 8 x 1 0.0642 and 4 x 1 0.0629;
@@ -202,24 +216,30 @@ PLANE_MIN_BLOCKS = 1024
 def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
                rounds: int | None = None, ry: int | None = None) -> PlanePlan | None:
     """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
-    channels-last, a depth extent, stride or dilation in H or W, or filters wider than
-    the largest width bucket.  ``vec_out``: the output base is 16-byte aligned (with d == 0 and
-    OW % 4 == 0 the kernel stores quads directly, else through a shared buffer).  ``warps`` and
+    channels-last, a depth extent, dilation in H or W, a stride other than 1 or (2, 2) (2: only
+    square PLANE_STRIDE2_KF filters), or filters wider than the largest width bucket.
+    ``vec_out``: the output base is 16-byte aligned (with d == 0 and OW % 4 == 0 the kernel
+    stores quads directly, else through a shared buffer).  ``warps`` and
     ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a
     kernel built for it) are there for sweeps."""
     if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
         return None
     g3 = geom.as_3d()
     if (g3["spatial"][0] != 1 or g3["kernel"][0] != 1 or g3["out_spatial"][0] != 1
-            or g3["stride"][1:] != (1, 1) or g3["dilation"][1:] != (1, 1)):
+            or g3["stride"][1:] not in ((1, 1), (2, 2)) or g3["dilation"][1:] != (1, 1)):
         return None
     kh, kw = g3["kernel"][1:]
+    stride = g3["stride"][1]
     kwb = plane_width(kw)
-    if kwb is None:
+    if kwb is None or (stride == 2 and not (kh == kw and kh in PLANE_STRIDE2_KF)):
         return None
     oh, ow = g3["out_spatial"][1:]
     acc_size = _acc_bytes(geom.dtype)  # taps, biases and buffers are in the compute type
-    d = -g3["pad_lo"][2] % 4
+    pw = g3["pad_lo"][2]
+    # stride 1: strips start d columns early so that lane windows start on a multiple of 4;
+    # stride 2: the window starts e = -PW mod 4 columns early instead (e + kw <= kwb + 2 holds
+    # for every square bucket), and strips stay aligned for vector stores.
+    d, e = (-pw % 4, 0) if stride == 1 else (0, -pw % 4)
     strips = math.ceil((ow + d) / 128)
     qw = math.ceil(math.ceil((ow + d) / strips) / 4)
     gw = 32 // qw
@@ -234,7 +254,7 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
             rounds //= 2
     kf = kh if kh == kw and kh in PLANE_SQUARES else 0
     return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
-                     vec_out and d == 0 and ow % 4 == 0, acc_size, kh, ry)
+                     vec_out and d == 0 and ow % 4 == 0, acc_size, kh, ry, stride, e)
 
 
 def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...]) -> bool:
@@ -267,8 +287,8 @@ def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: b
     """The plane kernel's forward launch under ``plane``; ``vec_in``: x's rows are 16-byte aligned
     with a multiple of 4 columns (``vector_rows``)."""
     g3 = geom.as_3d()
-    fn = jit.get_function(DEPTHWISE_PLANE[geom.dtype], "depthwise_plane", geom.dtype,
-                          (plane.kwb, plane.kf))
+    module, variant = plane.kernel(geom.dtype)
+    fn = jit.get_function(module, "depthwise_plane", geom.dtype, variant)
     planes = geom.batch * geom.out_channels
     return Launch(fn, (plane.blocks(planes),), (32 * plane.warps,),
                   ints((has_bias, geom.out_channels, geom.out_channels // geom.in_channels, planes)
@@ -431,10 +451,11 @@ PLANE_WGRAD_ROUNDS = 4
 
 @memoized(1024)
 def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
-    """(plan, chunks) of the plane backward-weight kernel (3x3 only), or None: then the tile or
-    gather kernel.  Block (k, chunk) takes plan.ipb of channel k's batch * plan.cpp items."""
+    """(plan, chunks) of the plane backward-weight kernel (3x3 at stride 1; 3x3 and 5x5 at stride
+    2), or None: then the tile or gather kernel.  Block (k, chunk) takes plan.ipb of channel k's
+    batch * plan.cpp items."""
     plan = plane_plan(geom)
-    if plan is None or (plan.kwb, plan.kf) != PLANE_WGRAD_VARIANT:
+    if plan is None or plan.kf not in PLANE_WGRAD_KF[plan.stride]:
         return None
     items = geom.batch * plan.cpp
     if rounds is None:
@@ -450,11 +471,10 @@ def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
 def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool) -> Launch:
     """The plane backward-weight launch (partial sums per chunk) under ``plan``."""
     g3 = geom.as_3d()
-    fn = jit.get_function(DEPTHWISE_PLANE_WGRAD[geom.dtype], "depthwise_plane_wgrad", geom.dtype,
-                          PLANE_WGRAD_VARIANT)
+    module, variant = plan.kernel(geom.dtype, wgrad=True)
+    fn = jit.get_function(module, "depthwise_plane_wgrad", geom.dtype, variant)
     threads = 32 * plan.warps
-    taps = PLANE_WGRAD_VARIANT[1] ** 2  # KF x KF sums per thread, then 32 per tap
-    smem = taps * (threads + 32) * _acc_bytes(geom.dtype)
+    smem = plan.kf ** 2 * (threads + 32) * _acc_bytes(geom.dtype)  # KF x KF per thread, 32 per tap
     return Launch(fn, (geom.out_channels, chunks), (threads,),
                   ints((geom.out_channels, geom.out_channels // geom.in_channels, geom.batch)
                        + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["pad_lo"][1:]

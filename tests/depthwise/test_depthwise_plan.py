@@ -16,11 +16,11 @@ SHAPES = [(1, 1), (7, 7), (14, 14), (28, 28), (56, 56), (112, 112), (9, 70), (1,
 
 
 def _geom(sp, k=3, c=8, mult=1, layout="NCHW", dtype="float32", **opts):
-    nd = len(sp)
+    ks = k if isinstance(k, tuple) else (k,) * len(sp)
     if layout == "NHWC":
-        xs, ws = (2, *sp, c), (c * mult, *(k,) * nd, 1)
+        xs, ws = (2, *sp, c), (c * mult, *ks, 1)
     else:
-        xs, ws = (2, c, *sp), (c * mult, 1, *(k,) * nd)
+        xs, ws = (2, c, *sp), (c * mult, 1, *ks)
     return ConvGeometry.from_shapes(xs, ws, groups=c, layout=layout, dtype=dtype, **opts)
 
 
@@ -146,7 +146,8 @@ def _model_plane_items(geom, plan):
                 plane, rem = divmod(item, plan.cpp)
                 chunk, strip = divmod(rem, plan.strips)
                 oh0, ow0 = chunk * plan.ry, strip * 4 * plan.qw - plan.d
-                assert (ow0 - geom.as_3d()["pad_lo"][2]) % 4 == 0  # aligned input quads
+                # aligned input quads: the window starts e columns before the strip's first
+                assert (plan.stride * ow0 - geom.as_3d()["pad_lo"][2] - plan.e) % 4 == 0
                 for q in range(plan.qw):
                     for i in range(plan.ry):
                         for j in range(4):
@@ -156,13 +157,17 @@ def _model_plane_items(geom, plan):
     return count, most
 
 
-@pytest.mark.parametrize("sp,k,pad", [((56, 56), (3, 3), 1), ((7, 7), (3, 3), 1),
-                                      ((5, 130), (3, 3), 1), ((6, 257), (2, 5), 4),
-                                      ((9, 1), (3, 1), 0), ((3, 4), (7, 7), 6),
-                                      ((20, 64), (3, 5), 4), ((30, 12), (1, 16), 8)])
+@pytest.mark.parametrize("sp,k,pad,stride", [
+    ((56, 56), (3, 3), 1, 1), ((7, 7), (3, 3), 1, 1), ((5, 130), (3, 3), 1, 1),
+    ((6, 257), (2, 5), 4, 1), ((9, 1), (3, 1), 0, 1), ((3, 4), (7, 7), 6, 1),
+    ((20, 64), (3, 5), 4, 1), ((30, 12), (1, 16), 8, 1),
+    # stride 2: every window offset e, strips of 128 outputs over 257-513 input columns
+    ((56, 56), (3, 3), 1, 2), ((15, 13), (5, 5), 2, 2), ((9, 300), (7, 7), 3, 2),
+    ((8, 517), (3, 3), 0, 2), ((11, 9), (3, 3), 2, 2)])
 @pytest.mark.parametrize("warps,rounds", [(None, None), (4, 1), (8, 3), (5, 2)])
-def test_plane_plan_covers_every_output_once(sp, k, pad, warps, rounds):
-    g = ConvGeometry.from_shapes((2, 3, *sp), (6, 1, *k), padding=pad, groups=3, dtype="float32")
+def test_plane_plan_covers_every_output_once(sp, k, pad, stride, warps, rounds):
+    g = ConvGeometry.from_shapes((2, 3, *sp), (6, 1, *k), padding=pad, groups=3, stride=stride,
+                                 dtype="float32")
     kw = {} if warps is None else dict(warps=warps, rounds=rounds)
     plan = plane_plan(g, **kw)
     assert plan is not None
@@ -180,9 +185,17 @@ def test_plane_plan_applies_only_where_the_kernel_does():
     assert plane_plan(_geom((50,), padding=2)) is not None  # 1-D: one row per plane
     assert plane_plan(_geom((56, 56), dtype="float64", padding=1)).ry == 2
     assert plane_plan(_geom((56, 56), dtype="float16", padding=1)).itemsize == 4  # float math
-    refused = [_geom((56, 56), layout="NHWC", **base),
-               _geom((56, 56), stride=2, padding=1), _geom((56, 56), dilation=2, padding=2),
-               _geom((20, 40), k=17, padding=8), _geom((4, 9, 10), padding=1)]
+    # stride 2: square 3x3, 5x5, 7x7 filters; the window offset is -PW mod 4, strips unshifted
+    for k, pad, e in ((3, 1, 3), (5, 2, 2), (7, 3, 1), (3, 0, 0), (3, (1, 2), 2)):
+        g = _geom((32, 32), k=k, stride=2, padding=pad)
+        p = plane_plan(g)
+        assert (p.stride, p.kf, p.e, p.d) == (2, k, e, 0)
+        assert p.vec_out == (g.out_spatial[1] % 4 == 0)
+    refused = [_geom((56, 56), layout="NHWC", **base), _geom((56, 56), dilation=2, padding=2),
+               _geom((20, 40), k=17, padding=8), _geom((4, 9, 10), padding=1),
+               _geom((56, 56), stride=(2, 1), padding=1), _geom((56, 56), stride=3, padding=1),
+               _geom((56, 56), k=4, stride=2, padding=1), _geom((56, 56), k=(3, 5), stride=2),
+               _geom((56, 56), stride=2, dilation=2, padding=2), _geom((50,), stride=2, padding=1)]
     assert all(plane_plan(g) is None for g in refused)
     g = _geom((9, 12), padding=1)
     assert contiguous_planes(g, (8 * 108, 108, 0, 12, 1))

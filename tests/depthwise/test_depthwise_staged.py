@@ -7,7 +7,6 @@ for by a NumPy copy) and the channels-last kernel (depthwise_cl.cu) through host
 against the float64 reference, with poisoned outputs and scratch.  The GPU run is in
 test_gpu_depthwise.py (test_staged_backward_data_matches_reference)."""
 
-import contextlib
 import dataclasses
 import zlib
 from types import SimpleNamespace
@@ -16,17 +15,14 @@ import numpy as np
 import pytest
 
 from cupyconv import reference
-from cupyconv._core import copy as core_copy
-from cupyconv._core import jit
 from cupyconv._core import launch as core_launch
 from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import STRIDED_COPY
 from cupyconv._core.verify import random_array, rel_error, tolerance
 from cupyconv._depthwise import channels_last as cl
 from cupyconv._depthwise import launch
 
-from host_kernels import HostModule, compiler
+from host_route import HostArray, host_empty
 
 
 def _geom(sp, k=3, c=8, mult=1, layout="NCHW", dtype="float32", n=2, **opts):
@@ -101,76 +97,6 @@ def test_packed_helpers_match_arrays():
 
 # ---------------------------------------------------------------------------- the route, on the host
 
-class HostArray(np.ndarray):
-    """A NumPy array with what the launch path reads of a CuPy array: data.ptr, data.device_id and
-    a ``device`` context."""
-
-    @property
-    def data(self):
-        return SimpleNamespace(ptr=self.__array_interface__["data"][0], device_id=0)
-
-    @property
-    def device(self):
-        return contextlib.nullcontext()
-
-
-def _host_empty(shape, dtype):
-    """A NaN-filled, 64-byte aligned C-contiguous HostArray (as a poisoned CuPy allocation)."""
-    dt = numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
-    n = int(np.prod(shape))
-    buf = np.empty(n * dt.itemsize + 64, np.uint8)
-    start = -buf.ctypes.data % 64
-    out = buf[start:start + n * dt.itemsize].view(dt).reshape(shape).view(HostArray)
-    out[...] = np.nan
-    return out
-
-
-_HOST_COPY = dataclasses.replace(STRIDED_COPY, templates=("strided_copy",))
-_MODULES: dict = {}
-
-
-@pytest.fixture
-def host_route(monkeypatch):
-    """Kernels from jit.get_function run on the host; Launch keeps its packed scalars on the host;
-    scratch is poisoned host memory; the tiled transpose (static shared memory, which the host
-    shim does not model) is a NumPy copy that records its shape.  The memoized launches (holding
-    host functions) are dropped around the test."""
-    if compiler() is None:
-        pytest.skip("no host C++ compiler")
-
-    def get_function(module, template, dtype, variant=()):
-        module = _HOST_COPY if module == STRIDED_COPY else module
-        if module not in _MODULES:
-            _MODULES[module] = HostModule(module)
-        name = module.name_expression(template, dtype, variant)
-
-        def call(grid, block, args, shared_mem=0):
-            _MODULES[module].call(name, grid, block, args, shared_mem)
-        return call
-
-    tiled = []
-
-    def transpose_copy(src, dst, dims, a, b):
-        tiled.append(src.shape)
-        dst[...] = src
-
-    passes = []
-    run_pass = launch.run_pass
-
-    def recording_run_pass(geom, *args):
-        passes.append(geom.layout)
-        run_pass(geom, *args)
-
-    monkeypatch.setattr(jit, "get_function", get_function)
-    monkeypatch.setattr(core_launch, "upload_constant", lambda a: a)
-    monkeypatch.setattr(launch, "scratch", _host_empty)
-    monkeypatch.setattr(core_copy, "_transpose_copy", transpose_copy)
-    monkeypatch.setattr(launch, "run_pass", recording_run_pass)
-    launch._pass_launch.cache_clear()
-    yield SimpleNamespace(tiled=tiled, passes=passes)
-    launch._pass_launch.cache_clear()
-
-
 # (dtype, n, c, spatial, kernel, options)
 STAGED_CASES = [
     ("float32", 2, 8, (17, 19), 3, dict(stride=2, padding=1)),
@@ -206,7 +132,7 @@ def _problem(case):
 
 
 def _run(g, dy, w):
-    dx = _host_empty(g.input_shape, g.dtype)
+    dx = host_empty(g.input_shape, g.dtype)
     assert launch.run_depthwise_backward_data(g, dy.view(HostArray), w.view(HostArray), dx) is False
     return np.asarray(dx)
 
@@ -245,7 +171,7 @@ def test_unit_stride_keeps_the_channels_first_pass(host_route, monkeypatch):
     monkeypatch.setattr(launch, "run_pass", lambda geom, *a: seen.append((geom, a[-1])))
     for g in (_geom((9, 11), padding=1), _geom((9, 11), mult=2, stride=2, padding=1)):
         seen.clear()
-        launch.run_depthwise_backward_data(g, _host_empty(g.output_shape, g.dtype),
-                                           _host_empty(g.weight_shape, g.dtype),
-                                           _host_empty(g.input_shape, g.dtype))
+        launch.run_depthwise_backward_data(g, host_empty(g.output_shape, g.dtype),
+                                           host_empty(g.weight_shape, g.dtype),
+                                           host_empty(g.input_shape, g.dtype))
         assert len(seen) == 1 and seen[0] == (g, True)

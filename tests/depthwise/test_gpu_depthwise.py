@@ -100,9 +100,9 @@ def test_depthwise_passes_match_reference(case, layout, dtype):
 
 def test_grid_reaches_every_kernel():
     """The case list runs the tile and the gather kernels of every pass, and the plane kernels
-    (else a kernel would go untested on the GPU).  (float16 and strided problems keep the tile
-    kernels' forward path in use; strided backward-data with a channel multiplier its transposed
-    path, the rest staging through channels-last.)"""
+    (else a kernel would go untested on the GPU).  (Dilated, 3-d and strided problems other than
+    square filters at stride 2 keep the tile kernels' forward path in use; strided backward-data
+    with a channel multiplier its transposed path, the rest staging through channels-last.)"""
     kinds = set()
     for case in DW_CASES:
         for layout in LAYOUTS:
@@ -122,7 +122,8 @@ def test_grid_reaches_every_kernel():
 # Forward problems of the plane kernel (depthwise_plane.cu): plane widths from 1 column to three
 # strips, square and generic filters of every width bucket, filters taller than the plane,
 # asymmetric and oversized padding, a pad with d == 0 and OW % 4 == 0 (direct vector stores),
-# channel multipliers.  (n, c, mult, (H, W), (KH, KW), padding)
+# channel multipliers; at stride 2, square filters with every window offset E = -PW mod 4.
+# (n, c, mult, (H, W), (KH, KW), padding[, stride])
 PLANE_CASES = [
     (2, 5, 1, (9, 1), (3, 1), [(1, 1), (0, 0)]),
     (1, 3, 2, (7, 7), (3, 3), 1),
@@ -135,19 +136,27 @@ PLANE_CASES = [
     (2, 3, 1, (10, 24), (1, 16), [(0, 0), (8, 7)]),
     (1, 2, 1, (4, 8), (9, 11), 6),
     (3, 1, 1, (3, 4), (4, 2), [(3, 0), (1, 2)]),
+    (1, 6, 1, (56, 56), (3, 3), 1, 2),
+    (2, 4, 1, (13, 13), (5, 5), 2, 2),
+    (1, 2, 3, (11, 60), (7, 7), 3, 2),
+    (1, 3, 1, (9, 10), (3, 3), 0, 2),
+    (1, 2, 1, (5, 517), (3, 3), [(1, 1), (2, 1)], 2),
+    (2, 3, 1, (112, 112), (3, 3), [(0, 1), (0, 1)], 2),
+    (1, 2, 1, (3, 4), (7, 7), 3, 2),
 ]
 
 
 def _plane_id(case):
-    n, c, m, sp, k, p = case
-    return f"c{c}m{m}-{sp[0]}x{sp[1]}-k{k[0]}x{k[1]}-p{p}".replace(" ", "")
+    n, c, m, sp, k, p, *stride = case
+    s = f"-s{stride[0]}" if stride else ""
+    return f"c{c}m{m}-{sp[0]}x{sp[1]}-k{k[0]}x{k[1]}-p{p}{s}".replace(" ", "")
 
 
 def _plane_problem(case, dtype):
     """(x shape, w shape, y shape, conv options, geometry) of a plane-kernel case."""
-    n, c, m, sp, k, pad = case
+    n, c, m, sp, k, pad, *stride = case
     xs, ws = (n, c, *sp), (c * m, 1, *k)
-    opts = dict(padding=pad, groups=c)
+    opts = dict(padding=pad, groups=c, stride=stride[0] if stride else 1)
     g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
     return xs, ws, g.output_shape, opts, g
 
@@ -160,8 +169,8 @@ def _misaligned(cupy, a):
     return out
 
 
-@pytest.mark.parametrize("case,dtype", with_dtypes(PLANE_CASES, [PLANE_CASES[i] for i in (1, 3, 7, 9)],
-                                                   ids=_plane_id))
+@pytest.mark.parametrize("case,dtype", with_dtypes(
+    PLANE_CASES, [PLANE_CASES[i] for i in (1, 3, 7, 9, 11, 12)], ids=_plane_id))
 def test_plane_kernel_forward(case, dtype):
     """conv routes these to the plane kernel; aligned and misaligned input rows and outputs, with
     and without bias, against the float64 reference."""
@@ -184,7 +193,7 @@ def test_plane_kernel_forward(case, dtype):
 
 
 @pytest.mark.parametrize("warps,rounds", [(4, 1), (4, 3), (8, 2), (5, 8)])
-@pytest.mark.parametrize("case", [PLANE_CASES[i] for i in (1, 3, 7)], ids=_plane_id)
+@pytest.mark.parametrize("case", [PLANE_CASES[i] for i in (1, 3, 7, 11, 15)], ids=_plane_id)
 def test_plane_kernel_work_splits(case, warps, rounds):
     """Other warps per block and rounds per block than the default plan (blocks that straddle
     planes, a last block with idle groups)."""
@@ -201,8 +210,9 @@ def test_plane_kernel_work_splits(case, warps, rounds):
     assert rel_error(y, ref) <= tolerance("float32", ref)
 
 
-# 3x3 problems of the plane backward-weight kernel: narrow and wide planes (up to three strips),
-# pads that shift the strips by every d (0 .. 3), asymmetric pads, channel multipliers.
+# Problems of the plane backward-weight kernel, 3x3 at stride 1, 3x3 and 5x5 at stride 2: narrow
+# and wide planes (up to three strips), pads that shift the strips by every d (0 .. 3) or the
+# window by every E, asymmetric pads, channel multipliers.
 PLANE_WGRAD_CASES = [
     (2, 3, 1, (7, 7), (3, 3), 1),
     (1, 4, 2, (13, 9), (3, 3), [(0, 2), (2, 0)]),
@@ -211,6 +221,12 @@ PLANE_WGRAD_CASES = [
     (1, 2, 1, (9, 130), (3, 3), [(1, 1), (3, 2)]),
     (1, 1, 1, (5, 257), (3, 3), [(2, 2), (2, 2)]),
     (3, 2, 1, (1, 3), (3, 3), [(1, 1), (1, 1)]),
+    (2, 3, 1, (7, 7), (3, 3), 1, 2),
+    (2, 5, 1, (56, 56), (3, 3), 1, 2),
+    (1, 4, 2, (13, 9), (5, 5), 2, 2),
+    (1, 1, 1, (5, 517), (3, 3), [(2, 2), (2, 2)], 2),
+    (2, 4, 1, (28, 28), (5, 5), [(1, 2), (1, 2)], 2),
+    (1, 3, 1, (10, 11), (3, 3), 0, 2),
 ]
 
 
@@ -237,7 +253,8 @@ def test_plane_kernel_backward_weight(case, dtype):
 
 
 @pytest.mark.parametrize("warps,rounds", [(4, 1), (8, 3), (5, 2)])
-@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4)], ids=_plane_id)
+@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4, 8, 9)],
+                         ids=_plane_id)
 def test_plane_wgrad_work_splits(case, warps, rounds):
     """Other warps and rounds per block than the default plan (chunks whose last block idles)."""
     import cupy
@@ -249,7 +266,7 @@ def test_plane_wgrad_work_splits(case, warps, rounds):
     plan, _ = plane_wgrad_plan(g)
     plan = dataclasses.replace(plan, warps=warps, rounds=rounds)
     chunks = math.ceil(xs[0] * plan.cpp / plan.ipb)
-    partial = poison(cupy.empty((chunks, ws[0], 9), "float32"))
+    partial = poison(cupy.empty((chunks, ws[0], plan.kf ** 2), "float32"))
     plane_wgrad_launch(g, plan, chunks, vector_rows(x, element_strides(x, False)))(x, dy, partial)
     ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
     dw = partial.sum(axis=0).reshape(ws)

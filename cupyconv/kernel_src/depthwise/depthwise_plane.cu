@@ -1,10 +1,10 @@
-// Depthwise forward convolution, channels-first, unit stride and dilation in H and W, filters of
-// at most KWB columns, float16 (computed in float32), float32, float64: every (image, output
-// channel) plane is a 2-D correlation of its input plane (channel k / mult) with its own filter
-// (k), zero padded:
+// Depthwise forward convolution, channels-first, stride S = 1 (filters of at most KWB columns) or
+// S = 2 in both H and W (square KF x KF filters), unit dilation, float16 and bfloat16 (computed in
+// float32), float32, float64: every (image, output channel) plane is a 2-D correlation of its
+// input plane (channel k / mult) with its own filter (k), zero padded:
 //
 //   y[n, k, oh, ow] = bias[k]
-//                     + sum_{kh, kw} x[n, k / mult, oh - PH + kh, ow - PW + kw] * w[k, kh, kw]
+//                     + sum_{kh, kw} x[n, k / mult, S oh - PH + kh, S ow - PW + kw] * w[k, kh, kw]
 //
 // It runs the row walk of plane_walk.cuh (no staged window, no block barrier after the taps, loads
 // always in flight), which the tile kernel in depthwise.cu cannot: that one stages windows behind
@@ -18,16 +18,21 @@
 // groups walk them round by round.
 //
 // Strip columns start at s * 4 * QW - d, where d < 4 makes each lane's first input column a
-// multiple of 4, so rows load as aligned 16-byte quads; a quad outside the row is the zero
-// padding (COLS_QUADS), or, when rows are not 16-byte aligned (`vec_in` false), each element is
-// tested.  Stores: 4-element vectors when output quads are aligned (d == 0, OW % 4 == 0, aligned
+// multiple of 4 at stride 1 (at stride 2, d = 0 and the lane's window starts E = -PW mod 4
+// columns early: plane_walk.cuh), so rows load as aligned 16-byte quads; a quad outside the row
+// is the zero padding (COLS_QUADS), or, when rows are not 16-byte aligned (`vec_in` false), each
+// element is tested.  Stores: 4-element vectors when output quads are aligned (d == 0, OW % 4 == 0, aligned
 // base: `vec_out`), otherwise through a per-warp shared buffer, read back as coalesced rows.
 #include "plane_walk.cuh"
 
 // Resident blocks per SM the register budget is cut for (as filter_plane's FP_MIN_BLOCKS; the
-// depthwise sweep in benchmarks/NOTES.md).  A module define may override it.
+// depthwise sweep in benchmarks/NOTES.md).  Stride 2 holds wider windows (and backward-weight
+// 25 sums at 5x5): at 4 blocks (64 registers) ptxas spilled 36-48 bytes at 3x3 and 110-440 at
+// 5x5.  3 blocks (80 registers; 5x5 still spills 40-190 bytes) measured fastest overall, 2 was
+// faster on large 5x5 planes only (benchmarks/exp_depthwise_plane_s2.py, NOTES.md session 19).
+// A module define may override it.
 #ifndef DP_MIN_BLOCKS
-#define DP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
+#define DP_MIN_BLOCKS(T, KWB, S) (sizeof(T) > 4 ? 2 : (S) > 1 ? 3 : (KWB) <= 8 ? 4 : 3)
 #endif
 
 // Output rows per item (RY; default: the walk's rows_per_thread).  A module define may override
@@ -46,8 +51,8 @@ const int SLOTS = 32;  // most lane groups per warp (QW = 1)
 // Grid: x = ceil(planes * CPP / IPB); block: 32 x warps threads.  Shared memory (the host mirrors
 // it): taps SP x KH x KWB, biases SP (SP: most planes a block touches), then, without vec_out, a
 // RY x 128 buffer per warp.
-template <typename T, int KWB, int KF>
-__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
+template <typename T, int KWB, int KF, int S, int E>
+__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB, S))
 depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                 T* __restrict__ y, const cc::index_t* __restrict__ prm) {
   // Scalar arguments, packed by the host into one array (launch cost: one argument).
@@ -109,10 +114,10 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       oh0 = chunk * RY;
       ow0 = s * 4 * QW - d;
       const T* xp = x + (cc::index_t)((p0 + pp) / mult) * H * W;
-      constexpr int NR = KF == 3 || KF == 5 ? DP_ROWS(T) + KF - 1 : 0;  // unrolled walks
-      fp::walk_chunk<T, A, KWB, RY, true, NR>(acc, xp, taps + pp * TAPS, oh0 - PH,
-                                              ow0 - PW + 4 * q, H, W, KH, KW, cc::BOUNDARY_FILL,
-                                              cols, A(0));
+      constexpr int NR = KF == 3 || KF == 5 ? S * (DP_ROWS(T) - 1) + KF : 0;  // unrolled walks
+      fp::walk_chunk<T, A, KWB, RY, true, NR, S, E>(acc, xp, taps + pp * TAPS, S * oh0 - PH,
+                                                    S * (ow0 + 4 * q) - PW - E, H, W, KH, KW,
+                                                    cc::BOUNDARY_FILL, cols, A(0));
       const A b = bvals[pp];
 #pragma unroll
       for (int i = 0; i < RY; ++i)
@@ -160,17 +165,17 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 // Backward-weight on the same walk, for KF x KF filters fixed at compile time:
 //
 //   partial[chunk, k, kh, kw] = sum over the chunk's items of channel k of
-//                               dy[n, k, oh, ow] * x[n, k / mult, oh - PH + kh, ow - PW + kw]
+//                               dy[n, k, oh, ow] * x[n, k / mult, S oh - PH + kh, S ow - PW + kw]
 //
 // Block (k, chunk) takes items i0 .. i0 + IPB - 1 of channel k (numbered image by image, CPP per
 // plane) in rounds of its lane groups, as the forward kernel.  A lane loads its item's RY x 4 dy
 // values (scalars: the strip's d shift leaves dy quads unaligned), then walks the input rows;
-// input row r meets dy row i through tap row r - i, for all KF columns of taps.  Each lane keeps
+// input row r meets dy row i through tap row r - S i, for all KF columns of taps.  Each lane keeps
 // KF x KF sums over every item it walks; the block adds them in a fixed order (shared memory, no
 // atomics), and chunk_sum.cu adds the chunks in a fixed order: bitwise repeatable.
 // Grid: (K, chunks); shared memory: KF * KF * blockDim.x accumulators.
-template <typename T, int KWB, int KF>
-__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB))
+template <typename T, int KWB, int KF, int S, int E>
+__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB, S))
 depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
                       typename cc::acc_type<T>::type* __restrict__ partial,
                       const cc::index_t* __restrict__ prm) {
@@ -214,17 +219,18 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
         const bool in = r < OH && (unsigned)c < (unsigned)OW;
         g[i][j] = in ? cc::load_as<A>(gp[(cc::index_t)r * OW + c]) : A(0);
       }
-    fp::walk_rows<T, A, KWB, true, RY + KF - 1>(xp, oh0 - PH, RY + KF - 1, ow0 - PW, H, W, KF,
-                                                cc::BOUNDARY_FILL, cols, A(0),
-                                                [&](int r, const fp::Window<A, KWB>& cur) {
+    constexpr int NR = S * (DP_ROWS(T) - 1) + KF;
+    fp::walk_rows<T, A, KWB, true, NR, S, E>(xp, S * oh0 - PH, NR, S * ow0 - PW - E, H, W, KF,
+                                             cc::BOUNDARY_FILL, cols, A(0),
+                                             [&](int r, const fp::Window<A, KWB, S>& cur) {
 #pragma unroll
       for (int i = 0; i < RY; ++i) {
-        const int kh = r - i;
+        const int kh = r - S * i;
         if (kh >= 0 && kh < KF) {
 #pragma unroll
           for (int kw = 0; kw < KF; ++kw)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cur[j + kw];
+            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cur[E + S * j + kw];
         }
       }
     });

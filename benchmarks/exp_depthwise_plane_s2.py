@@ -1,0 +1,118 @@
+"""Channels-first depthwise at stride 2 on the plane row walk (depthwise_plane.cu, S = 2): device
+time of the forward and backward-weight passes on every strided depthwise layer of MobileNetV2
+and EfficientNet-B0 (batch 32, NCHW) for the tile kernels the strided layers ran on before
+("tile") and the plane kernels at several register budgets (DP_MIN_BLOCKS: resident blocks per
+SM the launch bounds cut registers for), beside PyTorch's (cuDNN autotuned), so the budget can be
+set from measurements (issue 17).
+
+    python3 benchmarks/exp_depthwise_plane_s2.py [--dtypes float32,float16] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import measure  # noqa: E402
+from bench_depthwise_nets import our_calls, peer_calls  # noqa: E402
+from exp_depthwise_cl import compiled_settings_sweep, depthwise_operands  # noqa: E402
+from cupyconv._core import kernels  # noqa: E402
+from cupyconv._core.caches import clear_caches  # noqa: E402
+from cupyconv._depthwise import launch  # noqa: E402
+
+PASSES = ("forward", "backward-weight")
+# name -> blocks per SM for the float and 16-bit stride-2 kernels (None: the plane kernels off,
+# the tile kernels; "default": the source's DP_MIN_BLOCKS)
+SETTINGS = {"tile": None, "default": "default", "b4": 4, "b3": 3, "b2": 2}
+
+_PLANE_PLAN, _PLANE_WGRAD_PLAN = launch.plane_plan, launch.plane_wgrad_plan
+_STRIDE2_MODULE = kernels.depthwise_plane_stride2_module
+
+
+def _stride2_module(budget):
+    def module(dtype, kf, wgrad=False):
+        m = _STRIDE2_MODULE(dtype, kf, wgrad)
+        if budget == "default":
+            return m
+        define = ("DP_MIN_BLOCKS(T, KWB, S)", f"(sizeof(T) > 4 ? 2 : {budget})")
+        return dataclasses.replace(m, defines=(define,))
+    return module
+
+
+def _unless_strided(plan):
+    return lambda geom, *a, **k: None if geom.stride != (1, 1) else plan(geom, *a, **k)
+
+
+def use(name: str) -> None:
+    budget = SETTINGS[name]
+    launch.plane_plan = _unless_strided(_PLANE_PLAN) if budget is None else _PLANE_PLAN
+    launch.plane_wgrad_plan = (_unless_strided(_PLANE_WGRAD_PLAN) if budget is None
+                               else _PLANE_WGRAD_PLAN)
+    launch.depthwise_plane_stride2_module = _stride2_module(budget or "default")
+    clear_caches()
+
+
+def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
+    """Compile the stride-2 plane modules of one setting (run in a child process)."""
+    from cupyconv._core import jit
+
+    use(name)
+    t0 = time.perf_counter()
+    if SETTINGS[name] is not None:
+        for dtype in dtypes:
+            for wgrad, kfs in ((False, kernels.PLANE_STRIDE2_KF),
+                               (True, kernels.PLANE_STRIDE2_WGRAD_KF)):
+                for kf in kfs:
+                    module = launch.depthwise_plane_stride2_module(dtype, kf, wgrad)
+                    template = module.templates[0]
+                    for variant in module.variants:
+                        jit.get_function(module, template, dtype, variant)
+    return f"{name}: compiled in {time.perf_counter() - t0:.1f} s"
+
+
+def main(argv=None) -> int:
+    args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
+        __doc__, SETTINGS, compile_setting, argv)
+    rows = []
+    for entry, dtype, geom, nbytes, tensors, arrays in depthwise_operands(
+            torch, dtypes, l2, "NCHW", keep=lambda layer: layer.stride == 2):
+        for name in PASSES:
+            ours = our_calls(entry.layer, geom)[name]
+            peer = peer_calls(torch, entry.layer)[name]
+            peer(tensors[0])
+            times = {"torch": measure.rotated_graph_ms(peer, tensors, torch_graph_ms, repeat=3,
+                                                       target_ms=5.0)}
+            for setting in names:
+                use(setting)
+                times[setting] = measure.rotated_graph_ms(ours, arrays, measure.cupy_graph_ms,
+                                                          repeat=3, target_ms=5.0)
+            best = min((k for k in times if k != "torch"), key=times.get)
+            rows.append({"layer": entry.label, "dtype": dtype, "pass": name, "bytes": nbytes,
+                         "ms": times, "best": best})
+            print(f"{entry.label:22s} {dtype:8s} {name:15s} torch {times['torch']:.4f} | "
+                  + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
+                              for k, v in times.items() if k != "torch"), flush=True)
+        del tensors, arrays
+        measure.release_memory(torch)
+    use("default")
+    for name in PASSES:
+        for setting in names:
+            for dtype in dtypes:
+                ratios = [r["ms"]["torch"] / r["ms"][setting] for r in rows
+                          if r["dtype"] == dtype and r["pass"] == name]
+                print(f"{name:15s} {setting:8s} {dtype:8s} geomean "
+                      f"{measure.geomean(ratios):.2f}x min {min(ratios):.2f}x", flush=True)
+    if args.out:
+        Path(args.out, "exp-depthwise-plane-s2.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

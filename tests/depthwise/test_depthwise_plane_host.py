@@ -1,0 +1,100 @@
+"""The channels-first plane kernels (depthwise_plane.cu) on the CPU, through the launch path
+(run_depthwise, run_depthwise_backward_weight under the ``host_route`` fixture): forward with
+bias, backward-weight with its fixed-order chunk sum; stride 1 and stride 2 with every window
+offset E; 16-byte aligned and unaligned input rows; vector and buffered stores; a channel
+multiplier; planes of several strips -- against the float64 reference, outputs and scratch
+poisoned.  The GPU runs are in test_gpu_depthwise.py."""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from cupyconv import reference
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.verify import random_array, rel_error, tolerance
+from cupyconv._depthwise import launch
+from cupyconv._depthwise.launch import plane_plan, plane_wgrad_plan
+
+from host_route import HostArray, host_empty
+
+# (dtype, n, c, mult, spatial, kernel, options): which walk, offset and store each exercises
+CASES = [
+    ("float32", 2, 3, 1, (9, 12), 3, dict(stride=2, padding=1)),      # E 3, aligned rows, OW 6
+    ("float32", 1, 4, 1, (16, 16), 3, dict(stride=2, padding=1)),     # vector stores (OW 8)
+    ("float32", 2, 2, 1, (11, 13), 5, dict(stride=2, padding=2)),     # E 2, unaligned rows
+    ("float32", 1, 2, 1, (13, 20), 7, dict(stride=2, padding=3)),     # E 1, the runtime row loop
+    ("float32", 1, 3, 1, (10, 17), 3, dict(stride=2, padding=0)),     # E 0
+    ("float32", 1, 2, 2, (9, 12), 3, dict(stride=2, padding=[(2, 0), (1, 2)])),  # multiplier 2
+    ("float32", 1, 1, 1, (5, 300), 3, dict(stride=2, padding=1)),     # two strips (OW 150)
+    ("float16", 1, 3, 1, (9, 16), 3, dict(stride=2, padding=1)),
+    ("bfloat16", 1, 2, 1, (8, 12), 5, dict(stride=2, padding=2)),
+    ("float64", 1, 2, 1, (9, 11), 3, dict(stride=2, padding=1)),
+    # stride 1 (the same walk): strips shifted for aligned windows, square and generic filters
+    ("float32", 2, 3, 1, (7, 10), 3, dict(padding=1)),
+    ("float32", 1, 2, 1, (6, 9), (2, 5), dict(padding=(1, 3))),
+    ("float16", 1, 2, 1, (5, 12), 5, dict(padding=2)),
+]
+
+
+def _case_id(case):
+    dtype, n, c, mult, sp, k, o = case
+    return (f"{dtype}-n{n}c{c}m{mult}-{'x'.join(map(str, sp))}-k{k}-"
+            + "-".join(f"{a}{v}" for a, v in o.items()))
+
+
+def _problem(case, x_offset=0):
+    """Geometry, x (at ``x_offset`` elements past a 64-byte boundary), w, bias, dy, options."""
+    dtype, n, c, mult, sp, k, o = case
+    ks = k if isinstance(k, tuple) else (k, k)
+    g = ConvGeometry.from_shapes((n, c, *sp), (c * mult, 1, *ks), groups=c, dtype=dtype, **o)
+    rng = np.random.default_rng(zlib.crc32(_case_id(case).encode()))
+    x = host_empty(g.input_shape, dtype, x_offset)
+    x[...] = random_array(rng, g.input_shape, dtype)
+    w, dy = (random_array(rng, s, dtype).view(HostArray) for s in (g.weight_shape, g.output_shape))
+    b = random_array(rng, (c * mult,), dtype).view(HostArray)
+    return g, x, w, b, dy, dict(o, groups=c)
+
+
+def _plane_variant(g, wgrad=False):
+    plan = plane_wgrad_plan(g)[0] if wgrad else plane_plan(g)
+    return ("depthwise_plane_wgrad" if wgrad else "depthwise_plane",
+            plan.kernel(g.dtype, wgrad)[1])
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_plane_kernels_match_reference(case, host_route):
+    g, x, w, b, dy, opts = _problem(case)
+    assert plane_plan(g) is not None
+    y = host_empty(g.output_shape, g.dtype)
+    launch.run_depthwise(g, x, w, b, y)
+    assert _plane_variant(g) in host_route.kernels
+    ref = reference.conv(x, w, b, **opts)
+    assert rel_error(y, ref) <= tolerance(g.dtype, ref), "forward"
+    # backward-weight: 3x3 at stride 1, 3x3 and 5x5 at stride 2
+    has_wgrad = g.kernel == (3, 3) or (g.stride, g.kernel) == ((2, 2), (5, 5))
+    assert (plane_wgrad_plan(g) is not None) == has_wgrad
+    if not has_wgrad:
+        return
+    dw = host_empty(g.weight_shape, g.dtype)
+    launch.run_depthwise_backward_weight(g, x, dy, dw)
+    assert _plane_variant(g, wgrad=True) in host_route.kernels
+    ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
+    assert rel_error(dw, ref) <= tolerance(g.dtype, ref), "backward-weight"
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[10]], ids=_case_id)
+def test_plane_kernels_read_unaligned_views(case, host_route):
+    """x one element past an aligned base (rows not 16-byte aligned: element loads) and y one
+    element past one (buffered stores), with the strip and window offsets of the aligned runs."""
+    g, x, w, b, dy, opts = _problem(case, x_offset=1)
+    y = host_empty(g.output_shape, g.dtype, 1)
+    launch.run_depthwise(g, x, w, b, y)
+    assert _plane_variant(g) in host_route.kernels
+    ref = reference.conv(x, w, b, **opts)
+    assert rel_error(y, ref) <= tolerance(g.dtype, ref)
+    if plane_wgrad_plan(g) is not None:
+        dw = host_empty(g.weight_shape, g.dtype)
+        launch.run_depthwise_backward_weight(g, x, dy, dw)
+        ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
+        assert rel_error(dw, ref) <= tolerance(g.dtype, ref)
