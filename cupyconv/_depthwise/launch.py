@@ -283,9 +283,11 @@ def vector_rows(a, strides: tuple[int, ...]) -> bool:
             and all(v % 4 == 0 for v in outer) and a.data.ptr % (4 * a.itemsize) == 0)
 
 
-def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: bool) -> Launch:
+def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: bool,
+                 flip: bool = False) -> Launch:
     """The plane kernel's forward launch under ``plane``; ``vec_in``: x's rows are 16-byte aligned
-    with a multiple of 4 columns (``vector_rows``)."""
+    with a multiple of 4 columns (``vector_rows``); ``flip``: correlate with the filter rotated by
+    180 degrees (backward-data through :func:`backward_data_twin`)."""
     g3 = geom.as_3d()
     module, variant = plane.kernel(geom.dtype)
     fn = jit.get_function(module, "depthwise_plane", geom.dtype, variant)
@@ -294,16 +296,35 @@ def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: b
                   ints((has_bias, geom.out_channels, geom.out_channels // geom.in_channels, planes)
                        + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["kernel"][1:]
                        + g3["pad_lo"][1:] + (plane.qw, plane.gw, plane.strips, plane.cpp,
-                                             plane.ipb, plane.sp, plane.d, vec_in, plane.vec_out)),
+                                             plane.ipb, plane.sp, plane.d, vec_in, plane.vec_out,
+                                             flip)),
                   plane.smem, packed=True)
+
+
+def backward_data_twin(geom: ConvGeometry) -> ConvGeometry | None:
+    """The forward problem whose output is ``geom``'s backward-data: at unit stride and dilation
+    without a channel multiplier, dx is dy correlated with the filter rotated by 180 degrees,
+    padded K - 1 - pad on each side (the plane kernel's ``flip``).  None where that does not hold
+    (a stride, a dilation, a multiplier: a dx plane gathers several dy planes), for channels-last
+    problems, and for pads beyond K - 1 (a negative twin pad)."""
+    if (geom.channels_last or geom.out_channels != geom.in_channels
+            or any(s != 1 for s in geom.stride) or any(d != 1 for d in geom.dilation)):
+        return None
+    pads = tuple((k - 1 - lo, k - 1 - hi)
+                 for k, lo, hi in zip(geom.kernel, geom.pad_lo, geom.pad_hi))
+    if min(min(p) for p in pads) < 0:
+        return None
+    return ConvGeometry.from_shapes(geom.output_shape, geom.weight_shape, padding=pads,
+                                    groups=geom.groups, layout=geom.layout, dtype=geom.dtype)
 
 
 @memoized(2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
                  vec: bool, dst_aligned: bool, cl_vec: int, device: int) -> Launch:
     """Forward (or backward-data) launch: the channels-last kernel where ``cl_vec`` (its channels
-    per thread, 0: it does not apply) and its plan allow; the plane kernel where it applies
-    (forward), else the tile kernel where its window fits, else gather."""
+    per thread, 0: it does not apply) and its plan allow; the plane kernel where it applies (to
+    the forward problem, or to backward-data's :func:`backward_data_twin`), else the tile kernel
+    where its window fits, else gather."""
     if cl_vec:
         plan = cl.pass_plan(geom, transposed, cl_vec)
         launch = plan and cl.pass_launch(geom, plan, transposed, has_bias, src_strides)
@@ -311,10 +332,12 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
             return launch
     mult = geom.out_channels // geom.in_channels
     chans = geom.in_channels if transposed else geom.out_channels
-    plane = None if transposed or not contiguous_planes(geom, src_strides) else plane_plan(
-        geom, dst_aligned)
+    src_geom = backward_data_twin(geom) if transposed else geom
+    plane = None
+    if src_geom is not None and contiguous_planes(src_geom, src_strides):
+        plane = plane_plan(src_geom, dst_aligned)
     if plane is not None:
-        return plane_launch(geom, plane, has_bias, vec)
+        return plane_launch(src_geom, plane, has_bias, vec, flip=transposed)
     tail = _common_args(geom, src_strides)
     t = tile_plan(geom, transposed)
     if t is None:

@@ -1,6 +1,7 @@
 """The channels-first plane kernels (depthwise_plane.cu) on the CPU, through the launch path
-(run_depthwise, run_depthwise_backward_weight under the ``host_route`` fixture): forward with
-bias, backward-weight with its fixed-order chunk sum; stride 1 and stride 2 with every window
+(run_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight under the
+``host_route`` fixture): forward with bias, backward-data at unit stride (the forward kernel on
+the flipped filter), backward-weight with its fixed-order chunk sum; stride 1 and 2 with every
 offset E; 16-byte aligned and unaligned input rows; vector and buffered stores; a channel
 multiplier; planes of several strips -- against the float64 reference, outputs and scratch
 poisoned.  The GPU runs are in test_gpu_depthwise.py."""
@@ -14,7 +15,7 @@ from cupyconv import reference
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.verify import random_array, rel_error, tolerance
 from cupyconv._depthwise import launch
-from cupyconv._depthwise.launch import plane_plan, plane_wgrad_plan
+from cupyconv._depthwise.launch import backward_data_twin, plane_plan, plane_wgrad_plan
 
 from host_route import HostArray, host_empty
 
@@ -34,6 +35,8 @@ CASES = [
     ("float32", 2, 3, 1, (7, 10), 3, dict(padding=1)),
     ("float32", 1, 2, 1, (6, 9), (2, 5), dict(padding=(1, 3))),
     ("float16", 1, 2, 1, (5, 12), 5, dict(padding=2)),
+    ("float32", 1, 2, 1, (9, 16), 3, dict(padding=[(0, 2), (2, 0)])),  # twin pads (2, 0), (0, 2)
+    ("float64", 1, 3, 1, (6, 7), (3, 3), dict(padding=(0, 1))),
 ]
 
 
@@ -62,6 +65,20 @@ def _plane_variant(g, wgrad=False):
             plan.kernel(g.dtype, wgrad)[1])
 
 
+def _check_backward_data(g, w, dy, opts, host_route):
+    """Backward-data where it runs on the plane kernel (unit stride, no multiplier)."""
+    twin = backward_data_twin(g)
+    assert (twin is not None) == (g.stride == (1, 1) and g.out_channels == g.in_channels)
+    if twin is None:
+        return
+    assert twin.output_shape == g.input_shape
+    dx = host_empty(g.input_shape, g.dtype)
+    launch.run_depthwise_backward_data(g, dy, w, dx)
+    assert _plane_variant(twin) in host_route.kernels
+    ref = reference.conv_backward_data(dy, w, g.input_shape, **opts)
+    assert rel_error(dx, ref) <= tolerance(g.dtype, ref), "backward-data"
+
+
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_plane_kernels_match_reference(case, host_route):
     g, x, w, b, dy, opts = _problem(case)
@@ -71,6 +88,7 @@ def test_plane_kernels_match_reference(case, host_route):
     assert _plane_variant(g) in host_route.kernels
     ref = reference.conv(x, w, b, **opts)
     assert rel_error(y, ref) <= tolerance(g.dtype, ref), "forward"
+    _check_backward_data(g, w, dy, opts, host_route)
     # backward-weight: 3x3 at stride 1, 3x3 and 5x5 at stride 2
     has_wgrad = g.kernel == (3, 3) or (g.stride, g.kernel) == ((2, 2), (5, 5))
     assert (plane_wgrad_plan(g) is not None) == has_wgrad

@@ -13,9 +13,9 @@ import pytest
 import cupyconv
 from cupyconv import reference
 from cupyconv._depthwise import channels_last
-from cupyconv._depthwise.launch import (contiguous_planes, plane_launch, plane_plan,
-                                 plane_wgrad_launch, plane_wgrad_plan, stage_channels_last,
-                                 tile_plan, vector_rows, wgrad_plan)
+from cupyconv._depthwise.launch import (backward_data_twin, contiguous_planes, plane_launch,
+                                 plane_plan, plane_wgrad_launch, plane_wgrad_plan,
+                                 stage_channels_last, tile_plan, vector_rows, wgrad_plan)
 from cupyconv._core.dtypes import HALF_DTYPES, numpy_dtype
 from cupyconv._core.launch import element_strides
 from cupyconv._core.geometry import ConvGeometry
@@ -114,8 +114,10 @@ def test_grid_reaches_every_kernel():
                       ("staged", staged),
                       ("wgrad", wgrad_plan(g)[0] is not None),
                       ("plane", plane_plan(g) is not None),
+                      ("plane-dgrad", (twin := backward_data_twin(g)) is not None
+                       and plane_plan(twin) is not None),
                       ("plane-wgrad", plane_wgrad_plan(g) is not None)}
-    passes = ("fwd", "dgrad", "staged", "wgrad", "plane", "plane-wgrad")
+    passes = ("fwd", "dgrad", "staged", "wgrad", "plane", "plane-dgrad", "plane-wgrad")
     assert kinds == {(p, t) for p in passes for t in (True, False)}
 
 

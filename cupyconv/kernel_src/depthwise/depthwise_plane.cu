@@ -29,7 +29,7 @@
 // depthwise sweep in benchmarks/NOTES.md).  Stride 2 holds wider windows (and backward-weight
 // 25 sums at 5x5): at 4 blocks (64 registers) ptxas spilled 36-48 bytes at 3x3 and 110-440 at
 // 5x5.  3 blocks (80 registers; 5x5 still spills 40-190 bytes) measured fastest overall, 2 was
-// faster on large 5x5 planes only (benchmarks/exp_depthwise_plane_s2.py, NOTES.md session 19).
+// faster on large 5x5 planes only (benchmarks/exp_depthwise_plane.py, NOTES.md session 19).
 // A module define may override it.
 #ifndef DP_MIN_BLOCKS
 #define DP_MIN_BLOCKS(T, KWB, S) (sizeof(T) > 4 ? 2 : (S) > 1 ? 3 : (KWB) <= 8 ? 4 : 3)
@@ -48,6 +48,9 @@ const int MAX_WARPS = 8;
 const int SLOTS = 32;  // most lane groups per warp (QW = 1)
 }  // namespace dp
 
+// With `flip`, the taps are the filter rotated by 180 degrees: backward-data at unit stride
+// without a channel multiplier is this correlation of dy (the host's backward_data_twin).
+//
 // Grid: x = ceil(planes * CPP / IPB); block: 32 x warps threads.  Shared memory (the host mirrors
 // it): taps SP x KH x KWB, biases SP (SP: most planes a block touches), then, without vec_out, a
 // RY x 128 buffer per warp.
@@ -60,7 +63,8 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
       H = (int)prm[4], W = (int)prm[5], OH = (int)prm[6], OW = (int)prm[7], KH_ = (int)prm[8],
       KW_ = (int)prm[9], PH = (int)prm[10], PW = (int)prm[11], QW = (int)prm[12],
       GW = (int)prm[13], strips = (int)prm[14], CPP = (int)prm[15], IPB = (int)prm[16],
-      SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20];
+      SP = (int)prm[17], d = (int)prm[18], vec_in = (int)prm[19], vec_out = (int)prm[20],
+      flip = (int)prm[21];
   typedef typename cc::acc_type<T>::type A;
   const int RY = DP_ROWS(T);
   // KF > 0: a KF x KF filter fixed at compile time (the host passes the same sizes); the 3x3
@@ -85,9 +89,10 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
   const int groups = (nthreads >> 5) * GW;
   const int i0 = blockIdx.x * IPB, i1 = min(i0 + IPB, planes * CPP);  // (< 2^31: host)
   const int p0 = i0 / CPP, np = (i1 - 1) / CPP - p0 + 1;  // the planes these items touch
-  for (int i = tid; i < np * TAPS; i += nthreads) {
+  for (int i = tid; i < np * TAPS; i += nthreads) {  // (flip: the filter rotated 180 degrees)
     const int pp = i / TAPS, t = i - pp * TAPS, r = t / KWB, c = t - r * KWB;
-    const cc::index_t tap = (cc::index_t)((p0 + pp) % K) * KH * KW + r * KW + c;
+    const int wr = flip ? KH - 1 - r : r, wc = flip ? KW - 1 - c : c;
+    const cc::index_t tap = (cc::index_t)((p0 + pp) % K) * KH * KW + wr * KW + wc;
     taps[i] = c < KW ? cc::load_as<A>(w[tap]) : A(0);
   }
   for (int i = tid; i < np; i += nthreads)

@@ -1,11 +1,14 @@
-"""Channels-first depthwise at stride 2 on the plane row walk (depthwise_plane.cu, S = 2): device
-time of the forward and backward-weight passes on every strided depthwise layer of MobileNetV2
-and EfficientNet-B0 (batch 32, NCHW) for the tile kernels the strided layers ran on before
-("tile") and the plane kernels at several register budgets (DP_MIN_BLOCKS: resident blocks per
-SM the launch bounds cut registers for), beside PyTorch's (cuDNN autotuned), so the budget can be
-set from measurements (issue 17).
+"""Channels-first depthwise on the plane row walk (depthwise_plane.cu) where it is new in session
+19: device time on the depthwise layers of MobileNetV2 and EfficientNet-B0 (batch 32, NCHW),
+beside PyTorch's (cuDNN autotuned), so the choices can be set from measurements (issue 17).
 
-    python3 benchmarks/exp_depthwise_plane_s2.py [--dtypes float32,float16] [--out DIR]
+Default: the forward and backward-weight passes of the stride-2 layers, on the tile kernels they
+ran on before ("tile") and on the plane kernels (S = 2) at several register budgets
+(DP_MIN_BLOCKS: resident blocks per SM the launch bounds cut registers for).
+--dgrad: backward-data of the unit-stride layers, on the tile kernel ("tile") and on the
+forward plane kernel with the filter flipped ("default": launch.backward_data_twin).
+
+    python3 benchmarks/exp_depthwise_plane.py [--dgrad] [--dtypes float32,float16] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import launch  # noqa: E402
 
 PASSES = ("forward", "backward-weight")
+DGRAD = "--dgrad" in sys.argv
 # name -> blocks per SM for the float and 16-bit stride-2 kernels (None: the plane kernels off,
 # the tile kernels; "default": the source's DP_MIN_BLOCKS)
-SETTINGS = {"tile": None, "default": "default", "b4": 4, "b3": 3, "b2": 2}
+SETTINGS = ({"tile": None, "default": "default"} if DGRAD
+            else {"tile": None, "default": "default", "b4": 4, "b3": 3, "b2": 2})
 
 _PLANE_PLAN, _PLANE_WGRAD_PLAN = launch.plane_plan, launch.plane_wgrad_plan
+_TWIN = launch.backward_data_twin
 _STRIDE2_MODULE = kernels.depthwise_plane_stride2_module
 
 
@@ -56,6 +62,7 @@ def use(name: str) -> None:
     launch.plane_wgrad_plan = (_unless_strided(_PLANE_WGRAD_PLAN) if budget is None
                                else _PLANE_WGRAD_PLAN)
     launch.depthwise_plane_stride2_module = _stride2_module(budget or "default")
+    launch.backward_data_twin = (lambda geom: None) if budget is None else _TWIN
     clear_caches()
 
 
@@ -78,12 +85,14 @@ def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
 
 
 def main(argv=None) -> int:
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--dgrad"]
     args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
         __doc__, SETTINGS, compile_setting, argv)
+    passes = ("backward-data",) if DGRAD else PASSES
     rows = []
     for entry, dtype, geom, nbytes, tensors, arrays in depthwise_operands(
-            torch, dtypes, l2, "NCHW", keep=lambda layer: layer.stride == 2):
-        for name in PASSES:
+            torch, dtypes, l2, "NCHW", keep=lambda layer: layer.stride == (1 if DGRAD else 2)):
+        for name in passes:
             ours = our_calls(entry.layer, geom)[name]
             peer = peer_calls(torch, entry.layer)[name]
             peer(tensors[0])
@@ -102,7 +111,7 @@ def main(argv=None) -> int:
         del tensors, arrays
         measure.release_memory(torch)
     use("default")
-    for name in PASSES:
+    for name in passes:
         for setting in names:
             for dtype in dtypes:
                 ratios = [r["ms"]["torch"] / r["ms"][setting] for r in rows
@@ -110,7 +119,8 @@ def main(argv=None) -> int:
                 print(f"{name:15s} {setting:8s} {dtype:8s} geomean "
                       f"{measure.geomean(ratios):.2f}x min {min(ratios):.2f}x", flush=True)
     if args.out:
-        Path(args.out, "exp-depthwise-plane-s2.json").write_text(json.dumps(rows, indent=1))
+        name = "exp-depthwise-plane-dgrad.json" if DGRAD else "exp-depthwise-plane-s2.json"
+        Path(args.out, name).write_text(json.dumps(rows, indent=1))
     return 0
 
 
