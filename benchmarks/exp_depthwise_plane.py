@@ -2,13 +2,15 @@
 19: device time on the depthwise layers of MobileNetV2 and EfficientNet-B0 (batch 32, NCHW),
 beside PyTorch's (cuDNN autotuned), so the choices can be set from measurements (issue 17).
 
-Default: the forward and backward-weight passes of the stride-2 layers, on the tile kernels they
-ran on before ("tile") and on the plane kernels (S = 2) at several register budgets
-(DP_MIN_BLOCKS: resident blocks per SM the launch bounds cut registers for).
---dgrad: backward-data of the unit-stride layers, on the tile kernel ("tile") and on the
-forward plane kernel with the filter flipped ("default": launch.backward_data_twin).
+"tile" is the kernels these passes ran on before (the tile kernels), "default" the plane kernel.
+--mode s2 (default): the forward and backward-weight passes of the stride-2 layers, the plane
+  kernels (S = 2) also at other register budgets ("bN": DP_MIN_BLOCKS and DP_WGRAD_MIN_BLOCKS N,
+  resident blocks per SM the launch bounds cut registers for).
+--mode dgrad: backward-data of the unit-stride layers (the forward plane kernel on the flipped
+  filter: launch.backward_data_twin).
+--mode wgrad5: backward-weight of the unit-stride 5x5 layers.
 
-    python3 benchmarks/exp_depthwise_plane.py [--dgrad] [--dtypes float32,float16] [--out DIR]
+    python3 benchmarks/exp_depthwise_plane.py [--mode s2|dgrad|wgrad5] [--dtypes ...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import launch  # noqa: E402
 
-PASSES = ("forward", "backward-weight")
-DGRAD = "--dgrad" in sys.argv
+# mode -> (passes, which layers)
+MODES = {"s2": (("forward", "backward-weight"), lambda layer: layer.stride == 2),
+         "dgrad": (("backward-data",), lambda layer: layer.stride == 1),
+         "wgrad5": (("backward-weight",), lambda layer: layer.stride == 1 and layer.kernel == 5)}
+MODE = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "s2"
 # name -> blocks per SM for the float and 16-bit stride-2 kernels (None: the plane kernels off,
-# the tile kernels; "default": the source's DP_MIN_BLOCKS)
-SETTINGS = ({"tile": None, "default": "default"} if DGRAD
-            else {"tile": None, "default": "default", "b4": 4, "b3": 3, "b2": 2})
+# the tile kernels; "default": the source's budgets)
+SETTINGS = ({"tile": None, "default": "default", "b4": 4, "b3": 3, "b2": 2} if MODE == "s2"
+            else {"tile": None, "default": "default"})
 
 _PLANE_PLAN, _PLANE_WGRAD_PLAN = launch.plane_plan, launch.plane_wgrad_plan
 _TWIN = launch.backward_data_twin
@@ -47,19 +52,25 @@ def _stride2_module(budget):
         m = _STRIDE2_MODULE(dtype, kf, wgrad)
         if budget == "default":
             return m
-        define = ("DP_MIN_BLOCKS(T, KWB, S)", f"(sizeof(T) > 4 ? 2 : {budget})")
-        return dataclasses.replace(m, defines=(define,))
+        defines = (("DP_MIN_BLOCKS(T, KWB, S)", f"(sizeof(T) > 4 ? 2 : {budget})"),
+                   ("DP_WGRAD_MIN_BLOCKS(T, KWB, KF, S)", f"(sizeof(T) > 4 ? 2 : {budget})"))
+        return dataclasses.replace(m, defines=defines)
     return module
 
 
-def _unless_strided(plan):
-    return lambda geom, *a, **k: None if geom.stride != (1, 1) else plan(geom, *a, **k)
+def _before(plan, kernels=None):
+    """``plan`` where the plane kernel ran before session 19: unit stride (and ``kernels``)."""
+    def old(geom, *a, **k):
+        if geom.stride != (1, 1) or (kernels and geom.kernel not in kernels):
+            return None
+        return plan(geom, *a, **k)
+    return old
 
 
 def use(name: str) -> None:
     budget = SETTINGS[name]
-    launch.plane_plan = _unless_strided(_PLANE_PLAN) if budget is None else _PLANE_PLAN
-    launch.plane_wgrad_plan = (_unless_strided(_PLANE_WGRAD_PLAN) if budget is None
+    launch.plane_plan = _before(_PLANE_PLAN) if budget is None else _PLANE_PLAN
+    launch.plane_wgrad_plan = (_before(_PLANE_WGRAD_PLAN, ((3, 3),)) if budget is None
                                else _PLANE_WGRAD_PLAN)
     launch.depthwise_plane_stride2_module = _stride2_module(budget or "default")
     launch.backward_data_twin = (lambda geom: None) if budget is None else _TWIN
@@ -85,13 +96,16 @@ def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
 
 
 def main(argv=None) -> int:
-    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--dgrad"]
+    argv = sys.argv[1:] if argv is None else argv
+    if "--mode" in argv:
+        i = argv.index("--mode")
+        argv = argv[:i] + argv[i + 2:]
     args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
         __doc__, SETTINGS, compile_setting, argv)
-    passes = ("backward-data",) if DGRAD else PASSES
+    passes, keep = MODES[MODE]
     rows = []
     for entry, dtype, geom, nbytes, tensors, arrays in depthwise_operands(
-            torch, dtypes, l2, "NCHW", keep=lambda layer: layer.stride == (1 if DGRAD else 2)):
+            torch, dtypes, l2, "NCHW", keep=keep):
         for name in passes:
             ours = our_calls(entry.layer, geom)[name]
             peer = peer_calls(torch, entry.layer)[name]
@@ -119,8 +133,7 @@ def main(argv=None) -> int:
                 print(f"{name:15s} {setting:8s} {dtype:8s} geomean "
                       f"{measure.geomean(ratios):.2f}x min {min(ratios):.2f}x", flush=True)
     if args.out:
-        name = "exp-depthwise-plane-dgrad.json" if DGRAD else "exp-depthwise-plane-s2.json"
-        Path(args.out, name).write_text(json.dumps(rows, indent=1))
+        Path(args.out, f"exp-depthwise-plane-{MODE}.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 

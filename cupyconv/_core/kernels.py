@@ -372,17 +372,19 @@ FILTER_PLANE = {d: KernelModule("signal/filter_plane.cu", ("filter_plane",), (d,
 DEPTHWISE_PLANE = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane",), (d,),
                                    variants=tuple(v + (1, 0) for v in PLANE_VARIANTS))
                    for d in DTYPES}
-# Its backward-weight: 3x3 only at stride 1 (a lane keeps KF x KF sums in registers).
-PLANE_WGRAD_VARIANT = (plane_width(3), 3, 1, 0)
+# Its backward-weight at stride 1: 3x3 and 5x5 (a lane keeps KF x KF sums in registers).
+PLANE_WGRAD_STRIDE1_KF = (3, 5)
 DEPTHWISE_PLANE_WGRAD = {d: KernelModule("depthwise/depthwise_plane.cu", ("depthwise_plane_wgrad",), (d,),
-                                         variants=(PLANE_WGRAD_VARIANT,)) for d in DTYPES}
+                                         variants=tuple((plane_width(kf), kf, 1, 0)
+                                                        for kf in PLANE_WGRAD_STRIDE1_KF))
+                         for d in DTYPES}
 # Stride 2 in H and W on the same kernels, square filters only: one binary per (dtype, KF, pass),
 # one instantiation per window offset E = -PW mod 4 (plane_walk.cuh), so a first call compiles
 # four small kernels, not every filter size's.  Backward-weight: 3x3 and 5x5.
 PLANE_STRIDE2_KF = (3, 5, 7)
 PLANE_STRIDE2_WGRAD_KF = (3, 5)
 # The plane backward-weight kernel's filter sizes, by stride.
-PLANE_WGRAD_KF = {1: (PLANE_WGRAD_VARIANT[1],), 2: PLANE_STRIDE2_WGRAD_KF}
+PLANE_WGRAD_KF = {1: PLANE_WGRAD_STRIDE1_KF, 2: PLANE_STRIDE2_WGRAD_KF}
 
 
 def depthwise_plane_stride2_module(dtype: str, kf: int, wgrad: bool = False) -> KernelModule:

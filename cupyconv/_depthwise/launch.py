@@ -2,7 +2,7 @@
 
 Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
 3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation, and
-those of square 3x3, 5x5, 7x7 filters (backward-weight: 3x3, 5x5) at stride 2, run on the plane
+those of square 3x3, 5x5, 7x7 filters at stride 2 (backward-weight: 3x3 and 5x5), run on the plane
 kernels (the row walk of the signal API's image filter); other channels-first problems
 run on the tile kernels when their window fits in shared memory.  Channels-last problems without
 a channel multiplier whose activations have unit channel stride run on the channels-last kernels
@@ -29,7 +29,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
                                     DEPTHWISE_PLANE_WGRAD, DEPTHWISE_WGRAD_GATHER,
                                     DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS, PLANE_SQUARES,
-                                    PLANE_STRIDE2_KF, PLANE_WGRAD_KF, PLANE_WGRAD_VARIANT,
+                                    PLANE_STRIDE2_KF, PLANE_WGRAD_KF,
                                     KernelModule, depthwise_gather_module,
                                     depthwise_plane_stride2_module, depthwise_tile_module,
                                     depthwise_wgrad_module, plane_rows_per_thread, plane_width)
@@ -199,7 +199,7 @@ class PlanePlan:
         if self.stride == 2:
             return depthwise_plane_stride2_module(dtype, self.kf, wgrad), (self.e,)
         if wgrad:
-            return DEPTHWISE_PLANE_WGRAD[dtype], PLANE_WGRAD_VARIANT
+            return DEPTHWISE_PLANE_WGRAD[dtype], (self.kwb, self.kf, 1, 0)
         return DEPTHWISE_PLANE[dtype], (self.kwb, self.kf, 1, 0)
 
 
@@ -474,8 +474,8 @@ PLANE_WGRAD_ROUNDS = 4
 
 @memoized(1024)
 def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
-    """(plan, chunks) of the plane backward-weight kernel (3x3 at stride 1; 3x3 and 5x5 at stride
-    2), or None: then the tile or gather kernel.  Block (k, chunk) takes plan.ipb of channel k's
+    """(plan, chunks) of the plane backward-weight kernel (3x3 and 5x5 filters, PLANE_WGRAD_KF),
+    or None: then the tile or gather kernel.  Block (k, chunk) takes plan.ipb of channel k's
     batch * plan.cpp items."""
     plan = plane_plan(geom)
     if plan is None or plan.kf not in PLANE_WGRAD_KF[plan.stride]:

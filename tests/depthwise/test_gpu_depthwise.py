@@ -212,7 +212,7 @@ def test_plane_kernel_work_splits(case, warps, rounds):
     assert rel_error(y, ref) <= tolerance("float32", ref)
 
 
-# Problems of the plane backward-weight kernel, 3x3 at stride 1, 3x3 and 5x5 at stride 2: narrow
+# Problems of the plane backward-weight kernel, 3x3 and 5x5 at stride 1 and 2: narrow
 # and wide planes (up to three strips), pads that shift the strips by every d (0 .. 3) or the
 # window by every E, asymmetric pads, channel multipliers.
 PLANE_WGRAD_CASES = [
@@ -229,6 +229,8 @@ PLANE_WGRAD_CASES = [
     (1, 1, 1, (5, 517), (3, 3), [(2, 2), (2, 2)], 2),
     (2, 4, 1, (28, 28), (5, 5), [(1, 2), (1, 2)], 2),
     (1, 3, 1, (10, 11), (3, 3), 0, 2),
+    (2, 3, 1, (14, 14), (5, 5), 2),
+    (1, 2, 2, (9, 30), (5, 5), [(1, 3), (2, 2)]),
 ]
 
 
@@ -255,7 +257,7 @@ def test_plane_kernel_backward_weight(case, dtype):
 
 
 @pytest.mark.parametrize("warps,rounds", [(4, 1), (8, 3), (5, 2)])
-@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4, 8, 9)],
+@pytest.mark.parametrize("case", [PLANE_WGRAD_CASES[i] for i in (0, 2, 3, 4, 8, 9, 14)],
                          ids=_plane_id)
 def test_plane_wgrad_work_splits(case, warps, rounds):
     """Other warps and rounds per block than the default plan (chunks whose last block idles)."""

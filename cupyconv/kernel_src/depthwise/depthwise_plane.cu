@@ -34,6 +34,11 @@
 #ifndef DP_MIN_BLOCKS
 #define DP_MIN_BLOCKS(T, KWB, S) (sizeof(T) > 4 ? 2 : (S) > 1 ? 3 : (KWB) <= 8 ? 4 : 3)
 #endif
+// Backward-weight's: 5x5 keeps 25 sums per lane besides the windows, so 3 blocks at any stride.
+#ifndef DP_WGRAD_MIN_BLOCKS
+#define DP_WGRAD_MIN_BLOCKS(T, KWB, KF, S) \
+  (sizeof(T) > 4 ? 2 : (KF) > 3 ? 3 : DP_MIN_BLOCKS(T, KWB, S))
+#endif
 
 // Output rows per item (RY; default: the walk's rows_per_thread).  A module define may override
 // it (the host's PlanePlan.ry must match).
@@ -180,7 +185,7 @@ depthwise_plane(const T* __restrict__ x, const T* __restrict__ w, const T* __res
 // atomics), and chunk_sum.cu adds the chunks in a fixed order: bitwise repeatable.
 // Grid: (K, chunks); shared memory: KF * KF * blockDim.x accumulators.
 template <typename T, int KWB, int KF, int S, int E>
-__global__ void __launch_bounds__(256, DP_MIN_BLOCKS(T, KWB, S))
+__global__ void __launch_bounds__(256, DP_WGRAD_MIN_BLOCKS(T, KWB, KF, S))
 depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
                       typename cc::acc_type<T>::type* __restrict__ partial,
                       const cc::index_t* __restrict__ prm) {
