@@ -2,6 +2,9 @@
 against cupyconv.ndimage / cupyconv.conv on the whole array, and SciPy for one case.  Small shapes,
 uneven chunks, some thinner than the halo."""
 
+import contextlib
+import os
+
 import numpy as np
 import pytest
 
@@ -191,23 +194,21 @@ def test_separable_conv_over_batch_chunks(layout, scheduler):
 
 
 # --------------------------------------------------------------------------- dask_cuda cluster
-@pytest.fixture(scope="module")
-def cuda_client():
-    """A ``dask_cuda.LocalCUDACluster`` of one worker on GPU 0 (its own process) and a client."""
-    import os
-
+@contextlib.contextmanager
+def _cuda_cluster(gpus: int):
+    """A ``dask_cuda.LocalCUDACluster`` of one worker process per GPU 0 .. gpus-1 and a client;
+    the workers import cupyconv from this checkout, as this process does."""
     pytest.importorskip("dask_cuda")
     distributed = pytest.importorskip("distributed")
     from dask_cuda import LocalCUDACluster
 
-    # the worker process imports cupyconv from this checkout, as this process does
     root = os.path.dirname(os.path.dirname(os.path.abspath(cupyconv.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
-        with LocalCUDACluster(n_workers=1, CUDA_VISIBLE_DEVICES="0", dashboard_address=None,
-                              protocol="tcp", silence_logs=40) as cluster:
+        with LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
+                              dashboard_address=None, protocol="tcp", silence_logs=40) as cluster:
             with distributed.Client(cluster) as client:
                 yield client
     finally:
@@ -217,14 +218,29 @@ def cuda_client():
             os.environ["PYTHONPATH"] = old
 
 
-def test_one_worker_local_cuda_cluster(cuda_client):
+@pytest.fixture(scope="module", params=["one-gpu", "every-gpu"])
+def cuda_client(request):
+    """A cluster on GPU 0 alone, then one with a worker on every GPU (skipped with fewer than
+    two)."""
+    import cupy
+
+    gpus = 1 if request.param == "one-gpu" else cupy.cuda.runtime.getDeviceCount()
+    if request.param == "every-gpu" and gpus < 2:
+        pytest.skip("one GPU: the one-worker-per-GPU cluster needs two or more")
+    with _cuda_cluster(gpus) as client:
+        yield client, gpus
+
+
+def test_local_cuda_cluster_matches_one_gpu(cuda_client):
     """Filters, signal correlation and convolutions of CuPy-chunked arrays computed by a
-    one-worker LocalCUDACluster equal the single-GPU whole-array calls."""
+    LocalCUDACluster (one worker per GPU) equal the single-GPU whole-array calls, and every
+    worker computed chunks."""
     import cupy
 
     import cupyconv.signal as cs
 
-    assert len(cuda_client.scheduler_info()["workers"]) == 1
+    client, gpus = cuda_client
+    assert len(client.scheduler_info()["workers"]) == gpus
     a, xd = device_input(3, np.float32, 21)
     x = da.from_array(xd, chunks=CHUNKS[3])
     rng = np.random.default_rng(21)
@@ -241,7 +257,20 @@ def test_one_worker_local_cuda_cluster(cuda_client):
     wide = da.from_array(img, chunks=(9, 4, 5, 7))               # spatial chunks with halos
     lazy["conv-spatial"] = (cd.conv(wide, w, stride=2, padding=1, groups=2),
                             cupyconv.conv(img, cupy.asarray(w), stride=2, padding=1, groups=2))
-    futures = cuda_client.compute([v[0] for v in lazy.values()])
+    # chunks generated on the workers (no input held by one of them): the scheduler spreads
+    # them, so every worker runs filters on its own GPU (a lambda: pickled by value)
+    gen = da.map_blocks(lambda block_info=None: cupy.random.RandomState(
+        block_info[None]["chunk-location"][0]).uniform(-1, 1, block_info[None]["chunk-shape"],
+                                                       dtype=cupy.float32),
+        chunks=((6,) * 8, (11,), (13,)), dtype=np.float32,
+        meta=cupy.empty((0, 0, 0), np.float32))
+    spread = client.persist(cd.gaussian_filter(gen, 1.5, mode="reflect"))
+    pytest.importorskip("distributed").wait(spread)
+    holders = {worker for worker, keys in client.has_what().items() if keys}
+    assert len(holders) == gpus, "a worker computed no chunk"
+    lazy["spread"] = (spread, cn.gaussian_filter(gen.compute(scheduler="synchronous"), 1.5,
+                                                 mode="reflect"))
+    futures = client.compute([v[0] for v in lazy.values()])
     for (name, (_, whole)), future in zip(lazy.items(), futures):
         got = future.result()
         ref = cupy.asnumpy(whole)

@@ -1,0 +1,212 @@
+"""cupyconv.dask on a multi-GPU ``dask_cuda.LocalCUDACluster`` (issue 20): throughput and scaling
+efficiency of the 3-d volume filters (against dask-image with cupyx on the same cluster) and of
+the batched ResNet-50 convolutions, on 1, 2, ... GPUs (one worker per GPU).
+
+    python3 benchmarks/bench_dask_cluster.py [--gpus 1,2] [--size 1024] [--chunk 256]
+        [--ops gaussian_filter,correlate] [--images 4096] [--image-chunk 256]
+        [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--out DIR]
+
+The problems are bench_dask.py's: a float32 ``--size``^3 volume generated chunk by chunk on the
+workers' GPUs, filtered (gaussian_filter sigma 2, a dense 7^3 correlate; mode reflect) by
+cupyconv.dask and by dask_image.ndfilters (cupyx.scipy.ndimage on CuPy chunks); ``--images``
+float32 NCHW images in batch chunks of ``--image-chunk``, each ResNet-50 layer by
+cupyconv.dask.conv.  Each output chunk is reduced to one element on its worker, so results do not
+travel.  One cluster per GPU count: ``LocalCUDACluster(n_workers=n)`` on GPUs 0 .. n-1, one thread
+per worker, TCP.
+
+Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat`` after one
+warm-up, minus the best time of the generation-only graph ("net").  GB/s = (input read + output
+written) / net; images/s = images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) /
+n.  Writes ``dask-cluster-<size>-<gpu>-<commit>.json`` and ``.md`` into ``--out``.  Needs
+dask[array], distributed, dask-cuda and dask-image: without them it says so and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_dask import (LIBS, OPS, conv_layers, conv_problem, discard, graphs,  # noqa: E402
+                        max_rel_diff, problems, random_images, random_volume, require_libraries)
+from bench_depthwise_nets import progress, results_stem, split_choices, write_results  # noqa: E402
+
+LAYERS = ("res2 3x3 64", "res3 3x3 128", "res4 3x3 256")
+TARGET = 0.8  # scaling efficiency from 1 to 2 GPUs (issue 20)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="1,2", help="GPU counts, one cluster each (1,2)")
+    parser.add_argument("--size", type=int, default=1024, help="edge of the cubic volume (1024)")
+    parser.add_argument("--chunk", type=int, default=256, help="edge of a cubic chunk (256)")
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--images", type=int, default=4096, help="images (0: skip the convs)")
+    parser.add_argument("--image-chunk", type=int, default=256)
+    parser.add_argument("--layers", default=",".join(LAYERS), help="ResNet-50 layers or 'all'")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    split_choices(parser, args, {"ops": OPS})
+    args.gpus = [int(g) for g in args.gpus.split(",") if g]
+    if not args.gpus or min(args.gpus) < 1:
+        parser.error("--gpus: a comma list of GPU counts >= 1")
+    args.layers = conv_layers(args.layers, parser)
+    return args
+
+
+def start_cluster(gpus: int):
+    """(cluster, client): one dask_cuda worker process per GPU 0 .. gpus-1; the workers import
+    cupyconv from this checkout (PYTHONPATH)."""
+    import distributed
+    from dask_cuda import LocalCUDACluster
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    cluster = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
+                               threads_per_worker=1, protocol="tcp", dashboard_address=None,
+                               silence_logs=40)
+    return cluster, distributed.Client(cluster)
+
+
+def best_seconds(client, lazy, repeat: int) -> float:
+    """Best wall seconds of computing ``lazy`` on the cluster over ``repeat`` runs after one
+    warm-up (the first run compiles kernels on every worker)."""
+    times = []
+    for i in range(repeat + 1):
+        t = time.perf_counter()
+        client.compute(lazy, sync=True)
+        if i:
+            times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def volume_rows(client, gpus: int, args) -> list[dict]:
+    import cupy
+
+    rows = []
+    for problem in problems(args.ops, args.size, args.chunk):
+        volume = random_volume(problem.size, problem.chunk, cupy)
+        lazy = graphs(problem, volume)
+        corner = tuple(slice(0, problem.chunk) for _ in range(3))
+        err = max_rel_diff(*(cupy.asnumpy(client.compute(lazy[lib][corner], sync=True))
+                             for lib in LIBS))
+        generation = best_seconds(client, discard(volume), args.repeat)
+        row = {"gpus": gpus, "problem": problem.label, "bytes": problem.nbytes,
+               "generation_s": generation, "err": err}
+        for lib in LIBS:
+            seconds = best_seconds(client, discard(lazy[lib]), args.repeat)
+            row[f"{lib}_s"] = seconds
+            row[f"{lib}_GBps"] = problem.nbytes / max(seconds - generation, 1e-9) / 1e9
+        progress(f"{gpus} GPU(s) {problem.label}: cupyconv {row['cupyconv_GBps']:.1f} GB/s, "
+                 f"dask-image {row['dask-image_GBps']:.1f} GB/s, max rel {err:.1e}")
+        rows.append(row)
+    return rows
+
+
+def conv_rows(client, gpus: int, args) -> list[dict]:
+    import numpy as np
+
+    import cupyconv.dask as cd
+
+    rows = []
+    for layer in args.layers if args.images else []:
+        image, wshape, opts = conv_problem(layer)
+        w = np.random.default_rng(2).uniform(-1, 1, wshape).astype(np.float32)  # one key
+        batch = random_images(args.images, args.image_chunk, image)
+        generation = best_seconds(client, discard(batch), args.repeat)
+        seconds = best_seconds(client, discard(cd.conv(batch, w, **opts)), args.repeat)
+        rate = args.images / max(seconds - generation, 1e-9)
+        progress(f"{gpus} GPU(s) {layer}: {rate:.0f} img/s")
+        rows.append({"gpus": gpus, "layer": layer, "images": args.images,
+                     "generation_s": generation, "s": seconds, "img_per_s": rate})
+    return rows
+
+
+def efficiencies(rows: list[dict], key: str, rate: str) -> None:
+    """Add ``efficiency`` (rate on n GPUs / (n x rate on 1)) to each row that has a 1-GPU row of
+    the same ``key``."""
+    one = {r[key]: r[rate] for r in rows if r["gpus"] == 1}
+    for r in rows:
+        if r[key] in one:
+            r[f"{rate}_efficiency"] = r[rate] / (r["gpus"] * one[r[key]])
+
+
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
+             f"(commit {result['commit']})", "",
+             f"One worker per GPU (LocalCUDACluster, TCP, one thread each); best of "
+             f"{s['repeat']} after a warm-up, net of chunk generation.  Efficiency = rate on n "
+             f"GPUs / (n x rate on 1); target >= {TARGET:.0%} from 1 to 2 GPUs.", "",
+             "| problem | GPUs | cupyconv GB/s | efficiency | dask-image GB/s | efficiency | "
+             "ours / dask-image | max rel diff |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["volume_rows"]:
+        lines.append(f"| {r['problem']} | {r['gpus']} | {r['cupyconv_GBps']:.1f} | "
+                     f"{r.get('cupyconv_GBps_efficiency', float('nan')):.0%} | "
+                     f"{r['dask-image_GBps']:.1f} | "
+                     f"{r.get('dask-image_GBps_efficiency', float('nan')):.0%} | "
+                     f"{r['cupyconv_GBps'] / r['dask-image_GBps']:.2f}x | {r['err']:.1e} |")
+    if result["conv_rows"]:
+        lines += ["", f"Batched ResNet-50 convolutions, {s['images']} float32 images in chunks "
+                  f"of {s['image_chunk']}:", "", "| layer | GPUs | images/s | efficiency |",
+                  "|---|---|---|---|"]
+        for r in result["conv_rows"]:
+            lines.append(f"| {r['layer']} | {r['gpus']} | {r['img_per_s']:.0f} | "
+                         f"{r.get('img_per_s_efficiency', float('nan')):.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    require_libraries(("dask.array", "dask_image.ndfilters", "distributed", "dask_cuda"))
+    import cupy
+    import dask
+
+    import measure
+    from bench import git_commit
+
+    available = cupy.cuda.runtime.getDeviceCount()
+    if max(args.gpus) > available:
+        print(f"--gpus {max(args.gpus)}: this machine has {available} GPU(s)", file=sys.stderr)
+        return 2
+    facts = measure.device_facts()
+    progress(f"GPU {facts['gpu']} x {available}; Dask {dask.__version__}; commit {git_commit()}")
+    t0 = time.perf_counter()
+    volume, convs = [], []
+    for gpus in args.gpus:
+        cluster, client = start_cluster(gpus)
+        try:
+            assert len(client.scheduler_info()["workers"]) == gpus
+            volume += volume_rows(client, gpus, args)
+            convs += conv_rows(client, gpus, args)
+        finally:
+            client.close()
+            cluster.close()
+    for lib in LIBS:
+        efficiencies(volume, "problem", f"{lib}_GBps")
+    efficiencies(convs, "layer", "img_per_s")
+    result = {"benchmark": "dask-cluster", **facts, "gpus_available": available,
+              "python": platform.python_version(), "dask": dask.__version__,
+              "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "settings": {"gpus": args.gpus, "size": args.size, "chunk": args.chunk,
+                           "images": args.images, "image_chunk": args.image_chunk,
+                           "repeat": args.repeat},
+              "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
+    text = markdown(result)
+    path = write_results(result, args.out, results_stem(f"dask-cluster-{args.size}", facts["gpu"],
+                                                        result["commit"], False), text)
+    print(text)
+    progress(f"{time.perf_counter() - t0:.0f} s; wrote {path} and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The pure parts of bench_dask_cluster.py (issue 20; CPU only): options, the scaling efficiency
+and the report of a fake two-GPU run."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bc():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        yield importlib.import_module("bench_dask_cluster")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_options(bc):
+    args = bc.parse_args([])
+    assert (args.gpus, args.size, args.chunk, args.images) == ([1, 2], 1024, 256, 4096)
+    assert args.ops == ["gaussian_filter", "correlate"] and args.layers == list(bc.LAYERS)
+    args = bc.parse_args(["--gpus", "1,2,4", "--layers", "res2 3x3 64", "--images", "0"])
+    assert (args.gpus, args.layers, args.images) == ([1, 2, 4], ["res2 3x3 64"], 0)
+    for bad in (["--gpus", "0,2"], ["--gpus", ""], ["--ops", "sobel"], ["--layers", "vgg"]):
+        with pytest.raises(SystemExit):
+            bc.parse_args(bad)
+
+
+def test_efficiency_and_report(bc):
+    volume = [{"gpus": g, "problem": "p", "bytes": 8, "generation_s": 0.1, "err": 1e-7,
+               "cupyconv_GBps": rate, "dask-image_GBps": rate / 3}
+              for g, rate in ((1, 100.0), (2, 180.0))]
+    convs = [{"gpus": g, "layer": "res2 3x3 64", "images": 64, "generation_s": 0.1, "s": 1.0,
+              "img_per_s": rate} for g, rate in ((1, 1000.0), (2, 1500.0))]
+    for lib in ("cupyconv", "dask-image"):
+        bc.efficiencies(volume, "problem", f"{lib}_GBps")
+    bc.efficiencies(convs, "layer", "img_per_s")
+    assert volume[1]["cupyconv_GBps_efficiency"] == pytest.approx(0.9)
+    assert volume[0]["cupyconv_GBps_efficiency"] == pytest.approx(1.0)
+    assert convs[1]["img_per_s_efficiency"] == pytest.approx(0.75)
+    result = {"gpu": "H200", "commit": "abc1234",
+              "settings": {"gpus": [1, 2], "repeat": 3, "images": 64, "image_chunk": 16},
+              "volume_rows": volume, "conv_rows": convs}
+    text = bc.markdown(result)
+    assert "H200 x 2 (commit abc1234)" in text
+    assert "| p | 2 | 180.0 | 90% | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
+    assert "| res2 3x3 64 | 2 | 1500 | 75% |" in text
