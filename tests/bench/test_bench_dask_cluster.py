@@ -21,7 +21,7 @@ def bc():
 
 def test_options(bc):
     args = bc.parse_args([])
-    assert (args.gpus, args.size, args.chunk, args.images) == ([1, 2], 1024, 256, 4096)
+    assert (args.gpus, args.size, args.chunk, args.images) == ([1, 2], 1024, 256, 65536)
     assert args.ops == ["gaussian_filter", "correlate"] and args.layers == list(bc.LAYERS)
     args = bc.parse_args(["--gpus", "1,2,4", "--layers", "res2 3x3 64", "--images", "0"])
     assert (args.gpus, args.layers, args.images) == ([1, 2, 4], ["res2 3x3 64"], 0)
