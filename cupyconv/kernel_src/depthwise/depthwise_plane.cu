@@ -21,8 +21,9 @@
 // multiple of 4 at stride 1 (at stride 2, d = 0 and the lane's window starts E = -PW mod 4
 // columns early: plane_walk.cuh), so rows load as aligned 16-byte quads; a quad outside the row
 // is the zero padding (COLS_QUADS), or, when rows are not 16-byte aligned (`vec_in` false), each
-// element is tested.  Stores: 4-element vectors when output quads are aligned (d == 0, OW % 4 == 0, aligned
-// base: `vec_out`), otherwise through a per-warp shared buffer, read back as coalesced rows.
+// element is tested.  Stores: 4-element vectors when output quads are aligned (d == 0,
+// OW % 4 == 0, aligned base: `vec_out`), otherwise through a per-warp shared buffer, read back as
+// coalesced rows.
 #include "plane_walk.cuh"
 
 // Resident blocks per SM the register budget is cut for (as filter_plane's FP_MIN_BLOCKS; the
