@@ -172,6 +172,7 @@ def main(argv=None) -> int:
     import cupy
     import dask
 
+    import cupyconv.dask as cd
     import measure
     from bench import git_commit
 
@@ -187,6 +188,7 @@ def main(argv=None) -> int:
         cluster, client = start_cluster(gpus)
         try:
             assert len(client.scheduler_info()["workers"]) == gpus
+            progress(f"{gpus} GPU(s): halo transfer {cd.halo_transfer()}")
             volume += volume_rows(client, gpus, args)
             convs += conv_rows(client, gpus, args)
         finally:

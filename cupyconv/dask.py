@@ -43,9 +43,15 @@ there and copied back (:func:`_staged`) -- the out-of-core path for volumes in h
 disk: each chunk is assembled with its halo on the host, so only the chunks in flight occupy the
 GPU.
 
+On a distributed cluster (a ``distributed`` client is the default scheduler when the graph is
+built) a filter task takes its halo from its neighbours' face slabs, which each chunk exports in
+one more task, so workers exchange slabs instead of whole chunks (:func:`halo_transfer`; the
+dask config key ``cupyconv.halo-transfer`` overrides the choice).
+
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
-GPU with the synchronous and threaded schedulers, a one-worker ``dask_cuda.LocalCUDACluster``,
-and ``gpu=True`` on a memmap eight times CuPy's pool limit; several GPUs are not yet tested.
+GPU with the synchronous and threaded schedulers, ``dask_cuda.LocalCUDACluster`` with one worker
+on one GPU and one worker per GPU on two, and ``gpu=True`` on a memmap eight times CuPy's pool
+limit.
 """
 
 from __future__ import annotations
@@ -258,27 +264,81 @@ def _axis_pieces(chunks: tuple, reach: tuple, boundary: str, edge_mode: bool = T
     return out
 
 
+def _placed_pieces(index: tuple, axes: list):
+    """Per axis, the pieces of chunk ``index``'s block: ``(neighbour index, side, source slice,
+    destination slice)``, side -1 for the left neighbour's piece, 0 the chunk's own, +1 the
+    right neighbour's; and the (left, right) halo present per axis."""
+    per_axis = [axes[ax][i] for ax, i in enumerate(index)]
+    placed = []
+    for pieces, lo, _ in per_axis:
+        at, row = 0, []
+        for n, (j, start, stop) in enumerate(pieces):  # [left,] own[, right]
+            side = n - (1 if lo else 0)
+            row.append((j, side, slice(start, stop), slice(at, at + stop - start)))
+            at += stop - start
+        placed.append(row)
+    return placed, tuple((lo, hi) for _, lo, hi in per_axis)
+
+
 def _halo_plan(index: tuple, axes: list):
     """The cutting plan of the block of chunk ``index``: ``(neighbours, cuts, shape, present)``:
     the chunk indices it reads, ``cuts`` = ``(neighbour number, source slices, destination
     slices)`` per piece, the padded shape, and the (left, right) halo present per axis."""
-    per_axis = [axes[ax][i] for ax, i in enumerate(index)]
-    placed = []  # per axis: (neighbour index, source slice, destination slice) per piece
-    for pieces, _, _ in per_axis:
-        at, row = 0, []
-        for j, start, stop in pieces:
-            row.append((j, slice(start, stop), slice(at, at + stop - start)))
-            at += stop - start
-        placed.append(row)
+    placed, present = _placed_pieces(index, axes)
     neighbours: dict = {}
     cuts = []
     for combo in itertools.product(*placed):
-        which = tuple(j for j, _, _ in combo)
+        which = tuple(j for j, _, _, _ in combo)
         number = neighbours.setdefault(which, len(neighbours))
-        cuts.append((number, tuple(src for _, src, _ in combo), tuple(dst for _, _, dst in combo)))
-    shape = tuple(row[-1][2].stop for row in placed)
-    present = tuple((lo, hi) for _, lo, hi in per_axis)
+        cuts.append((number, tuple(src for _, _, src, _ in combo),
+                     tuple(dst for _, _, _, dst in combo)))
+    shape = tuple(row[-1][3].stop for row in placed)
     return tuple(neighbours), tuple(cuts), shape, present
+
+
+def _slab_plan(index: tuple, axes: list, chunks: tuple):
+    """The cutting plan of chunk ``index``'s block from its own chunk and its neighbours' slabs
+    (:func:`_export_slabs`), for a distributed scheduler: ``(slabs, cuts, shape, present)``.
+    ``slabs``: the ``(neighbour index, axis, side, thickness)`` it reads, where a neighbour's
+    piece comes from that neighbour's slab at the first axis on which it is a neighbour (a corner
+    piece lies in the face slab of either axis); ``cuts`` = ``(piece number, source slices,
+    destination slices)``, piece 0 the chunk itself, piece n the n-th slab, source slices
+    relative to the slab."""
+    placed, present = _placed_pieces(index, axes)
+    slabs: dict = {}
+    cuts = []
+    for combo in itertools.product(*placed):
+        srcs = [src for _, _, src, _ in combo]
+        dsts = tuple(dst for _, _, _, dst in combo)
+        off = next((ax for ax, (_, side, _, _) in enumerate(combo) if side), None)
+        if off is None:
+            cuts.append((0, tuple(srcs), dsts))
+            continue
+        j, side, src, _ = combo[off]
+        which = tuple(p[0] for p in combo)
+        size = chunks[off][j]
+        # the left neighbour gives its high end, the right one its low end
+        thick = size - src.start if side < 0 else src.stop
+        if side < 0:
+            srcs[off] = slice(src.start - (size - thick), thick)
+        number = slabs.setdefault((which, off, side, thick), len(slabs) + 1)
+        cuts.append((number, tuple(srcs), dsts))
+    shape = tuple(row[-1][3].stop for row in placed)
+    return tuple(slabs), tuple(cuts), shape, present
+
+
+def _export_slabs(chunk, wanted):
+    """``{(axis, side, thickness): slab}`` of ``chunk`` for each of ``wanted``: its high end
+    (side -1: what the neighbour after it reads as its left halo) or its low end (+1), as
+    contiguous copies, so that a distributed scheduler moves slabs between workers, not
+    chunks."""
+    out = {}
+    for axis, side, thick in wanted:
+        n = chunk.shape[axis]
+        cut = [slice(None)] * chunk.ndim
+        cut[axis] = slice(n - thick, n) if side < 0 else slice(0, thick)
+        out[(axis, side, thick)] = chunk[tuple(cut)].copy()
+    return out
 
 
 def assemble_halo(pieces, cuts, shape):
@@ -321,6 +381,38 @@ def _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs):
     return trimmed.copy()
 
 
+def _slab_halo_task(block_fn, cuts, shape, interior, slabs, own, *exports, **kwargs):
+    """:func:`_halo_task` with the halo from neighbours' slab exports: ``slabs`` names, per piece
+    after the chunk itself, its export (by position in ``exports``) and slab key."""
+    pieces = [own] + [exports[e][key] for e, key in slabs]
+    return _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs)
+
+
+def halo_transfer() -> str:
+    """How filter tasks get their halo: "chunks" (a task reads its neighbours' whole chunks: no
+    copies, one task per chunk; right on one machine, where a chunk is shared, not moved) or
+    "slabs" (each chunk also exports its face slabs in one more task, and a filter task reads
+    those: a distributed scheduler then moves slabs between workers instead of whole chunks).
+    The dask config key ``cupyconv.halo-transfer`` ("auto", "chunks", "slabs"); "auto" (the
+    default): "slabs" while a ``distributed`` client is the default scheduler when the graph is
+    built, else "chunks"."""
+    import dask
+
+    choice = dask.config.get("cupyconv.halo-transfer", "auto")
+    if choice not in ("auto", "chunks", "slabs"):
+        raise ValueError(f"dask config cupyconv.halo-transfer must be 'auto', 'chunks' or "
+                         f"'slabs', got {choice!r}")
+    if choice != "auto":
+        return choice
+    try:
+        from distributed import default_client
+
+        default_client()
+    except (ImportError, ValueError):
+        return "chunks"
+    return "slabs"
+
+
 def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=None,
               trim=True, kwargs=None, label="halo"):
     """``block_fn`` over the chunks of ``x``, each with a halo of its neighbours' data: a dask
@@ -334,7 +426,9 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     inward halo then also covers what a mirror mode reflects) or "periodic" (the halo there
     comes from the far end); an axis of one chunk gets no halo.  ``trim``: cut the halo present
     off each result (see :func:`_halo_task`); ``trim=False`` keeps
-    ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  ``kwargs`` pass to ``block_fn``; dask collections
+    ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  The
+    halo comes from the neighbours' chunks or, on a cluster, their slabs (:func:`halo_transfer`:
+    then one export task per chunk more).  ``kwargs`` pass to ``block_fn``; dask collections
     among them (e.g. :func:`_shared` weights) are computed once and passed by key.  The layer's
     name is a token of the input, the function, the halo and the arguments: equal calls give
     equal graphs."""
@@ -360,15 +454,34 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
                   for k, v in kwargs.items()}
     axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax], edge_mode=trim)
             for ax in range(x.ndim)]
+    slabs = halo_transfer() == "slabs"
+    export_name = f"{label}-slabs-{token}"
+    wanted: dict = {}  # chunk index -> the (axis, side, thickness) slabs read from it
     dsk = {}
     for index in itertools.product(*(range(len(c)) for c in x.chunks)):
-        neighbours, cuts, shape, present = _halo_plan(index, axes)
+        if slabs:
+            reads, cuts, shape, present = _slab_plan(index, axes, x.chunks)
+        else:
+            neighbours, cuts, shape, present = _halo_plan(index, axes)
         interior = None
         if trim and any(lo or hi for lo, hi in present):
             interior = tuple(slice(lo, n - hi) for (lo, hi), n in zip(present, shape))
         key = (name,) + index
-        dsk[key] = Task(key, _halo_task, block_fn, cuts, shape, interior,
-                        *(TaskRef((x.name,) + j) for j in neighbours), **kwarg_refs)
+        if not slabs:
+            dsk[key] = Task(key, _halo_task, block_fn, cuts, shape, interior,
+                            *(TaskRef((x.name,) + j) for j in neighbours), **kwarg_refs)
+            continue
+        sources: dict = {}  # neighbour index -> its position among this task's exports
+        pieces = []
+        for which, axis, side, thick in reads:
+            wanted.setdefault(which, set()).add((axis, side, thick))
+            pieces.append((sources.setdefault(which, len(sources)), (axis, side, thick)))
+        dsk[key] = Task(key, _slab_halo_task, block_fn, cuts, shape, interior, tuple(pieces),
+                        TaskRef((x.name,) + index),
+                        *(TaskRef((export_name,) + j) for j in sources), **kwarg_refs)
+    for j, slab_keys in wanted.items():
+        key = (export_name,) + j
+        dsk[key] = Task(key, _export_slabs, TaskRef((x.name,) + j), tuple(sorted(slab_keys)))
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
     return Array(graph, name, out_chunks, meta=meta)
 

@@ -759,3 +759,69 @@ def test_slices_cull_the_graph():
     assert sorted(k[1:] for k in culled if k[0] == x_name) == [
         (r, c) for r in (0, 1, 4) for c in (0, 1, 2)]
     np.testing.assert_array_equal(part.compute(), sn.gaussian_filter(a, 1.0, mode="wrap")[:6, 7:14])
+
+
+# --------------------------------------------------------------------------- halo transfer modes
+def _both_transfers(make):
+    """``make()`` built under halo transfer "chunks" and "slabs", computed: the two results."""
+    import dask
+
+    out = []
+    for transfer in ("chunks", "slabs"):
+        with dask.config.set({"cupyconv.halo-transfer": transfer}):
+            assert cd.halo_transfer() == transfer
+            out.append(make().compute(scheduler="synchronous"))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap", "constant", "mirror"])
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_slab_transfer_equals_chunk_transfer(ndim, mode):
+    """Filter tasks fed by their neighbours' slab exports compute what tasks reading the whole
+    neighbour chunks compute, bit for bit: thin chunks, asymmetric reaches (origins), periodic
+    axes (a two-chunk axis takes both halos from the one neighbour), 'valid' windows."""
+    rng = np.random.default_rng([ndim, 23])
+    a = rng.standard_normal(SHAPES[ndim])
+    x = dask_of(a, ndim)
+    two = da.from_array(a, chunks=tuple((n // 2, n - n // 2) for n in a.shape))
+    w = rng.standard_normal((3,) * ndim)
+    makes = [lambda: cd.gaussian_filter(x, 1.1, mode=mode),
+             lambda: cd.uniform_filter(x, 4, origin=1, mode=mode),
+             lambda: cd.correlate(x, w, mode=mode, origin=-1),
+             lambda: cd.gaussian_filter(two, 0.9, mode=mode),
+             lambda: cd.signal_correlate(x, w, "same")]
+    for make in makes:
+        chunks, slabs = _both_transfers(make)
+        np.testing.assert_array_equal(slabs, chunks)
+
+
+def test_slab_graph_reads_slabs_not_chunks():
+    """Under "slabs" a filter task reads its own chunk and one export per neighbour; an export
+    holds only face slabs as thick as the halo (here 2 of a chunk's 4 rows per face)."""
+    import dask
+
+    a = np.random.default_rng(5).standard_normal((12, 12, 12))
+    x = da.from_array(a, chunks=4)
+    with dask.config.set({"cupyconv.halo-transfer": "slabs"}):
+        y = cd.gaussian_filter(x, 0.5)  # radius 2
+    layer = dict(y.dask.layers[y.name])
+    tasks = {k: t for k, t in layer.items() if k[0] == y.name}
+    exports = {k: t for k, t in layer.items() if k[0] != y.name}
+    assert len(tasks) == y.npartitions == len(exports) == 27
+    middle = tasks[(y.name, 1, 1, 1)].dependencies
+    assert (x.name, 1, 1, 1) in middle and len(middle) == 27
+    assert sum(dep[0] == x.name for dep in middle) == 1  # the rest are exports
+    g = dict(y.__dask_graph__())
+    export = dask.get(g, next(iter(exports)))
+    assert export and all(min(s.shape) == 2 and max(s.shape) == 4 for s in export.values())
+    np.testing.assert_array_equal(y.compute(scheduler="synchronous"),
+                                  sn.gaussian_filter(a, 0.5))
+
+
+def test_halo_transfer_setting():
+    import dask
+
+    assert cd.halo_transfer() == "chunks"  # no distributed client here
+    with dask.config.set({"cupyconv.halo-transfer": "both"}):
+        with pytest.raises(ValueError, match="halo-transfer"):
+            cd.halo_transfer()
