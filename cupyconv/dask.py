@@ -44,9 +44,9 @@ disk: each chunk is assembled with its halo on the host, so only the chunks in f
 GPU.
 
 On a distributed cluster of two or more workers (its client the default scheduler when the
-graph is built) a filter task takes its halo from its neighbours' face slabs, which each chunk exports in
-one more task, so workers exchange slabs instead of whole chunks (:func:`halo_transfer`; the
-dask config key ``cupyconv.halo-transfer`` overrides the choice).
+graph is built) a filter task takes its halo from its neighbours' face slabs, which each chunk
+exports in one more task, so workers exchange slabs instead of whole chunks
+(:func:`halo_transfer`; the dask config key ``cupyconv.halo-transfer`` overrides the choice).
 
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
 GPU with the synchronous and threaded schedulers, ``dask_cuda.LocalCUDACluster`` with one worker
@@ -448,14 +448,15 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     if out_chunks is None:
         out_chunks = x.chunks
     out_chunks = tuple(tuple(int(c) for c in cs) for cs in out_chunks)
-    token = tokenize(x.name, block_fn, reach_t, boundary_t, out_chunks, trim, dtype, kwargs)
+    slabs = halo_transfer() == "slabs"  # (in the token: the two graphs differ)
+    token = tokenize(x.name, block_fn, reach_t, boundary_t, out_chunks, trim, dtype, kwargs,
+                     slabs)
     name = f"{label}-{token}"
     collections = [v for v in kwargs.values() if dask.is_dask_collection(v)]
     kwarg_refs = {k: TaskRef(v.key) if dask.is_dask_collection(v) else v
                   for k, v in kwargs.items()}
     axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax], edge_mode=trim)
             for ax in range(x.ndim)]
-    slabs = halo_transfer() == "slabs"
     export_name = f"{label}-slabs-{token}"
     wanted: dict = {}  # chunk index -> the (axis, side, thickness) slabs read from it
     dsk = {}
