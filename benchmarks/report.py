@@ -43,9 +43,12 @@ def kind_of(data) -> str | None:
     "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
     (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py),
     "depthwise_nets" (bench_depthwise_nets.py), "auto_sweep" (sweep_auto.py), "ndimage"
-    (bench_ndimage.py), "dask" (bench_dask.py), or None."""
+    (bench_ndimage.py), "dask" (bench_dask.py), "dask-cluster" (bench_dask_cluster.py), or
+    None."""
     if not isinstance(data, dict):
         return None
+    if data.get("benchmark") == "dask-cluster" and isinstance(data.get("volume_rows"), list):
+        return "dask-cluster"
     if data.get("benchmark") in ("network", "host", "depthwise_nets", "auto_sweep", "ndimage",
                                  "dask") and \
             isinstance(data.get("rows"), list):
@@ -268,7 +271,8 @@ def _ratio(peer, ours):
 
 def _script_markdown(script: str):
     """A renderer of the results of ``script`` (bench_precision.py, bench_depthwise_nets.py,
-    sweep_auto.py, bench_ndimage.py, bench_dask.py): the tables of that script's own ``markdown``, no plot metrics."""
+    sweep_auto.py, bench_ndimage.py, bench_dask.py, bench_dask_cluster.py): the tables of that
+    script's own ``markdown``, no plot metrics."""
 
     def render(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
         import importlib.util
@@ -293,7 +297,8 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
                 "depthwise_nets": _script_markdown("bench_depthwise_nets"),
                 "auto_sweep": _script_markdown("sweep_auto"),
                 "ndimage": _script_markdown("bench_ndimage"),
-                "dask": _script_markdown("bench_dask")}[kind](data, name)
+                "dask": _script_markdown("bench_dask"),
+                "dask-cluster": _script_markdown("bench_dask_cluster")}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "
