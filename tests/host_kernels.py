@@ -10,6 +10,7 @@ loops and barriers as written, so the CPU suite can check them against the float
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -93,3 +94,9 @@ class HostModule:
         assert smem <= 96 * 1024
         fn = getattr(self._lib, f"host_entry_{self._index[name_expression]}")
         fn(argv, (ctypes.c_uint * 6)(*grid, *block))
+
+
+@functools.cache
+def host_module(module) -> HostModule:
+    """The host build of ``module``, built once per process (every test that runs it shares it)."""
+    return HostModule(module)

@@ -17,7 +17,7 @@ from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.kernels import STRIDED_COPY
 from cupyconv._depthwise import launch
 
-from host_kernels import HostModule, compiler
+from host_kernels import compiler, host_module
 
 
 class HostArray(np.ndarray):
@@ -46,7 +46,6 @@ def host_empty(shape, dtype, offset_elements=0):
 
 
 _HOST_COPY = dataclasses.replace(STRIDED_COPY, templates=("strided_copy",))
-_MODULES: dict = {}
 # Launch plans memoized by the launchers: they hold (host) functions, so they are dropped around
 # every test that runs the host route.
 _MEMOIZED_LAUNCHES = (launch._pass_launch, launch._wgrad_launches, launch._cl_wgrad_launches)
@@ -66,12 +65,10 @@ def host_route(monkeypatch):
     def get_function(module, template, dtype, variant=()):
         kernels.append((template, tuple(variant)))
         module = _HOST_COPY if module == STRIDED_COPY else module
-        if module not in _MODULES:
-            _MODULES[module] = HostModule(module)
         name = module.name_expression(template, dtype, variant)
 
         def call(grid, block, args, shared_mem=0):
-            _MODULES[module].call(name, grid, block, args, shared_mem)
+            host_module(module).call(name, grid, block, args, shared_mem)
         return call
 
     tiled = []

@@ -18,18 +18,10 @@ from cupyconv._core.launch import element_strides
 from cupyconv._core.verify import random_array, rel_error, tolerance
 from cupyconv._depthwise import channels_last as cl
 
-from host_kernels import HostModule, compiler
+from host_kernels import compiler, host_module
+from host_route import host_empty
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler")
-
-_MODULES: dict = {}
-
-
-def _host(module) -> HostModule:
-    if module not in _MODULES:
-        _MODULES[module] = HostModule(module)
-    return _MODULES[module]
-
 
 def _view(a):
     """What vector_width reads of an array: shape, strides, itemsize, base address."""
@@ -41,17 +33,6 @@ def _operands(*arrays):
     return tuple((_view(a), element_strides(a, True)) for a in arrays)
 
 
-def _aligned_empty(shape, dtype, offset_elements=0):
-    """A NaN-filled C-contiguous array whose base is 64-byte aligned plus ``offset_elements``."""
-    dt = numpy_dtype(dtype)
-    n = int(np.prod(shape))
-    buf = np.empty(n * dt.itemsize + 64 + offset_elements * dt.itemsize, np.uint8)
-    start = -buf.ctypes.data % 64 + offset_elements * dt.itemsize
-    out = buf[start:start + n * dt.itemsize].view(dt).reshape(shape)
-    out[...] = np.nan
-    return out
-
-
 def _run_passes(g, x, w, b, dy, expect_vec=None, wgrad_sms=cl.WGRAD_PLAN_SMS):
     """Forward (with bias), backward-data and backward-weight on the host; checked against the
     reference for x, w, b, dy (any views); backward-weight planned for ``wgrad_sms``
@@ -61,23 +42,23 @@ def _run_passes(g, x, w, b, dy, expect_vec=None, wgrad_sms=cl.WGRAD_PLAN_SMS):
                 padding=tuple(zip(g.pad_lo, g.pad_hi)))
     wc = np.ascontiguousarray(w)
     # forward
-    y = _aligned_empty(g.output_shape, dtype)
+    y = host_empty(g.output_shape, dtype)
     vec = cl.vector_width(g, _operands(x, y))
     assert vec and (expect_vec is None or vec == expect_vec)
     plan = cl.pass_plan(g, False, vec)
     shape = cl.pass_shape(g, plan, False, True, element_strides(x, True))
     module = depthwise_cl_module(dtype, plan.kf)
-    _host(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant), shape,
-                         (x, wc, b, y))
+    host_module(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant),
+                               shape, (x, wc, b, y))
     ref = reference.conv(x, w, b, **opts)
     assert rel_error(y, ref) <= tolerance(dtype, ref), "forward"
     # backward-data
-    dx = _aligned_empty(g.input_shape, dtype)
+    dx = host_empty(g.input_shape, dtype)
     vec = cl.vector_width(g, _operands(dy, dx))
     plan = cl.pass_plan(g, True, vec)
     shape = cl.pass_shape(g, plan, True, False, element_strides(dy, True))
-    _host(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant), shape,
-                         (dy, wc, dx, dx))
+    host_module(module).launch(module.name_expression("depthwise_cl", dtype, shape.variant),
+                               shape, (dy, wc, dx, dx))
     ref = reference.conv_backward_data(dy, w, g.input_shape, **opts)
     assert rel_error(dx, ref) <= tolerance(dtype, ref), "backward-data"
     # backward-weight: partial sums per chunk, summed here in chunk order (the reduce kernel's)
@@ -87,8 +68,8 @@ def _run_passes(g, x, w, b, dy, expect_vec=None, wgrad_sms=cl.WGRAD_PLAN_SMS):
     partial = np.full((wp.chunks, g.out_channels, int(np.prod(g.kernel))), np.nan,
                       compute_dtype(dtype))
     wmod = depthwise_cl_wgrad_module(dtype, wp.plan.kf)
-    _host(wmod).launch(wmod.name_expression("depthwise_cl_wgrad", dtype, shape.variant), shape,
-                       (x, dy, partial))
+    host_module(wmod).launch(wmod.name_expression("depthwise_cl_wgrad", dtype, shape.variant),
+                             shape, (x, dy, partial))
     assert not np.isnan(partial).any(), "unwritten partial sums"
     dw = partial.sum(axis=0).astype(numpy_dtype(dtype)).reshape(g.weight_shape)
     ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)

@@ -18,15 +18,7 @@ from cupyconv._core.verify import random_array, rel_error, tolerance
 from cupyconv._direct.grouped import grouped_applicable, grouped_launch, grouped_plan
 
 from gpu_cases import rng_for
-from host_kernels import HostModule, compiler
-
-_MODULES: dict = {}
-
-
-def _host(dtype) -> HostModule:
-    if dtype not in _MODULES:
-        _MODULES[dtype] = HostModule(grouped_module(dtype))
-    return _MODULES[dtype]
+from host_kernels import compiler, host_module
 
 
 def _geom(n, c, k, sp, ker, layout, dtype, **opts):
@@ -68,8 +60,9 @@ def _run(case, layout, dtype, tile, *, bias=True, z=False, act=None, view=False)
         w = np.flip(np.flip(w, 0).copy(), 0)
     y = np.full(geom.output_shape, np.nan, numpy_dtype(dtype))
     grid, block, args, smem = grouped_launch(geom, x, w, b, y, zz, activation_code(act), tile)
-    _host(dtype).call(grouped_module(dtype).name_expression("grouped_conv", dtype, tile), grid,
-                      block, args, smem)
+    module = grouped_module(dtype)
+    host_module(module).call(module.name_expression("grouped_conv", dtype, tile), grid, block,
+                             args, smem)
     f64 = [None if a is None else a.astype(np.float64) for a in (x, w, b, zz)]
     ref = reference.conv(f64[0], f64[1], f64[2], layout=layout, **case["opts"])
     if z:
