@@ -44,6 +44,9 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_MIN_BLOCKS": 2,   # ... forward/backward-data: blocks per SM (caps registers at 128)
     "DWCL_WGRAD_MIN_BLOCKS": 2,  # ... backward-weight: blocks per SM (its plan fills one wave)
     "DWCL_WGRAD_UNROLL": 1,  # ... backward-weight: runs unrolled together (loads in flight)
+    "DWB_THREADS": 256,     # depthwise band kernel (depthwise_bands.cu): threads per block
+    "DWB_RX": 4,            # ... destination columns per item
+    "DWB_MIN_BLOCKS": 6,    # ... blocks per SM (caps registers at 40; 4 and 8 measured slower)
     "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
     "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
     "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)
@@ -395,10 +398,22 @@ def depthwise_plane_stride2_module(dtype: str, kf: int, wgrad: bool = False) -> 
                         tile=(plane_width(kf), kf, 2), variants=tuple((e,) for e in range(4)))
 
 
+# Channels-first depthwise on bands of rows staged in shared memory (depthwise_bands.cu): filters
+# of at most KF x KF taps, one binary per (dtype, KF) with the compute strides CS = 1, 2.
+DEPTHWISE_BANDS_KF = (3, 5, 7)
+
+
+def depthwise_bands_module(dtype: str, kf: int) -> KernelModule:
+    """The band kernel for filters of at most ``kf`` x ``kf`` taps: template <T, KF, CS>."""
+    return KernelModule("depthwise/depthwise_bands.cu", ("depthwise_bands",), (dtype,), tile=(kf,),
+                        variants=((1,), (2,)))
+
+
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(
     DEPTHWISE_PLANE.values()) + tuple(DEPTHWISE_PLANE_WGRAD.values()) + tuple(
     depthwise_plane_stride2_module(dtype, kf, wgrad) for dtype in DTYPES
     for wgrad, kfs in ((False, PLANE_STRIDE2_KF), (True, PLANE_STRIDE2_WGRAD_KF)) for kf in kfs) + tuple(
+    depthwise_bands_module(dtype, kf) for dtype in DTYPES for kf in DEPTHWISE_BANDS_KF) + tuple(
     grouped_module(dtype) for dtype in DTYPES) + (
     STRIDED_COPY, DIRECT_CONV, EPILOGUE_PASS, IM2COL, COL2IM, DEPTHWISE_WGRAD_GATHER, CHUNK_SUM, SPLITK_REDUCE) + tuple(
     separable_module(dtype, kt) for dtype in DTYPES for kt in SEPARABLE_KT) + tuple(

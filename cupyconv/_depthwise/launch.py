@@ -3,11 +3,14 @@
 Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
 3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation, and
 those of square 3x3, 5x5, 7x7 filters at stride 2 (backward-weight: 3x3 and 5x5), run on the plane
-kernels (the row walk of the signal API's image filter); other channels-first problems
-run on the tile kernels when their window fits in shared memory.  Channels-last problems without
-a channel multiplier whose activations have unit channel stride run on the channels-last kernels
+kernels (the row walk of the signal API's image filter), except narrow planes at unit stride and
+backward-data at stride 2, which run on the band kernel (:mod:`cupyconv._depthwise.bands`:
+:func:`band_choice`); other channels-first problems run on the tile kernels when their window
+fits in shared memory.  Channels-last problems without a channel multiplier whose activations
+have unit channel stride run on the channels-last kernels
 (:mod:`cupyconv._depthwise.channels_last`), and so does channels-first backward-data with a
-stride in H or W, through channels-last copies (:func:`stage_channels_last`).  Everything else
+stride in H or W that the band kernel does not take, through channels-last copies
+(:func:`stage_channels_last`).  Everything else
 runs on the gather kernels (one thread per output element, coalesced across channels for
 channels-last).  Shapes, strides, paddings and dilations are runtime arguments: one binary per
 (dtype, kernel family) serves every problem.
@@ -36,6 +39,7 @@ from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, 
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
                                    sm_count, spatial_args)
 from cupyconv._core.program import scratch
+from cupyconv._depthwise import bands
 from cupyconv._depthwise import channels_last as cl
 
 # Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
@@ -257,13 +261,15 @@ def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARP
                      vec_out and d == 0 and ow % 4 == 0, acc_size, kh, ry, stride, e)
 
 
-def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...]) -> bool:
-    """``strides`` (element_strides of a channels-first activation) lay the (H, W) planes out
-    C-contiguously, one after the other (strides of unit extents do not matter)."""
-    _, h, w = geom.as_3d()["spatial"]
+def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...], output: bool = False) -> bool:
+    """``strides`` (element_strides of a channels-first activation: the input, or with ``output``
+    the output) lay the (H, W) planes out C-contiguously, one after the other (strides of unit
+    extents do not matter)."""
+    _, h, w = geom.as_3d()["out_spatial" if output else "spatial"]
+    chans = geom.out_channels if output else geom.in_channels
     lead, chan, _, sh, sw = strides
-    return ((sw == 1 or w == 1) and (sh == w or h == 1) and (chan == h * w or geom.in_channels == 1)
-            and (lead == geom.in_channels * h * w or geom.batch == 1))
+    return ((sw == 1 or w == 1) and (sh == w or h == 1) and (chan == h * w or chans == 1)
+            and (lead == chans * h * w or geom.batch == 1))
 
 
 def _common_args(geom: ConvGeometry, strides) -> list:
@@ -318,9 +324,19 @@ def backward_data_twin(geom: ConvGeometry) -> ConvGeometry | None:
                                     groups=geom.groups, layout=geom.layout, dtype=geom.dtype)
 
 
+def band_choice(geom: ConvGeometry, transposed: bool, src_strides: tuple[int, ...]):
+    """The band kernel's plan where it takes this pass (its source's planes contiguous, and
+    :func:`bands.prefer_bands`), else None."""
+    if not contiguous_planes(geom, src_strides, output=transposed):
+        return None
+    plan = bands.band_plan(geom, transposed)
+    return plan if plan is not None and bands.prefer_bands(geom, transposed) else None
+
+
 @memoized(2048)
 def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strides: tuple,
-                 vec: bool, dst_aligned: bool, cl_vec: int, device: int) -> Launch:
+                 vec: bool, src_aligned: bool, dst_aligned: bool, cl_vec: int,
+                 device: int) -> Launch:
     """Forward (or backward-data) launch: the channels-last kernel where ``cl_vec`` (its channels
     per thread, 0: it does not apply) and its plan allow; the plane kernel where it applies (to
     the forward problem, or to backward-data's :func:`backward_data_twin`), else the tile kernel
@@ -330,6 +346,9 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
         launch = plan and cl.pass_launch(geom, plan, transposed, has_bias, src_strides)
         if launch is not None:
             return launch
+    band = band_choice(geom, transposed, src_strides)
+    if band is not None:
+        return bands.band_launch(geom, band, has_bias, transposed, src_aligned)
     mult = geom.out_channels // geom.in_channels
     chans = geom.in_channels if transposed else geom.out_channels
     src_geom = backward_data_twin(geom) if transposed else geom
@@ -362,7 +381,7 @@ def run_pass(geom: ConvGeometry, src, w, bias, dst, transposed: bool) -> None:
     strides = _strides(src, geom)
     launch = _pass_launch(geom, transposed, bias is not None, strides,
                           not geom.channels_last and vector_rows(src, strides),
-                          dst.data.ptr % 16 == 0,
+                          src.data.ptr % 16 == 0, dst.data.ptr % 16 == 0,
                           cl.vector_width(geom, ((src, strides), (dst, _strides(dst, geom)))),
                           dst.data.device_id)
     # (K, taps) in memory for both layouts (one channel per group)
@@ -427,7 +446,7 @@ def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> boo
     channels-first problems through the channels-last kernel: :func:`stage_channels_last`).  A
     ``bias`` is not added here (returns False: the caller adds it)."""
     with dx.device:
-        if stage_channels_last(geom):
+        if stage_channels_last(geom) and band_choice(geom, True, _strides(dy, geom)) is None:
             _backward_data_channels_last(geom, dy, w, dx)
         else:
             run_pass(geom, dy, w, None, dx, True)

@@ -13,9 +13,10 @@ import pytest
 from cupyconv._core import copy as core_copy
 from cupyconv._core import jit
 from cupyconv._core import launch as core_launch
+from cupyconv._core.caches import clear_caches
 from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.kernels import STRIDED_COPY
-from cupyconv._depthwise import launch
+from cupyconv._depthwise import bands, launch
 
 from host_kernels import compiler, host_module
 
@@ -94,3 +95,14 @@ def host_route(monkeypatch):
     yield SimpleNamespace(tiled=tiled, passes=passes, kernels=kernels)
     for cached in _MEMOIZED_LAUNCHES:
         cached.cache_clear()
+
+
+@pytest.fixture
+def no_bands(monkeypatch):
+    """The band kernel (depthwise_bands.cu) never preferred, on the host route or the GPU: the
+    tests of the routes it would otherwise take over (the plane row walk on narrow planes,
+    strided channels-first backward-data through channels-last copies) still reach them."""
+    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: False)
+    clear_caches()  # (launches planned before hold the other route; so do prepared calls)
+    yield
+    clear_caches()

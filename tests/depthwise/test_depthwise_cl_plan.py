@@ -390,8 +390,8 @@ def test_pass_launcher_routes_channels_last_problems(monkeypatch):
     g = _geom((9, 9), c=16, padding=1)
     strides = element_strides(_fake(g.input_shape), True)
     for transposed in (False, True):
-        assert route(g, transposed, True, strides, False, True, 4, 0) == "depthwise_cl"
-        assert route(g, transposed, True, strides, False, True, 0, 0) == "depthwise_gather"
+        assert route(g, transposed, True, strides, False, True, True, 4, 0) == "depthwise_cl"
+        assert route(g, transposed, True, strides, False, True, True, 0, 0) == "depthwise_gather"
     huge = _geom((40, 40), c=16, k=61, padding=30, dtype="float16")
     assert route(huge, False, False, element_strides(_fake(huge.input_shape, "float16"), True),
-                 False, True, 8, 0) == "depthwise_gather"
+                 False, True, True, 8, 0) == "depthwise_gather"

@@ -173,6 +173,7 @@ def _misaligned(cupy, a):
 
 @pytest.mark.parametrize("case,dtype", with_dtypes(
     PLANE_CASES, [PLANE_CASES[i] for i in (1, 3, 7, 9, 11, 12)], ids=_plane_id))
+@pytest.mark.usefixtures("no_bands")  # (the band kernel would take the narrow planes)
 def test_plane_kernel_forward(case, dtype):
     """conv routes these to the plane kernel; aligned and misaligned input rows and outputs, with
     and without bias, against the float64 reference."""
@@ -769,6 +770,7 @@ STAGED_RUNS = ([(case, dtype) for dtype in ALL_DTYPES if dtype != "float64" for 
 
 @pytest.mark.parametrize("case,dtype", STAGED_RUNS,
                          ids=[f"{_staged_id(c)}-{d}" for c, d in STAGED_RUNS])
+@pytest.mark.usefixtures("no_bands")  # (the band kernel would take contiguous stride-2 dy)
 def test_staged_backward_data_matches_reference(case, dtype):
     """Strided channels-first backward-data through channels-last copies: poisoned dx, two calls
     with fresh data (the second replays the prepared call, scratch copies included)."""
@@ -807,6 +809,7 @@ def test_staged_backward_data_reads_dy_views(case, dtype):
 
 
 @pytest.mark.parametrize("case", [STAGED_CASES[0], STAGED_CASES[5]], ids=_staged_id)
+@pytest.mark.usefixtures("no_bands")  # (the band kernel would take contiguous stride-2 dy)
 def test_staged_backward_data_adjoint_identity(case):
     import cupy
 
@@ -816,3 +819,114 @@ def test_staged_backward_data_adjoint_identity(case):
     lhs = float(cupy.vdot(cupyconv.conv(x, w, method="depthwise", **opts), dy))
     mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts)))
     assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+
+
+# ---- band kernel (depthwise_bands.cu) ----------------------------------------------------------
+# Forward and backward-data on bands of rows staged in shared memory: MobileNet-sized narrow
+# planes, odd sizes, square and rectangular filters up to 7x7, stride 1 and 2, pads beyond K - 1,
+# a channel multiplier (forward only), and planes large enough to be split into bands (the
+# stride-2 backward-data of a 112^2 layer).  (n, c, mult, (H, W), (KH, KW), padding, stride)
+BAND_CASES = [
+    (2, 960, 1, (7, 7), (3, 3), 1, 1),
+    (2, 144, 1, (14, 14), (3, 3), 1, 2),
+    (3, 5, 1, (14, 14), (5, 5), 2, 1),
+    (1, 4, 1, (15, 13), (5, 5), 2, 2),
+    (1, 3, 1, (9, 11), (7, 7), 3, 1),
+    (2, 3, 1, (13, 12), (7, 7), [(3, 2), (2, 3)], 2),
+    (1, 3, 2, (7, 9), (3, 3), 1, 1),
+    (2, 3, 1, (8, 11), (1, 3), [(0, 0), (1, 1)], 1),
+    (1, 3, 1, (6, 7), (3, 3), 3, 1),
+    (1, 2, 1, (112, 112), (3, 3), [(0, 1), (0, 1)], 2),
+    (1, 6, 1, (57, 43), (5, 5), 2, 2),
+]
+
+
+def _band_id(case):
+    n, c, m, sp, k, p, s = case
+    return f"n{n}c{c}m{m}-{sp[0]}x{sp[1]}-k{k[0]}x{k[1]}-p{p}-s{s}".replace(" ", "")
+
+
+@pytest.fixture
+def bands_preferred(monkeypatch):
+    """The band kernel wherever it applies (not only where prefer_bands picks it)."""
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._depthwise import bands
+
+    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: True)
+    clear_caches()
+    yield
+    clear_caches()
+
+
+@pytest.mark.parametrize("case,dtype", with_dtypes(BAND_CASES, BAND_CASES[::3], ids=_band_id))
+@pytest.mark.usefixtures("bands_preferred")
+def test_band_kernel_forward_and_backward_data(case, dtype):
+    """conv and conv_backward_data on the band kernel: with and without bias, aligned and
+    misaligned x / dy and outputs, two calls with fresh data (the second replays the prepared
+    call), into poisoned outputs, against the float64 reference."""
+    import cupy
+    from cupyconv._depthwise.bands import band_plan
+    from cupyconv._depthwise.launch import band_choice
+
+    n, c, m, sp, k, pad, stride = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    opts = dict(padding=pad, groups=c, stride=stride)
+    g = ConvGeometry.from_shapes(xs, ws, dtype=dtype, **opts)
+    ys = g.output_shape
+    assert band_choice(g, False, element_strides(cupy.empty(xs, dtype), False)) is not None
+    assert (band_plan(g, True) is not None) == (m == 1)
+    for call in range(2):
+        rng = rng_for("dw-bands", _band_id(case), dtype, call)
+        xh, wh, dyh = (random_array(rng, s, dtype) for s in (xs, ws, ys))
+        bh = random_array(rng, (ws[0],), dtype)
+        x, w, dy = cupy.asarray(xh), cupy.asarray(wh), cupy.asarray(dyh)
+        for bias, bias_h in ((cupy.asarray(bh), bh), (None, None)):
+            ref = reference.conv(xh, wh, bias_h, **opts)
+            for xin, out in ((x, cupy.empty(ys, dtype)),
+                             (_misaligned(cupy, x), _misaligned(cupy, cupy.empty(ys, dtype)))):
+                y = poison(out)
+                cupyconv.conv(xin, w, bias, out=y, method="depthwise", **opts)
+                assert rel_error(y, ref) <= tolerance(dtype, ref), ("forward", call, bias is None)
+        if m != 1:
+            continue
+        ref = reference.conv_backward_data(dyh, wh, xs, **opts)
+        for dyin, out in ((dy, cupy.empty(xs, dtype)),
+                          (_misaligned(cupy, dy), _misaligned(cupy, cupy.empty(xs, dtype)))):
+            dx = poison(out)
+            cupyconv.conv_backward_data(dyin, w, xs, out=dx, method="depthwise", **opts)
+            assert rel_error(dx, ref) <= tolerance(dtype, ref), ("backward-data", call)
+
+
+@pytest.mark.parametrize("case", [BAND_CASES[1], BAND_CASES[5], BAND_CASES[9]], ids=_band_id)
+@pytest.mark.usefixtures("bands_preferred")
+def test_band_kernel_adjoint_identity(case):
+    """<conv(x), dy> == <x, conv_backward_data(dy)> in float64 on the band kernel."""
+    import cupy
+
+    n, c, m, sp, k, pad, stride = case
+    xs, ws = (n, c, *sp), (c * m, 1, *k)
+    opts = dict(padding=pad, groups=c, stride=stride)
+    ys = cupyconv.output_shape(xs, ws, **opts)
+    rng = rng_for("dw-bands-adjoint", _band_id(case))
+    x, w, dy = (cupy.asarray(random_array(rng, s, "float64")) for s in (xs, ws, ys))
+    lhs = float(cupy.vdot(cupyconv.conv(x, w, method="depthwise", **opts), dy))
+    mid = float(cupy.vdot(x, cupyconv.conv_backward_data(dy, w, xs, method="depthwise", **opts)))
+    assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
+
+
+def test_band_kernel_takes_narrow_planes_and_strided_backward_data():
+    """Where prefer_bands sends the default route: narrow planes (forward and backward-data), and
+    stride-2 backward-data of wide ones instead of the channels-last copies; the plane row walk
+    keeps wide planes."""
+    import cupy
+    from cupyconv._depthwise.launch import band_choice
+
+    def choice(sp, stride, transposed):
+        g = ConvGeometry.from_shapes((2, 8, *sp), (8, 1, 3, 3), groups=8, padding=1,
+                                     stride=stride, dtype="float32")
+        a = cupy.empty(g.output_shape if transposed else g.input_shape, "float32")
+        return band_choice(g, transposed, element_strides(a, False)) is not None
+
+    assert choice((14, 14), 1, False) and choice((7, 7), 1, True)
+    assert choice((112, 112), 2, True) and not choice((112, 112), 2, False)
+    assert not choice((56, 56), 1, False) and not choice((56, 56), 1, True)
