@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import measure  # noqa: E402
-from bench_depthwise_nets import BATCH, bench_layers, geometry, our_calls  # noqa: E402
+from bench_depthwise_nets import BATCH, bench_layers, geometry, our_calls, peer_calls  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._core.dtypes import itemsize  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
@@ -74,6 +74,46 @@ def compiled_settings_sweep(doc: str, settings, compile_setting, argv=None):
     torch.backends.cudnn.benchmark = True
     torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
     return args, dtypes, names, torch, torch_graph_ms, measure.device_facts()["l2_bytes"]
+
+
+def time_settings(torch, torch_graph_ms, operands, passes, names, use) -> list[dict]:
+    """The sweep of the settings scripts: for each (layer, dtype) of ``operands``
+    (:func:`depthwise_operands`) and each of ``passes``, PyTorch's device time and ours under each
+    setting of ``names`` (``use(name)`` switches to it), one printed line per row; the rows
+    (layer, dtype, pass, bytes, ms per setting and "torch", best)."""
+    rows = []
+    for entry, dtype, geom, nbytes, tensors, arrays in operands:
+        for name in passes:
+            ours = our_calls(entry.layer, geom)[name]
+            peer = peer_calls(torch, entry.layer)[name]
+            peer(tensors[0])
+            times = {"torch": measure.rotated_graph_ms(peer, tensors, torch_graph_ms, repeat=3,
+                                                       target_ms=5.0)}
+            for setting in names:
+                use(setting)
+                times[setting] = measure.rotated_graph_ms(ours, arrays, measure.cupy_graph_ms,
+                                                          repeat=3, target_ms=5.0)
+            best = min((k for k in times if k != "torch"), key=times.get)
+            rows.append({"layer": entry.label, "dtype": dtype, "pass": name, "bytes": nbytes,
+                         "ms": times, "best": best})
+            print(f"{entry.label:22s} {dtype:8s} {name:15s} torch {times['torch']:.4f} | "
+                  + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
+                              for k, v in times.items() if k != "torch"), flush=True)
+        del tensors, arrays
+        measure.release_memory(torch)
+    return rows
+
+
+def print_geomeans(rows: list[dict], passes, names, dtypes) -> None:
+    """Geomean and min of PyTorch time / ours per (pass, setting, dtype) of :func:`time_settings`'
+    rows."""
+    for name in passes:
+        for setting in names:
+            for dtype in dtypes:
+                ratios = [r["ms"]["torch"] / r["ms"][setting] for r in rows
+                          if r["dtype"] == dtype and r["pass"] == name]
+                print(f"{name:15s} {setting:8s} {dtype:8s} geomean "
+                      f"{measure.geomean(ratios):.2f}x min {min(ratios):.2f}x", flush=True)
 
 
 def use(dtype: str, vec: int, rounds: int) -> None:

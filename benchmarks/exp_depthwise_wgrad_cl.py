@@ -21,9 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import measure  # noqa: E402
-from bench_depthwise_nets import our_calls, peer_calls  # noqa: E402
-from exp_depthwise_cl import compiled_settings_sweep, depthwise_operands  # noqa: E402
+from exp_depthwise_cl import (compiled_settings_sweep, depthwise_operands,  # noqa: E402
+                              print_geomeans, time_settings)
 from cupyconv._core import kernels  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
 from cupyconv._depthwise import channels_last  # noqa: E402
@@ -68,30 +67,10 @@ def compile_setting(name: str, dtypes: tuple[str, ...]) -> str:
 def main(argv=None) -> int:
     args, dtypes, names, torch, torch_graph_ms, l2 = compiled_settings_sweep(
         __doc__, SETTINGS, compile_setting, argv)
-    rows = []
-    for entry, dtype, geom, nbytes, tensors, arrays in depthwise_operands(torch, dtypes, l2):
-        ours = our_calls(entry.layer, geom)["backward-weight"]
-        peer = peer_calls(torch, entry.layer)["backward-weight"]
-        peer(tensors[0])
-        times = {"torch": measure.rotated_graph_ms(peer, tensors, torch_graph_ms, repeat=3,
-                                                   target_ms=5.0)}
-        for setting in names:
-            use(SETTINGS[setting])
-            times[setting] = measure.rotated_graph_ms(ours, arrays, measure.cupy_graph_ms,
-                                                      repeat=3, target_ms=5.0)
-        best = min((k for k in times if k != "torch"), key=times.get)
-        rows.append({"layer": entry.label, "dtype": dtype, "bytes": nbytes, "ms": times,
-                     "best": best})
-        print(f"{entry.label:22s} {dtype:8s} torch {times['torch']:.4f} | "
-              + "  ".join(f"{k} {times['torch'] / v:.2f}x{'*' if k == best else ' '}"
-                          for k, v in times.items() if k != "torch"), flush=True)
-        del tensors, arrays
-        measure.release_memory(torch)
-    for setting in names:
-        for dtype in dtypes:
-            ratios = [r["ms"]["torch"] / r["ms"][setting] for r in rows if r["dtype"] == dtype]
-            print(f"{setting:14s} {dtype:8s} geomean {measure.geomean(ratios):.2f}x "
-                  f"min {min(ratios):.2f}x", flush=True)
+    passes = ("backward-weight",)
+    rows = time_settings(torch, torch_graph_ms, depthwise_operands(torch, dtypes, l2), passes,
+                         names, lambda name: use(SETTINGS[name]))
+    print_geomeans(rows, passes, names, dtypes)
     if args.out:
         Path(args.out, "exp-depthwise-wgrad-cl.json").write_text(json.dumps(rows, indent=1))
     return 0
