@@ -105,12 +105,14 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
     """The band kernel's split for ``geom``'s forward pass (or, ``transposed``, backward-data), or
     None where the kernel does not take it (channels-last, a depth extent, dilation, a stride
     other than 1 or (2, 2), a filter wider than 7, a channel multiplier in backward-data, a
-    band of one row that does not fit in shared memory).  ``items_per_thread`` and
+    plane of 2^31 elements or more, a band of one row that does not fit in shared memory).  ``items_per_thread`` and
     ``smem_target`` are there for sweeps."""
     shape = _shape(geom, transposed)
     if shape is None:
         return None
-    kf, stride, _, (dh, dw) = shape
+    kf, stride, (sh, sw), (dh, dw) = shape
+    if max(sh * sw, dh * dw) >= 2 ** 31:  # the kernel indexes within a plane in 32 bits
+        return None
     cs, up = (1, stride) if transposed else (stride, 1)
     acc = itemsize(compute_dtype(geom.dtype))
     segs = math.ceil(dw / RX)
@@ -138,9 +140,7 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
         bands, per_block = math.ceil(dh / rows), 1
     plan = BandPlan(kf, cs, up, per_block, rows, bands, pitch, (rows - 1) * cs + kf, segs,
                     opitch, acc)
-    if plan.blocks(planes) >= 2 ** 31 or plan.planes_per_block * plan.srows * pitch >= 2 ** 31:
-        return None
-    return plan
+    return plan if plan.blocks(planes) < 2 ** 31 else None
 
 
 def band_launch(geom: ConvGeometry, plan: BandPlan, has_bias: bool, transposed: bool,

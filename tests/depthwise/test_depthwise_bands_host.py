@@ -148,6 +148,13 @@ def test_band_plan_limits():
     nhwc = ConvGeometry.from_shapes((2, 8, 8, 4), (4, 3, 3, 1), groups=4, layout="NHWC",
                                     dtype="float32")
     assert bands.band_plan(nhwc, False) is None
+    def tall(rows):
+        return ConvGeometry.from_shapes((1, 1, rows, 32), (1, 1, 3, 3), groups=1, stride=2,
+                                        padding=1, dtype="float32")
+    # x and dx planes of 2^32 elements: beyond the kernel's 32-bit plane indices; 2^30 is taken
+    assert bands.band_plan(tall(2 ** 27), False) is None
+    assert bands.band_plan(tall(2 ** 27), True) is None
+    assert bands.band_plan(tall(2 ** 25), False) and bands.band_plan(tall(2 ** 25), True)
     small = bands.band_plan(geom((7, 7), padding=1), False)
     assert small.bands == 1 and small.band_rows == 7 and small.planes_per_block == 8
     large = bands.band_plan(geom((224, 224), padding=1), False)
