@@ -105,8 +105,8 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
     """The band kernel's split for ``geom``'s forward pass (or, ``transposed``, backward-data), or
     None where the kernel does not take it (channels-last, a depth extent, dilation, a stride
     other than 1 or (2, 2), a filter wider than 7, a channel multiplier in backward-data, a
-    plane of 2^31 elements or more, a band of one row that does not fit in shared memory).  ``items_per_thread`` and
-    ``smem_target`` are there for sweeps."""
+    plane of 2^31 elements or more, a band of one row that does not fit in shared memory).
+    ``items_per_thread`` and ``smem_target`` are there for sweeps."""
     shape = _shape(geom, transposed)
     if shape is None:
         return None

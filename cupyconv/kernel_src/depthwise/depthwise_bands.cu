@@ -8,7 +8,8 @@
 // rows are contiguous, both what the band reads and what it writes are contiguous runs of
 // memory, so the block moves them with flat, coalesced loads and stores whatever the width:
 //   1. stage: the block's source rows go to shared memory as a zero-padded "U" plane (pitch
-//      columns per row), each cell decoded from its flat index by two magic-number divisions;
+//      columns per row), read as 16-byte vectors, each element's cell found by two
+//      magic-number divisions of its flat index;
 //   2. compute: an item is RX destination columns of one destination row; it reads KF rows of
 //      (RX - 1) CS + KF staged cells and multiplies them by the taps, with no bounds tests (the
 //      padding is in U) and writes the RX sums to an output buffer in shared memory;
