@@ -338,9 +338,10 @@ def _pass_launch(geom: ConvGeometry, transposed: bool, has_bias: bool, src_strid
                  vec: bool, src_aligned: bool, dst_aligned: bool, cl_vec: int,
                  device: int) -> Launch:
     """Forward (or backward-data) launch: the channels-last kernel where ``cl_vec`` (its channels
-    per thread, 0: it does not apply) and its plan allow; the plane kernel where it applies (to
-    the forward problem, or to backward-data's :func:`backward_data_twin`), else the tile kernel
-    where its window fits, else gather."""
+    per thread, 0: it does not apply) and its plan allow; the band kernel where
+    :func:`band_choice` takes the pass (``src_aligned``: src's base is 16-byte aligned); the
+    plane kernel where it applies (to the forward problem, or to backward-data's
+    :func:`backward_data_twin`), else the tile kernel where its window fits, else gather."""
     if cl_vec:
         plan = cl.pass_plan(geom, transposed, cl_vec)
         launch = plan and cl.pass_launch(geom, plan, transposed, has_bias, src_strides)
