@@ -1,3 +1,4 @@
-"""Fixtures of the depthwise tests: ``host_route`` and ``no_bands`` (host_route.py)."""
+"""Fixtures of the depthwise tests: ``host_route``, ``no_bands`` and ``bands_preferred``
+(host_route.py)."""
 
-from host_route import host_route, no_bands  # noqa: F401  (fixtures, registered by the import)
+from host_route import bands_preferred, host_route, no_bands  # noqa: F401  (fixtures, registered by the import)

@@ -1,10 +1,13 @@
 """The depthwise launch path run on the host: NumPy arrays that look like CuPy arrays to the
-launchers (:class:`HostArray`), poisoned allocations (:func:`host_empty`) and the ``host_route``
-fixture (registered in conftest.py), under which ``jit.get_function`` returns host builds of the
-kernel modules (tests/host_kernels.py)."""
+launchers (:class:`HostArray`), poisoned allocations (:func:`host_empty`), the channels-first
+cases of the host kernel tests (:func:`case_id`, :func:`host_problem`) and the fixtures
+(registered in conftest.py): ``host_route``, under which ``jit.get_function`` returns host builds
+of the kernel modules (tests/host_kernels.py), and ``no_bands`` / ``bands_preferred``, which
+switch the band kernel off or on wherever it applies."""
 
 import contextlib
 import dataclasses
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,6 +18,8 @@ from cupyconv._core import jit
 from cupyconv._core import launch as core_launch
 from cupyconv._core.caches import clear_caches
 from cupyconv._core.dtypes import numpy_dtype
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.verify import random_array
 from cupyconv._core.kernels import STRIDED_COPY
 from cupyconv._depthwise import bands, launch
 
@@ -44,6 +49,27 @@ def host_empty(shape, dtype, offset_elements=0):
     out = buf[start:start + n * dt.itemsize].view(dt).reshape(shape).view(HostArray)
     out[...] = np.nan
     return out
+
+
+def case_id(case) -> str:
+    """Test id of a channels-first case (dtype, n, c, mult, spatial, kernel, options)."""
+    dtype, n, c, mult, sp, k, o = case
+    return (f"{dtype}-n{n}c{c}m{mult}-{'x'.join(map(str, sp))}-k{k}-"
+            + "-".join(f"{a}{v}" for a, v in o.items()))
+
+
+def host_problem(case, x_offset=0):
+    """Geometry, x (at ``x_offset`` elements past a 64-byte boundary), w, bias, dy and the conv
+    options of a channels-first case, random data seeded by its id."""
+    dtype, n, c, mult, sp, k, o = case
+    ks = k if isinstance(k, tuple) else (k, k)
+    g = ConvGeometry.from_shapes((n, c, *sp), (c * mult, 1, *ks), groups=c, dtype=dtype, **o)
+    rng = np.random.default_rng(zlib.crc32(case_id(case).encode()))
+    x = host_empty(g.input_shape, dtype, x_offset)
+    x[...] = random_array(rng, g.input_shape, dtype)
+    w, dy = (random_array(rng, s, dtype).view(HostArray) for s in (g.weight_shape, g.output_shape))
+    b = random_array(rng, (c * mult,), dtype).view(HostArray)
+    return g, x, w, b, dy, dict(o, groups=c)
 
 
 _HOST_COPY = dataclasses.replace(STRIDED_COPY, templates=("strided_copy",))
@@ -97,12 +123,25 @@ def host_route(monkeypatch):
         cached.cache_clear()
 
 
+def _prefer_bands(monkeypatch, prefer: bool):
+    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: prefer)
+    clear_caches()  # (launches planned before hold the other route; so do prepared calls)
+
+
 @pytest.fixture
 def no_bands(monkeypatch):
     """The band kernel (depthwise_bands.cu) never preferred, on the host route or the GPU: the
     tests of the routes it would otherwise take over (the plane row walk on narrow planes,
     strided channels-first backward-data through channels-last copies) still reach them."""
-    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: False)
-    clear_caches()  # (launches planned before hold the other route; so do prepared calls)
+    _prefer_bands(monkeypatch, False)
+    yield
+    clear_caches()
+
+
+@pytest.fixture
+def bands_preferred(monkeypatch):
+    """The band kernel wherever it applies (not only where prefer_bands picks it), on the host
+    route or the GPU."""
+    _prefer_bands(monkeypatch, True)
     yield
     clear_caches()

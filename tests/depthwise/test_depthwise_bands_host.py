@@ -7,8 +7,6 @@ plane (a small shared-memory target forces them, including a last band of fewer 
 dtype -- against the float64 reference, outputs poisoned.  The GPU runs are in
 test_gpu_depthwise.py."""
 
-import zlib
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.verify import random_array, rel_error, tolerance
 from cupyconv._depthwise import bands, launch
 
-from host_route import HostArray, host_empty
+from host_route import HostArray, case_id, host_empty, host_problem
 
 # (dtype, n, c, mult, spatial, kernel, options)
 CASES = [
@@ -39,28 +37,10 @@ CASES = [
 ]
 
 
-def _case_id(case):
-    dtype, n, c, mult, sp, k, o = case
-    return (f"{dtype}-n{n}c{c}m{mult}-{'x'.join(map(str, sp))}-k{k}-"
-            + "-".join(f"{a}{v}" for a, v in o.items()))
-
-
-def _problem(case, output_padding=0):
-    dtype, n, c, mult, sp, k, o = case
-    ks = k if isinstance(k, tuple) else (k, k)
-    g = ConvGeometry.from_shapes((n, c, *sp), (c * mult, 1, *ks), groups=c, dtype=dtype, **o)
-    rng = np.random.default_rng(zlib.crc32(_case_id(case).encode()))
-    x = random_array(rng, g.input_shape, dtype).view(HostArray)
-    w, dy = (random_array(rng, s, dtype).view(HostArray) for s in (g.weight_shape, g.output_shape))
-    b = random_array(rng, (c * mult,), dtype).view(HostArray)
-    return g, x, w, b, dy, dict(o, groups=c)
-
-
 @pytest.fixture(params=["planes", "bands"])
-def band_route(request, host_route, monkeypatch):
+def band_route(request, host_route, bands_preferred, monkeypatch):
     """The host route with the band kernel preferred wherever it applies: whole planes at the
     default shared-memory target, or ("bands") bands of a few rows."""
-    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: True)
     if request.param == "bands":
         plan = bands.band_plan
 
@@ -79,9 +59,9 @@ def band_route(request, host_route, monkeypatch):
     return host_route
 
 
-@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_band_kernel_matches_reference(case, band_route):
-    g, x, w, b, dy, opts = _problem(case)
+    g, x, w, b, dy, opts = host_problem(case)
     plan = bands.band_plan(g, False)
     assert plan is not None
     y = host_empty(g.output_shape, g.dtype)
@@ -102,15 +82,15 @@ def test_band_kernel_matches_reference(case, band_route):
     assert rel_error(dx, ref) <= tolerance(g.dtype, ref), "backward-data"
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[12]], ids=_case_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[12]], ids=case_id)
 def test_band_kernel_reads_unaligned_sources(case, band_route):
     """x and dy one element past a 16-byte boundary: the kernel reads them element by element
     instead of in 16-byte vectors."""
-    g, x, w, b, dy, opts = _problem(case)
-    xu, dyu = host_empty(x.shape, g.dtype, 1), host_empty(dy.shape, g.dtype, 1)
-    xu[...], dyu[...] = x, dy
+    g, x, w, b, dy, opts = host_problem(case, x_offset=1)
+    dyu = host_empty(dy.shape, g.dtype, 1)
+    dyu[...] = dy
     y = host_empty(g.output_shape, g.dtype, 1)
-    launch.run_depthwise(g, xu, w, b, y)
+    launch.run_depthwise(g, x, w, b, y)
     ref = reference.conv(x, w, b, **opts)
     assert rel_error(y, ref) <= tolerance(g.dtype, ref), "forward"
     dx = host_empty(g.input_shape, g.dtype)

@@ -6,18 +6,14 @@ offset E; 16-byte aligned and unaligned input rows; vector and buffered stores; 
 multiplier; planes of several strips -- against the float64 reference, outputs and scratch
 poisoned.  The GPU runs are in test_gpu_depthwise.py."""
 
-import zlib
-
-import numpy as np
 import pytest
 
 from cupyconv import reference
-from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.verify import random_array, rel_error, tolerance
+from cupyconv._core.verify import rel_error, tolerance
 from cupyconv._depthwise import launch
 from cupyconv._depthwise.launch import backward_data_twin, plane_plan, plane_wgrad_plan
 
-from host_route import HostArray, host_empty
+from host_route import case_id, host_empty, host_problem
 
 # (dtype, n, c, mult, spatial, kernel, options): which walk, offset and store each exercises
 CASES = [
@@ -44,25 +40,6 @@ CASES = [
 pytestmark = pytest.mark.usefixtures("no_bands")
 
 
-def _case_id(case):
-    dtype, n, c, mult, sp, k, o = case
-    return (f"{dtype}-n{n}c{c}m{mult}-{'x'.join(map(str, sp))}-k{k}-"
-            + "-".join(f"{a}{v}" for a, v in o.items()))
-
-
-def _problem(case, x_offset=0):
-    """Geometry, x (at ``x_offset`` elements past a 64-byte boundary), w, bias, dy, options."""
-    dtype, n, c, mult, sp, k, o = case
-    ks = k if isinstance(k, tuple) else (k, k)
-    g = ConvGeometry.from_shapes((n, c, *sp), (c * mult, 1, *ks), groups=c, dtype=dtype, **o)
-    rng = np.random.default_rng(zlib.crc32(_case_id(case).encode()))
-    x = host_empty(g.input_shape, dtype, x_offset)
-    x[...] = random_array(rng, g.input_shape, dtype)
-    w, dy = (random_array(rng, s, dtype).view(HostArray) for s in (g.weight_shape, g.output_shape))
-    b = random_array(rng, (c * mult,), dtype).view(HostArray)
-    return g, x, w, b, dy, dict(o, groups=c)
-
-
 def _plane_variant(g, wgrad=False):
     plan = plane_wgrad_plan(g)[0] if wgrad else plane_plan(g)
     return ("depthwise_plane_wgrad" if wgrad else "depthwise_plane",
@@ -83,9 +60,9 @@ def _check_backward_data(g, w, dy, opts, host_route):
     assert rel_error(dx, ref) <= tolerance(g.dtype, ref), "backward-data"
 
 
-@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_plane_kernels_match_reference(case, host_route):
-    g, x, w, b, dy, opts = _problem(case)
+    g, x, w, b, dy, opts = host_problem(case)
     assert plane_plan(g) is not None
     y = host_empty(g.output_shape, g.dtype)
     launch.run_depthwise(g, x, w, b, y)
@@ -105,11 +82,11 @@ def test_plane_kernels_match_reference(case, host_route):
     assert rel_error(dw, ref) <= tolerance(g.dtype, ref), "backward-weight"
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[10]], ids=_case_id)
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[10]], ids=case_id)
 def test_plane_kernels_read_unaligned_views(case, host_route):
     """x one element past an aligned base (rows not 16-byte aligned: element loads) and y one
     element past one (buffered stores), with the strip and window offsets of the aligned runs."""
-    g, x, w, b, dy, opts = _problem(case, x_offset=1)
+    g, x, w, b, dy, opts = host_problem(case, x_offset=1)
     y = host_empty(g.output_shape, g.dtype, 1)
     launch.run_depthwise(g, x, w, b, y)
     assert _plane_variant(g) in host_route.kernels

@@ -846,18 +846,6 @@ def _band_id(case):
     return f"n{n}c{c}m{m}-{sp[0]}x{sp[1]}-k{k[0]}x{k[1]}-p{p}-s{s}".replace(" ", "")
 
 
-@pytest.fixture
-def bands_preferred(monkeypatch):
-    """The band kernel wherever it applies (not only where prefer_bands picks it)."""
-    from cupyconv._core.caches import clear_caches
-    from cupyconv._depthwise import bands
-
-    monkeypatch.setattr(bands, "prefer_bands", lambda geom, transposed: True)
-    clear_caches()
-    yield
-    clear_caches()
-
-
 @pytest.mark.parametrize("case,dtype", with_dtypes(BAND_CASES, BAND_CASES[::3], ids=_band_id))
 @pytest.mark.usefixtures("bands_preferred")
 def test_band_kernel_forward_and_backward_data(case, dtype):
