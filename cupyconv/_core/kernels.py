@@ -404,9 +404,10 @@ DEPTHWISE_BANDS_KF = (3, 5, 7)
 
 
 def depthwise_bands_module(dtype: str, kf: int) -> KernelModule:
-    """The band kernel for filters of at most ``kf`` x ``kf`` taps: template <T, KF, CS>."""
+    """The band kernel for filters of at most ``kf`` x ``kf`` taps: template <T, KF, CS, UP>
+    (forward at stride 1 or 2, backward-data at stride 2 by phases)."""
     return KernelModule("depthwise/depthwise_bands.cu", ("depthwise_bands",), (dtype,), tile=(kf,),
-                        variants=((1,), (2,)))
+                        variants=((1, 1), (2, 1), (1, 2)))
 
 
 REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTER_PLANE.values()) + tuple(

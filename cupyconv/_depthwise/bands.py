@@ -41,14 +41,16 @@ ITEMS_PER_THREAD = 4
 @dataclass(frozen=True)
 class BandPlan:
     """Split of a band launch.  ``cs``: the compute stride (the forward stride; 1 for
-    backward-data, whose stride ``up`` is in the staging); a block takes ``band_rows`` destination
-    rows of ``planes_per_block`` planes (one plane when ``bands`` > 1); the staged plane is
-    ``srows`` x ``pitch`` cells, the output buffer rows ``opitch`` wide; ``segs`` items per
-    destination row."""
+    backward-data); ``up``: backward-data's stride (2: computed by phases, items starting
+    ``lead`` columns before column 0); a block takes ``band_rows`` destination rows of
+    ``planes_per_block`` planes (one plane when ``bands`` > 1); the staged plane is ``srows`` x
+    ``pitch`` cells, the output buffer rows ``opitch`` wide; ``segs`` items per destination
+    row."""
 
     kf: int
     cs: int
     up: int
+    lead: int
     planes_per_block: int
     band_rows: int
     bands: int
@@ -99,6 +101,12 @@ def _shape(geom: ConvGeometry, transposed: bool):
     return kf, stride[0], src, dst
 
 
+def _phase_offsets(geom: ConvGeometry) -> tuple[int, int]:
+    """(offH, offW) = K - 1 - P in H and W: where backward-data's rotated taps start."""
+    g3 = geom.as_3d()
+    return tuple(k - 1 - p for k, p in zip(g3["kernel"][1:], g3["pad_lo"][1:]))
+
+
 @memoized(2048)
 def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEMS_PER_THREAD,
               smem_target: int = SMEM_TARGET) -> BandPlan | None:
@@ -115,14 +123,26 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
         return None
     cs, up = (1, stride) if transposed else (stride, 1)
     acc = itemsize(compute_dtype(geom.dtype))
-    segs = math.ceil(dw / RX)
-    pitch = segs * RX * cs + kf - cs
-    if cs == 1:
-        pitch = _odd(pitch)
+    if up == 1:
+        lead = 0
+        segs = math.ceil(dw / RX)
+        pitch = segs * RX * cs + kf - cs
+        if cs == 1:
+            pitch = _odd(pitch)
+
+        def staged_rows(rows):
+            return (rows - 1) * cs + kf
+    else:  # by phases: dy compact, items from an even distance to offW (depthwise_bands.cu)
+        lead = _phase_offsets(geom)[1] % 2
+        segs = math.ceil((dw + lead) / RX)
+        pitch = _odd((segs - 1) * RX // 2 + (RX + kf - 2) // 2 + 1)
+
+        def staged_rows(rows):  # dy rows from floor((row0 - offH) / 2) to the last tap's
+            return (rows + kf - 2) // 2 + 2
     opitch = _odd(dw)
 
     def cells(planes, rows):
-        return _smem_cells(planes, rows, pitch, (rows - 1) * cs + kf, opitch, kf)
+        return _smem_cells(planes, rows, pitch, staged_rows(rows), opitch, kf)
 
     planes = geom.batch * (geom.in_channels if transposed else geom.out_channels)
     target_items = items_per_thread * THREADS
@@ -138,7 +158,7 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
         if cells(1, rows) * acc > SMEM_LIMIT:
             return None
         bands, per_block = math.ceil(dh / rows), 1
-    plan = BandPlan(kf, cs, up, per_block, rows, bands, pitch, (rows - 1) * cs + kf, segs,
+    plan = BandPlan(kf, cs, up, lead, per_block, rows, bands, pitch, staged_rows(rows), segs,
                     opitch, acc)
     return plan if plan.blocks(planes) < 2 ** 31 else None
 
@@ -149,23 +169,25 @@ def band_launch(geom: ConvGeometry, plan: BandPlan, has_bias: bool, transposed: 
     ``vec_in``: src's base address is 16-byte aligned (the kernel reads it in 16-byte vectors)."""
     g3 = geom.as_3d()
     kh, kw = g3["kernel"][1:]
-    ph, pw = g3["pad_lo"][1:]
     src, dst = g3["spatial"][1:], g3["out_spatial"][1:]
-    if transposed:  # dy's rows sit every S-th row of U, offset so that dx reads taps rotated
+    if transposed:  # dx reads the taps rotated, from offsets K - 1 - P
         src, dst = dst, src
-        off = (kh - 1 - ph, kw - 1 - pw)
+        off_h, off_w = _phase_offsets(geom)
     else:
-        off = (ph, pw)
+        off_h, off_w = g3["pad_lo"][1:]
+    # column offset of the staged plane (by phases: the items' first cells are staged column
+    # sg * RX / 2)
+    coff = off_w if plan.up == 1 else (plan.lead + off_w) // 2
     planes = geom.batch * (geom.in_channels if transposed else geom.out_channels)
     mult = 1 if transposed else geom.out_channels // geom.in_channels
     magic = []
     for d in (src[0] * src[1], src[1], plan.band_rows, plan.band_rows * plan.segs, dst[1]):
         magic += magic_divisor(d)
     fn = jit.get_function(depthwise_bands_module(geom.dtype, plan.kf), "depthwise_bands",
-                          geom.dtype, (plan.cs,))
+                          geom.dtype, (plan.cs, plan.up))
     return Launch(fn, (plan.blocks(planes),), (THREADS,),
-                  int64s((has_bias, geom.out_channels, mult, planes, *src, *dst, kh, kw, *off,
-                        plan.up.bit_length() - 1, plan.planes_per_block, plan.band_rows,
+                  int64s((has_bias, geom.out_channels, mult, planes, *src, *dst, kh, kw, off_h,
+                        coff, plan.lead, plan.planes_per_block, plan.band_rows,
                         plan.bands, plan.pitch, plan.srows, plan.segs, plan.opitch,
                         int(transposed), int(vec_in), *magic)),
                   plan.smem, packed=True)

@@ -31,6 +31,11 @@ CASES = [
     ("float32", 1, 2, 1, (9, 9), 3, dict(stride=2, padding=[(2, 0), (0, 2)])),
     ("float32", 1, 2, 2, (7, 9), 3, dict(padding=1)),                 # multiplier (forward only)
     ("float32", 1, 3, 1, (6, 7), 3, dict(padding=3)),                 # pad > K - 1
+    # stride 2, backward-data by phases: offsets K - 1 - P of each parity, negative ones
+    ("float32", 1, 2, 1, (12, 13), 3, dict(stride=2, padding=0)),
+    ("float32", 1, 2, 1, (11, 12), 3, dict(stride=2, padding=[(3, 2), (2, 3)])),
+    ("float32", 1, 2, 1, (12, 11), (2, 5), dict(stride=2, padding=[(1, 0), (1, 2)])),
+    ("float32", 1, 2, 1, (15, 14), 7, dict(stride=2, padding=(0, 1))),
     ("float16", 2, 2, 1, (7, 7), 3, dict(padding=1)),
     ("bfloat16", 1, 2, 1, (10, 10), 5, dict(stride=2, padding=2)),
     ("float64", 1, 2, 1, (9, 7), 3, dict(stride=2, padding=1)),
@@ -66,7 +71,7 @@ def test_band_kernel_matches_reference(case, band_route):
     assert plan is not None
     y = host_empty(g.output_shape, g.dtype)
     launch.run_depthwise(g, x, w, b, y)
-    assert ("depthwise_bands", (plan.cs,)) in band_route.kernels
+    assert ("depthwise_bands", (plan.cs, 1)) in band_route.kernels
     ref = reference.conv(x, w, b, **opts)
     assert rel_error(y, ref) <= tolerance(g.dtype, ref), "forward"
 
@@ -76,7 +81,7 @@ def test_band_kernel_matches_reference(case, band_route):
     band_route.kernels.clear()
     dx = host_empty(g.input_shape, g.dtype)
     launch.run_depthwise_backward_data(g, dy, w, dx)
-    assert ("depthwise_bands", (1,)) in band_route.kernels
+    assert ("depthwise_bands", (1, g.stride[0])) in band_route.kernels
     assert band_route.passes == ["NCHW"] * len(band_route.passes)  # no channels-last detour
     ref = reference.conv_backward_data(dy, w, g.input_shape, **opts)
     assert rel_error(dx, ref) <= tolerance(g.dtype, ref), "backward-data"
@@ -112,7 +117,7 @@ def test_band_kernel_backward_data_output_padding(extra, band_route):
     w, dy = (random_array(rng, s, "float32").view(HostArray) for s in (g.weight_shape, g.output_shape))
     dx = host_empty(g.input_shape, "float32")
     launch.run_depthwise_backward_data(g, dy, w, dx)
-    assert ("depthwise_bands", (1,)) in band_route.kernels
+    assert ("depthwise_bands", (1, 2)) in band_route.kernels
     ref = reference.conv_backward_data(dy, w, g.input_shape, stride=2, padding=1, groups=c)
     assert rel_error(dx, ref) <= tolerance("float32", ref)
 

@@ -7,24 +7,32 @@
 // destination planes (either one plane, BR < its height, or P whole planes).  Since planes and
 // rows are contiguous, both what the band reads and what it writes are contiguous runs of
 // memory, so the block moves them with flat, coalesced loads and stores whatever the width:
-//   1. stage: the block's source rows go to shared memory as a zero-padded "U" plane (pitch
-//      columns per row), read as 16-byte vectors, each element's cell found by two
-//      magic-number divisions of its flat index;
-//   2. compute: an item is RX destination columns of one destination row; it reads KF rows of
-//      (RX - 1) CS + KF staged cells and multiplies them by the taps, with no bounds tests (the
-//      padding is in U) and writes the RX sums to an output buffer in shared memory;
+//   1. stage: the block's source rows go to shared memory as a zero-padded plane U (pitch cells
+//      per row), read as 16-byte vectors, each element's cell found by two magic-number
+//      divisions of its flat index;
+//   2. compute: an item is RX destination columns of one destination row; it reads the staged
+//      rows its taps reach, a window of cells per row, multiplies them by the taps with no bounds
+//      tests (the padding is in U) and writes the RX sums to an output buffer in shared memory;
 //   3. write: the buffer goes out as one flat run.
 // The plane row walk (depthwise_plane.cu) loads rows as aligned 16-byte quads straight from
 // global memory; on planes narrower than a few quads (the 7^2 and 14^2 layers of MobileNets) most
 // of its lanes idle and rows 28 or 56 bytes wide are not aligned.  Here narrow planes cost no
 // idle lanes, and the transposed stride-2 pass needs no channels-last detour.
 //
-// U coordinates.  Forward: U[u][v] = x[u - PH][v - PW] (zero outside x), destination (oy, ox)
-// reads U[oy S + kh][ox S + kw] with tap (kh, kw): compute stride CS = S.  Backward-data:
-// U[u][v] = dy[(u - offH) / S][(v - offW) / S] where S divides u - offH and v - offW (else zero),
-// offH = KH - 1 - PH, and dx (oy, ox) reads U[oy + kh][ox + kw] with the taps rotated by 180
-// degrees (`flip`): CS = 1, the stride is in the staging (`ush`: log2 S).  Unit-stride
-// backward-data is the forward correlation of dy with the flipped filter: flip with ush = 0.
+// U coordinates: source (row, column) (sr, sc) sits in U[sr - sr0][sc + coff], sr0 the source row
+// of the block's first staged row.
+//   UP == 1, forward (coff = PW) or unit-stride backward-data (the forward correlation of dy
+//   with the filter rotated by 180 degrees, `flip`; offsets K - 1 - P): destination (oy, ox)
+//   reads U[oy S + kh][ox S + kw] (relative to its band) with tap (kh, kw), compute stride
+//   CS = S.
+//   UP == 2, backward-data at stride 2 by phases: dx (oy, ox) = sum of dy[(oy - offH + kh) / 2]
+//   [(ox - offW + kw) / 2] times the rotated tap (kh, kw), over the taps where both divisions are
+//   exact (offH = KH - 1 - PH): a quarter of the taps.  Rows: a destination row takes the taps
+//   kh of the parity of oy - offH, reading consecutive staged rows.  Columns: an item starts at
+//   an even distance from offW (the host shifts the items `lead` columns left), so which (column,
+//   tap) pairs meet is known at compile time and they read consecutive staged columns.
+#include "common.cuh"
+
 #include "common.cuh"
 
 #if !defined(DWB_RX) || !defined(DWB_THREADS) || !defined(DWB_MIN_BLOCKS)
@@ -50,17 +58,20 @@ template <typename T> struct per16 { static constexpr int value = 16 / (int)size
 
 // Grid: x = ceil(planes / P) * bands (band index fastest).  Block: DWB_THREADS threads.  Shared
 // memory (the host mirrors it): U, P x srows x pitch; the output buffer, P x BR rows of opitch;
-// taps, P x KF x KF; biases, P (all in the compute type).
-template <typename T, int KF, int CS>
+// taps, P x KF x KF; biases, P (all in the compute type).  (CS, UP): (1, 1), (2, 1) or (1, 2).
+template <typename T, int KF, int CS, int UP>
 __global__ void __launch_bounds__(DWB_THREADS, DWB_MIN_BLOCKS)
 depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
                 T* __restrict__ dst, const cc::index_t* __restrict__ prm) {
   typedef typename cc::acc_type<T>::type A;
-  constexpr int RX = DWB_RX, KK = KF * KF, NJ = (RX - 1) * CS + KF;
+  static_assert(UP == 1 || (UP == 2 && CS == 1 && DWB_RX % 2 == 0), "phases need even items");
+  constexpr int RX = DWB_RX, KK = KF * KF;
+  // staged cells a window row holds: RX * CS - CS + KF, or by phases (RX + KF - 2) / 2 + 1
+  constexpr int NJ = UP == 1 ? (RX - 1) * CS + KF : (RX + KF - 2) / 2 + 1;
   // Scalar arguments, packed by the host into one array (launch cost: one argument).
   const int has_bias = (int)prm[0], K = (int)prm[1], mult = (int)prm[2], planes = (int)prm[3],
       SH = (int)prm[4], SW = (int)prm[5], DH = (int)prm[6], DW = (int)prm[7], KH = (int)prm[8],
-      KW = (int)prm[9], offH = (int)prm[10], offW = (int)prm[11], ush = (int)prm[12],
+      KW = (int)prm[9], offH = (int)prm[10], coff = (int)prm[11], lead = (int)prm[12],
       P = (int)prm[13], BR = (int)prm[14], bands = (int)prm[15], pitch = (int)prm[16],
       srows = (int)prm[17], segs = (int)prm[18], opitch = (int)prm[19], flip = (int)prm[20],
       vec_in = (int)prm[21];
@@ -95,15 +106,13 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
   for (int p = tid; p < np; p += nt)
     bvals[p] = has_bias ? cc::load_as<A>(bias[(q0 + p) % K]) : A(0);
 
-  // 1. Stage.  U starts as zeros (the padding, and for a stride the cells between dy's); then the
-  // source rows the band reads, one contiguous run of src from plane sp0 row r_lo to plane
-  // sp0 + nsp - 1 row r_hi - 1, are read in 16-byte vectors where src is 16-byte aligned
-  // (`vec_in`; the run's first and last vectors overhang it) and each element goes to its cell.
-  const int plane_elems = SH * SW, up = 1 << ush;
-  const int urow0 = row0 * CS;  // U row of the band's first staged row
-  // source rows whose U rows (a * up + offH) fall in [urow0, urow0 + srows)
-  const int r_lo = max(0, (urow0 - offH + up - 1) >> ush);
-  const int r_hi = min(SH, ((urow0 + srows - 1 - offH) >> ush) + 1);
+  // 1. Stage.  U starts as zeros (the padding); then the source rows the band reads, one
+  // contiguous run of src from plane sp0 row r_lo to plane sp0 + nsp - 1 row r_hi - 1, are read
+  // in 16-byte vectors where src is 16-byte aligned (`vec_in`; the run's first and last vectors
+  // overhang it) and each element goes to its cell.
+  const int plane_elems = SH * SW;
+  const int sr0 = UP == 1 ? row0 * CS - offH : (row0 - offH) >> 1;  // (an arithmetic shift: floor)
+  const int r_lo = max(0, sr0), r_hi = min(SH, sr0 + srows);
   {
     const int words = (nsp * plane_cells * (int)sizeof(A) + 15) / 16;
     for (int i = tid; i < words; i += nt) reinterpret_cast<uint4*>(U)[i] = make_uint4(0, 0, 0, 0);
@@ -115,7 +124,7 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
   auto cell = [&](int e) -> int {
     const int sp = dwb::quotient(e, mul_plane, shr_plane), r = e - sp * plane_elems;
     const int sr = dwb::quotient(r, mul_sw, shr_sw), sc = r - sr * SW;
-    const int u = (sr << ush) + offH - urow0, v = (sc << ush) + offW;
+    const int u = sr - sr0, v = sc + coff;
     const bool in = e >= e_begin && e < e_end && sr >= r_lo && sr < r_hi && (unsigned)u < (unsigned)srows
                     && (unsigned)v < (unsigned)pitch;
     return in ? sp * plane_cells + u * pitch + v : -1;
@@ -123,9 +132,9 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
   if (r_lo < r_hi) {
     if (vec_in) {
       constexpr int V = dwb::per16<T>::value;
-      const int lead = (int)(((size_t)sbase / sizeof(T)) % V);  // sbase's element in its vector
-      const uint4* const vbase = reinterpret_cast<const uint4*>(sbase - lead);
-      const int v_begin = (e_begin + lead) / V, v_end = (e_end + lead + V - 1) / V;
+      const int skew = (int)(((size_t)sbase / sizeof(T)) % V);  // sbase's element in its vector
+      const uint4* const vbase = reinterpret_cast<const uint4*>(sbase - skew);
+      const int v_begin = (e_begin + skew) / V, v_end = (e_end + skew + V - 1) / V;
       for (int v0 = v_begin + tid; v0 < v_end; v0 += dwb::BATCH * nt) {
         uint4 raw[dwb::BATCH];
 #pragma unroll
@@ -136,7 +145,7 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
           const T* const el = reinterpret_cast<const T*>(&raw[b]);
 #pragma unroll
           for (int k = 0; k < V; ++k) {
-            const int c = v0 + b * nt < v_end ? cell((v0 + b * nt) * V + k - lead) : -1;
+            const int c = v0 + b * nt < v_end ? cell((v0 + b * nt) * V + k - skew) : -1;
             if (c >= 0) U[c] = cc::load_as<A>(el[k]);
           }
         }
@@ -158,34 +167,64 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
   __syncthreads();
 
   // 2. Compute: item = (plane, segment, row), rows fastest, so a warp's lanes read rows CS * pitch
-  // cells apart (pitch odd: distinct banks at CS = 1).
+  // (by phases: one or none) cells apart (pitch odd: distinct banks).
   const int items_pp = BR * segs;
   for (int it = tid; it < np * items_pp; it += nt) {
     const int p = dwb::quotient(it, mul_item, shr_item), r = it - p * items_pp;
     const int sg = dwb::quotient(r, mul_br, shr_br), ol = r - sg * BR;
     if (ol >= nrows) continue;
     const int spl = mult == 1 ? p : (q0 + p) / mult - sp0;
-    const A* const urow = U + spl * plane_cells + ol * CS * pitch + sg * RX * CS;
+    const A* const uplane = U + spl * plane_cells;
     const A* const tp = taps + p * KK;
     A acc[RX];
 #pragma unroll
     for (int x = 0; x < RX; ++x) acc[x] = bvals[p];
+    if (UP == 1) {
+      const A* const urow = uplane + ol * CS * pitch + sg * RX * CS;
 #pragma unroll
-    for (int kh = 0; kh < KF; ++kh) {
-      A win[NJ];
+      for (int kh = 0; kh < KF; ++kh) {
+        A win[NJ];
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) win[j] = urow[kh * pitch + j];
+        for (int j = 0; j < NJ; ++j) win[j] = urow[kh * pitch + j];
 #pragma unroll
-      for (int kw = 0; kw < KF; ++kw) {
-        const A t = tp[kh * KF + kw];
+        for (int kw = 0; kw < KF; ++kw) {
+          const A t = tp[kh * KF + kw];
 #pragma unroll
-        for (int x = 0; x < RX; ++x) acc[x] += win[x * CS + kw] * t;
+          for (int x = 0; x < RX; ++x) acc[x] += win[x * CS + kw] * t;
+        }
+      }
+    } else {
+      // Taps kh = parity, parity + 2, ... read consecutive staged rows; column x with tap kw
+      // (x + kw even) reads cell (x + kw) / 2 of the item's window.
+      // (The odd phase's taps are picked by a select, not by multiplying the parity: HIPRTC's
+      // LLVM for gfx90a, gfx908 and gfx1030 failed on the 1-bit multiply that made.)
+      const int oy = row0 + ol;
+      const bool odd = ((oy - offH) & 1) != 0;
+      const A* const urow = uplane + (((oy - offH + (odd ? 1 : 0)) >> 1) - sr0) * pitch
+                            + sg * (RX / 2);
+      const A* const tph = odd ? tp + KF : tp;  // tap row kh = parity
+#pragma unroll
+      for (int i = 0; i < (KF + 1) / 2; ++i) {
+        if (odd && 2 * i + 1 >= KF) break;
+        A win[NJ];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) win[j] = urow[i * pitch + j];
+#pragma unroll
+        for (int kw = 0; kw < KF; ++kw) {
+          const A t = tph[2 * i * KF + kw];
+#pragma unroll
+          for (int x = 0; x < RX; ++x)
+            if ((x + kw) % 2 == 0) acc[x] += win[(x + kw) / 2] * t;
+        }
       }
     }
-    A* const orow = obuf + (p * BR + ol) * opitch + sg * RX;
+    // (lead: by phases the items start `lead` columns before column 0)
+    A* const orow = obuf + (p * BR + ol) * opitch;
 #pragma unroll
-    for (int x = 0; x < RX; ++x)
-      if (sg * RX + x < DW) orow[x] = acc[x];
+    for (int x = 0; x < RX; ++x) {
+      const int ox = sg * RX - lead + x;
+      if (ox >= 0 && ox < DW) orow[ox] = acc[x];
+    }
   }
   __syncthreads();
 
