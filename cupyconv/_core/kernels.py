@@ -42,6 +42,7 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWCL_TAPS": 18,        # ... backward-weight taps per pass, at most
     "CHUNK_SUM_SEGMENTS": 32,  # backward-weight chunk sum (chunk_sum.cu): most chunk segments
     "DWCL_MIN_BLOCKS": 2,   # ... forward/backward-data: blocks per SM (caps registers at 128)
+    "DWCL_T2_MIN_BLOCKS": 3,  # ... backward-data at W stride 2 (85 registers; 2: 0.8-0.95x as fast)
     "DWCL_WGRAD_MIN_BLOCKS": 2,  # ... backward-weight: blocks per SM (its plan fills one wave)
     "DWCL_WGRAD_UNROLL": 1,  # ... backward-weight: runs unrolled together (loads in flight)
     "DWB_THREADS": 256,     # depthwise band kernel (depthwise_bands.cu): threads per block
@@ -200,11 +201,21 @@ def _cl_strides(kf: int) -> tuple[int, ...]:
     return DEPTHWISE_CL_STRIDES if kf else (0,)
 
 
+def depthwise_cl_two_rows(dtype: str, vec: int) -> bool:
+    """Whether the row walk has an RY = 2 variant (two destination rows per run) at ``vec``
+    channels per thread: vectors of at most 16 bytes in the compute type (float32 for 16-bit
+    types).  Wider ones spilled (ptxas, sm_90: 8 halves, 260-670 bytes of spills)."""
+    return vec * max(4, {"float64": 8}.get(dtype, 4)) <= 16
+
+
 def depthwise_cl_module(dtype: str, kf: int) -> KernelModule:
-    """Forward and backward-data (TRANSPOSED = 0, 1) of the channels-last kernels for ``kf``."""
+    """Forward and backward-data (TRANSPOSED = 0, 1) of the channels-last kernels for ``kf``:
+    template <T, KF, S, VEC, TRANSPOSED, RY>, RY = 2 where :func:`depthwise_cl_two_rows`."""
     return KernelModule("depthwise/depthwise_cl.cu", ("depthwise_cl",), (dtype,), tile=(kf,),
-                        variants=tuple((s, v, t) for s in _cl_strides(kf)
-                                       for v in DEPTHWISE_CL_VECS[dtype] for t in (0, 1)))
+                        variants=tuple((s, v, t, ry) for s in _cl_strides(kf)
+                                       for v in DEPTHWISE_CL_VECS[dtype] for t in (0, 1)
+                                       for ry in ((1, 2) if kf and depthwise_cl_two_rows(dtype, v)
+                                                  else (1,))))
 
 
 def depthwise_cl_wgrad_module(dtype: str, kf: int) -> KernelModule:

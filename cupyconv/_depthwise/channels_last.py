@@ -18,7 +18,8 @@ from cupyconv._core.dtypes import compute_dtype, itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import (DEPTHWISE_CL_KF, DEPTHWISE_CL_STRIDES, DEPTHWISE_CL_VECS,
                                     DEPTHWISE_CL_WGRAD_VEC, KERNEL_CONSTANTS,
-                                    depthwise_cl_module, depthwise_cl_wgrad_module)
+                                    depthwise_cl_module, depthwise_cl_two_rows,
+                                    depthwise_cl_wgrad_module)
 from cupyconv._core.launch import GRID_YZ_MAX, Launch, spatial_args
 
 THREADS = KERNEL_CONSTANTS["DW_THREADS"]
@@ -105,6 +106,7 @@ class ClPlan:
     kf: int
     s: int
     vec: int
+    ry: int
     cgb: int
     by: int
     cblocks: int
@@ -130,10 +132,26 @@ def _channel_blocks(channels: int, vec: int, most: int) -> tuple[int, int] | Non
     return math.ceil(groups / cblocks), cblocks
 
 
-def _runs(dst_rows: int, dst_w: int, lead: int) -> tuple[int, int]:
-    """(runs per row, runs) over ``dst_rows`` rows of ``dst_w`` pixels."""
+def _runs(planes: int, dst_h: int, dst_w: int, lead: int, ry: int = 1) -> tuple[int, int]:
+    """(runs per row, runs) over ``planes`` planes of ``dst_h`` rows of ``dst_w`` pixels, ``ry``
+    rows per run."""
     runs_per_row = math.ceil((dst_w + lead) / RX)
-    return runs_per_row, dst_rows * runs_per_row
+    return runs_per_row, planes * math.ceil(dst_h / ry) * runs_per_row
+
+
+# Destination rows per run of the forward / backward-data row walk where H has unit stride and
+# dilation (a module setting for sweeps).
+MAX_RY = 2
+
+
+def rows_per_run(geom: ConvGeometry, vec: int) -> int:
+    """RY of a forward / backward-data launch at ``vec`` channels per thread: 2 on the row walk
+    at unit stride and dilation in H where the kernel has the variant, else 1."""
+    g3 = geom.as_3d()
+    if (walk_variant(geom)[0] and g3["stride"][1] == 1 and g3["dilation"][1] == 1
+            and depthwise_cl_two_rows(geom.dtype, vec)):
+        return MAX_RY
+    return 1
 
 
 @memoized(2048)
@@ -151,8 +169,9 @@ def pass_plan(geom: ConvGeometry, transposed: bool, vec: int) -> ClPlan | None:
     dd, dh, dw_ = g3["spatial" if transposed else "out_spatial"]
     # backward-data's row walk starts runs where (x0 + PW) % S == 0 (depthwise_cl.cu: dwcl::walk)
     lead = g3["pad_lo"][2] % s if (transposed and kf) else 0
-    runs_per_row, runs = _runs(geom.batch * dd * dh, dw_, lead)
-    return ClPlan(kf, s, vec, cgb, THREADS // cgb, cblocks, runs_per_row, runs, lead)
+    ry = rows_per_run(geom, vec)
+    runs_per_row, runs = _runs(geom.batch * dd, dh, dw_, lead, ry)
+    return ClPlan(kf, s, vec, ry, cgb, THREADS // cgb, cblocks, runs_per_row, runs, lead)
 
 
 def _rounds(plan: ClPlan) -> int:
@@ -186,8 +205,8 @@ def pass_shape(geom: ConvGeometry, plan: ClPlan, transposed: bool, has_bias: boo
     smem = math.prod(geom.kernel) * plan.cgb * plan.vec * _acc_bytes(geom.dtype)
     scalars = ((int(has_bias), geom.in_channels, plan.runs_per_row, rounds, plan.lead, plan.runs)
                + _spatial(geom) + tuple(src_strides))
-    return LaunchShape((plan.s, plan.vec, int(transposed)), (blocks, plan.cblocks), plan.block,
-                       smem, scalars)
+    return LaunchShape((plan.s, plan.vec, int(transposed), plan.ry), (blocks, plan.cblocks),
+                       plan.block, smem, scalars)
 
 
 def _spatial(geom: ConvGeometry) -> tuple[int, ...]:
@@ -236,8 +255,8 @@ def wgrad_plan(geom: ConvGeometry, vec: int, sms: int = WGRAD_PLAN_SMS) -> ClWgr
     cgb, cblocks = fit
     g3 = geom.as_3d()
     od, oh, ow = g3["out_spatial"]
-    runs_per_row, runs = _runs(geom.batch * od * oh, ow, 0)
-    plan = ClPlan(kf, s, vec, cgb, THREADS // cgb, cblocks, runs_per_row, runs, 0)
+    runs_per_row, runs = _runs(geom.batch * od, oh, ow, 0)
+    plan = ClPlan(kf, s, vec, 1, cgb, THREADS // cgb, cblocks, runs_per_row, runs, 0)
     tp = wgrad_taps_per_pass(vec)
     kd, kh, _ = g3["kernel"]
     if kf:  # whole kernel rows per pass (PR in the kernel)

@@ -87,6 +87,9 @@ CASES = [
     ("float32", 2, 8, (13,), 3, dict(padding="same_lower", stride=2), 4),
     ("float16", 1, 16, (5, 10), 3, dict(padding=1), 8),
     ("float16", 1, 12, (7, 9), 3, dict(stride=2, padding="same"), 4),
+    # 16-bit at 4 channels per thread: two destination rows per run (RY = 2)
+    ("float16", 1, 12, (7, 9), 5, dict(padding=2), 4),
+    ("bfloat16", 1, 12, (6, 7), 3, dict(padding=[(2, 0), (1, 1)]), 4),
     ("bfloat16", 1, 8, (5, 11), 3, dict(padding=[(0, 2), (1, 1)]), 8),
     ("float64", 1, 6, (6, 9), 3, dict(stride=2, padding=1), 2),
     # 7x7: backward-weight in 7 passes of kernel rows; 4x4 in 2 passes of taps

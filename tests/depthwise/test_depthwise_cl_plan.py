@@ -211,40 +211,41 @@ def _emulate_pass(g, plan, transposed, src, w):
                     break
                 row, rr = divmod(run, plan.runs_per_row)
                 x0 = rr * RX - plan.lead
-                row, h = divmod(row, dst3[1])
+                row, hr = divmod(row, -(-dst3[1] // plan.ry))  # plan.ry rows per run
                 n, d = divmod(row, dst3[0])
-                acc = np.zeros((RX, c))
-                for kd in range(k3[0]):
-                    sd = _src_coord(d, kd, s3[0], d3[0], p3[0], src3[0], transposed)
-                    if sd < 0:
-                        continue
-                    for kh in range(k3[1]):
-                        sh = _src_coord(h, kh, s3[1], d3[1], p3[1], src3[1], transposed)
-                        if sh < 0:
+                for h in range(hr * plan.ry, min(hr * plan.ry + plan.ry, dst3[1])):
+                    acc = np.zeros((RX, c))
+                    for kd in range(k3[0]):
+                        sd = _src_coord(d, kd, s3[0], d3[0], p3[0], src3[0], transposed)
+                        if sd < 0:
                             continue
-                        srow = src[n, sd, sh]
-                        taps = wt[:, (kd * k3[1] + kh) * k3[2]:][:, :k3[2]]
-                        if plan.kf:
-                            f = first(x0, p3[2])
-                            for j in range(nj):
-                                col = f + j
-                                v = srow[col] if 0 <= col < src3[2] else 0.0
+                        for kh in range(k3[1]):
+                            sh = _src_coord(h, kh, s3[1], d3[1], p3[1], src3[1], transposed)
+                            if sh < 0:
+                                continue
+                            srow = src[n, sd, sh]
+                            taps = wt[:, (kd * k3[1] + kh) * k3[2]:][:, :k3[2]]
+                            if plan.kf:
+                                f = first(x0, p3[2])
+                                for j in range(nj):
+                                    col = f + j
+                                    v = srow[col] if 0 <= col < src3[2] else 0.0
+                                    for r in range(RX):
+                                        for kw in range(plan.kf):
+                                            if entry(r, kw) == j:
+                                                acc[r] += v * taps[:, kw]
+                            else:
                                 for r in range(RX):
-                                    for kw in range(plan.kf):
-                                        if entry(r, kw) == j:
-                                            acc[r] += v * taps[:, kw]
-                        else:
-                            for r in range(RX):
-                                for kw in range(k3[2]):
-                                    sw = _src_coord(x0 + r, kw, s3[2], d3[2], p3[2], src3[2],
-                                                    transposed)
-                                    if sw >= 0:
-                                        acc[r] += srow[sw] * taps[:, kw]
-                for r in range(RX):
-                    col = x0 + r
-                    if 0 <= col < dst3[2]:
-                        dst[n, d, h, col] = acc[r]
-                        stores[n, d, h, col] += 1
+                                    for kw in range(k3[2]):
+                                        sw = _src_coord(x0 + r, kw, s3[2], d3[2], p3[2], src3[2],
+                                                        transposed)
+                                        if sw >= 0:
+                                            acc[r] += srow[sw] * taps[:, kw]
+                    for r in range(RX):
+                        col = x0 + r
+                        if 0 <= col < dst3[2]:
+                            dst[n, d, h, col] = acc[r]
+                            stores[n, d, h, col] += 1
     return dst, stores
 
 

@@ -24,13 +24,15 @@
 #include "common.cuh"
 #include "src_coord.cuh"
 
-// DWCL_RX (destination pixels per run), DWCL_MIN_BLOCKS and DWCL_WGRAD_MIN_BLOCKS (blocks
-// resident per SM of the passes and of backward-weight, which cap their registers), DWCL_ACC and
+// DWCL_RX (destination pixels per run), DWCL_MIN_BLOCKS, DWCL_T2_MIN_BLOCKS and
+// DWCL_WGRAD_MIN_BLOCKS (blocks resident per SM of the passes, of backward-data at W stride 2 and
+// of backward-weight, which cap their registers), DWCL_ACC and
 // DWCL_TAPS (backward-weight accumulators per thread and most taps per pass), DWCL_WGRAD_UNROLL
 // (backward-weight runs unrolled together) come from KERNEL_CONSTANTS; the host's plans mirror
 // them.
 #if !defined(DWCL_RX) || !defined(DWCL_ACC) || !defined(DWCL_TAPS) || !defined(DW_THREADS) || \
-    !defined(DWCL_MIN_BLOCKS) || !defined(DWCL_WGRAD_MIN_BLOCKS) || !defined(DWCL_WGRAD_UNROLL)
+    !defined(DWCL_MIN_BLOCKS) || !defined(DWCL_T2_MIN_BLOCKS) || !defined(DWCL_WGRAD_MIN_BLOCKS) || \
+    !defined(DWCL_WGRAD_UNROLL)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 
@@ -151,9 +153,12 @@ __device__ __forceinline__ void wgrad_row(const T* xp, cc::index_t xsw, int f, i
 // Forward (TRANSPOSED = 0: src = x, dst = y) or backward-data (1: src = dy, dst = dx) pass.
 // dst: contiguous (N, DD, DH, DW, C).  src: read through strides (n, d, h, w), channel stride 1.
 // (SD, SH, SW, ...) are the forward convolution's stride, dilation and leading pad throughout.
+// RY: destination rows per run (2: a run is RX pixels of two consecutive rows, so each source row
+// loaded feeds both; the host takes it only with the row walk at unit stride and dilation in H).
 // Grid: x = ceil(runs / (BY * rounds)), y = channel blocks.  Shared memory: taps * CGB * VEC of A.
-template <typename T, int KF, int S, int VEC, int TRANSPOSED>
-__global__ void __launch_bounds__(DW_THREADS, DWCL_MIN_BLOCKS)
+template <typename T, int KF, int S, int VEC, int TRANSPOSED, int RY>
+__global__ void __launch_bounds__(DW_THREADS, (TRANSPOSED && S == 2) ? DWCL_T2_MIN_BLOCKS
+                                                                     : DWCL_MIN_BLOCKS)
 depthwise_cl(const T* __restrict__ src,
              const T* __restrict__ w,
              const T* __restrict__ bias,
@@ -196,17 +201,61 @@ depthwise_cl(const T* __restrict__ src,
     if (run >= runs) break;
     cc::index_t row = run;
     const int x0 = cc::divmod(row, runs_per_row, narrow) * RX - lead;  // first destination column
-    const int h = cc::divmod(row, DHd, narrow), d = cc::divmod(row, DDd, narrow), n = (int)row;
-    A acc[RX][VEC];
+    const int h = cc::divmod(row, (DHd + RY - 1) / RY, narrow) * RY;  // first destination row
+    const int d = cc::divmod(row, DDd, narrow), n = (int)row;
+    A acc[RY][RX][VEC];
 #pragma unroll
-    for (int r = 0; r < RX; ++r)
+    for (int y = 0; y < RY; ++y)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[r][i] = A(0);
+      for (int r = 0; r < RX; ++r)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[y][r][i] = A(0);
     for (int kd = 0; kd < KD; ++kd) {
       const int sd = dw::src_coord<TRANSPOSED>(d, kd, SD, DD, PD, SDs);
       if (sd < 0) continue;
       const T* splane = src + n * ssn + sd * ssd + c0;
-      if (KF > 0) {
+      if (KF > 0 && RY > 1) {
+        // Source rows one at a time, each feeding the RY destination rows whose taps reach it:
+        // source row s (from sh0) is tap kh = s - y of destination row h + y (forward), or tap
+        // kh = y + KF - 1 - s (transposed, unit stride).  A row outside the source reads as zeros.
+        const int f = Walk::first(x0, PW);
+        const int sh0 = TRANSPOSED ? h + PH - (KF - 1) : h - PH;
+#pragma unroll 1
+        for (int sr = 0; sr < KF + RY - 1; ++sr) {
+          const int sh = sh0 + sr;
+          const bool live = (unsigned)sh < (unsigned)SHs;
+          const T* p = splane + (live ? sh : 0) * ssh + (cc::index_t)f * ssw;
+          const int ncols = live ? SWs : 0;
+          A wk[RY][KF > 0 ? KF : 1][VEC];
+#pragma unroll
+          for (int y = 0; y < RY; ++y) {
+            const int kh = TRANSPOSED ? y + KF - 1 - sr : sr - y;
+            const bool tap = (unsigned)kh < (unsigned)KF;
+            const A* wrow = wthr + (kd * KH + (tap ? kh : 0)) * KW * cb;
+#pragma unroll
+            for (int kw = 0; kw < KF; ++kw) {
+              dwcl::load_vec<VEC>(wrow + kw * cb, wk[y][kw]);
+              if (!tap)  // (a zero tap: the row is not one of this destination row's)
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) wk[y][kw][i] = A(0);
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
+            A v[VEC];
+            dwcl::load_col<VEC>(p, f + j, ncols, v);
+#pragma unroll
+            for (int y = 0; y < RY; ++y)
+#pragma unroll
+              for (int r = 0; r < RX; ++r)
+#pragma unroll
+                for (int kw = 0; kw < KF; ++kw)
+                  if (Walk::entry(r, kw) == j)
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) acc[y][r][i] += v[i] * wk[y][kw][i];
+          }
+        }
+      } else if (KF > 0) {
         // The kernel rows one at a time (unrolling them, so that all KF * NJ loads could be in
         // flight, measured slower: more registers, fewer resident threads).  A row outside the
         // source reads as zeros (its column bound is 0) rather than being skipped.
@@ -231,7 +280,7 @@ depthwise_cl(const T* __restrict__ src,
               for (int kw = 0; kw < KF; ++kw)
                 if (Walk::entry(r, kw) == j)
 #pragma unroll
-                  for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wk[kw][i];
+                  for (int i = 0; i < VEC; ++i) acc[0][r][i] += v[i] * wk[kw][i];
           }
         }
       } else {
@@ -249,20 +298,24 @@ depthwise_cl(const T* __restrict__ src,
               dwcl::load_vec<VEC>(srow + sw * ssw, v);
               dwcl::load_vec<VEC>(wrow + kw * cb, wv);
 #pragma unroll
-              for (int i = 0; i < VEC; ++i) acc[r][i] += v[i] * wv[i];
+              for (int i = 0; i < VEC; ++i) acc[0][r][i] += v[i] * wv[i];
             }
           }
         }
       }
     }
-    T* out = dst + (((cc::index_t)n * DDd + d) * DHd + h) * DWd * C + c0;
 #pragma unroll
-    for (int r = 0; r < RX; ++r) {
-      const int col = x0 + r;
-      if (col < 0 || col >= DWd) continue;
+    for (int y = 0; y < RY; ++y) {
+      if (h + y >= DHd) break;
+      T* out = dst + (((cc::index_t)n * DDd + d) * DHd + h + y) * DWd * C + c0;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[r][i] += b[i];
-      dwcl::store_vec<VEC>(out + (cc::index_t)col * C, acc[r]);
+      for (int r = 0; r < RX; ++r) {
+        const int col = x0 + r;
+        if (col < 0 || col >= DWd) continue;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[y][r][i] += b[i];
+        dwcl::store_vec<VEC>(out + (cc::index_t)col * C, acc[y][r]);
+      }
     }
   }
 }
