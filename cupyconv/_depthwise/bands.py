@@ -65,12 +65,22 @@ class BandPlan:
         return _smem_cells(self.planes_per_block, self.band_rows, self.pitch, self.srows,
                            self.opitch, self.kf) * self.itemsize
 
+    @property
+    def item_rows(self) -> int:
+        """Items per segment of a band: its rows, or by phases its pairs of rows."""
+        return self.band_rows if self.up == 1 else _row_pairs(self.band_rows)
+
     def blocks(self, planes: int) -> int:
         return math.ceil(planes / self.planes_per_block) * self.bands
 
 
 def _smem_cells(planes: int, band_rows: int, pitch: int, srows: int, opitch: int, kf: int) -> int:
     return planes * (srows * pitch + band_rows * opitch + kf * kf + 1)
+
+
+def _row_pairs(rows: int) -> int:
+    """Row pairs that cover a band of ``rows`` rows starting 0 or 1 row before it (by phases)."""
+    return rows // 2 + 1
 
 
 def _odd(n: int) -> int:
@@ -137,8 +147,8 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
         segs = math.ceil((dw + lead) / RX)
         pitch = _odd((segs - 1) * RX // 2 + (RX + kf - 2) // 2 + 1)
 
-        def staged_rows(rows):  # dy rows from floor((row0 - offH) / 2) to the last tap's
-            return (rows + kf - 2) // 2 + 2
+        def staged_rows(rows):  # the pairs' first rows, then the last pair's taps (kf odd)
+            return _row_pairs(rows) + (kf - 1) // 2
     opitch = _odd(dw)
 
     def cells(planes, rows):
@@ -151,10 +161,11 @@ def band_plan(geom: ConvGeometry, transposed: bool, items_per_thread: int = ITEM
         rows, bands = dh, 1
         per_block = max(1, min(math.ceil(target_items / (dh * segs)), budget // cells(1, dh),
                                planes))
-    else:  # bands of one plane
-        rows = max(1, min(dh, math.ceil(target_items / segs)))
-        while rows > 1 and cells(1, rows) > budget:
-            rows -= 1
+    else:  # bands of one plane (by phases: of an even number of rows, so pairs stay aligned)
+        step = 1 if up == 1 else 2
+        rows = max(step, min(dh, math.ceil(target_items / segs)) // step * step)
+        while rows > step and cells(1, rows) > budget:
+            rows -= step
         if cells(1, rows) * acc > SMEM_LIMIT:
             return None
         bands, per_block = math.ceil(dh / rows), 1
@@ -181,7 +192,7 @@ def band_launch(geom: ConvGeometry, plan: BandPlan, has_bias: bool, transposed: 
     planes = geom.batch * (geom.in_channels if transposed else geom.out_channels)
     mult = 1 if transposed else geom.out_channels // geom.in_channels
     magic = []
-    for d in (src[0] * src[1], src[1], plan.band_rows, plan.band_rows * plan.segs, dst[1]):
+    for d in (src[0] * src[1], src[1], plan.item_rows, plan.item_rows * plan.segs, dst[1]):
         magic += magic_divisor(d)
     fn = jit.get_function(depthwise_bands_module(geom.dtype, plan.kf), "depthwise_bands",
                           geom.dtype, (plan.cs, plan.up))
@@ -189,7 +200,7 @@ def band_launch(geom: ConvGeometry, plan: BandPlan, has_bias: bool, transposed: 
                   int64s((has_bias, geom.out_channels, mult, planes, *src, *dst, kh, kw, off_h,
                         coff, plan.lead, plan.planes_per_block, plan.band_rows,
                         plan.bands, plan.pitch, plan.srows, plan.segs, plan.opitch,
-                        int(transposed), int(vec_in), *magic)),
+                        int(transposed), int(vec_in), *magic, plan.item_rows, off_h % 2)),
                   plan.smem, packed=True)
 
 

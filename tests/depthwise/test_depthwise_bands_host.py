@@ -142,6 +142,10 @@ def test_band_plan_limits():
     assert bands.band_plan(tall(2 ** 25), False) and bands.band_plan(tall(2 ** 25), True)
     small = bands.band_plan(geom((7, 7), padding=1), False)
     assert small.bands == 1 and small.band_rows == 7 and small.planes_per_block == 8
+    # backward-data by phases: bands of an even number of rows (row pairs stay aligned)
+    phased = bands.band_plan(geom((224, 224), stride=2, padding=1), True)
+    assert phased.up == 2 and phased.bands > 1 and phased.band_rows % 2 == 0
+    assert phased.item_rows == phased.band_rows // 2 + 1
     large = bands.band_plan(geom((224, 224), padding=1), False)
     assert large.bands > 1 and large.planes_per_block == 1
     assert large.band_rows * large.bands >= 224 > (large.bands - 1) * large.band_rows

@@ -27,10 +27,13 @@
 //   CS = S.
 //   UP == 2, backward-data at stride 2 by phases: dx (oy, ox) = sum of dy[(oy - offH + kh) / 2]
 //   [(ox - offW + kw) / 2] times the rotated tap (kh, kw), over the taps where both divisions are
-//   exact (offH = KH - 1 - PH): a quarter of the taps.  Rows: a destination row takes the taps
-//   kh of the parity of oy - offH, reading consecutive staged rows.  Columns: an item starts at
-//   an even distance from offW (the host shifts the items `lead` columns left), so which (column,
-//   tap) pairs meet is known at compile time and they read consecutive staged columns.
+//   exact (offH = KH - 1 - PH): a quarter of the taps.  An item is RX columns of a pair of rows
+//   (oy, oy + 1) with oy - offH even (the pairs start `rlead` rows before the band, whose first
+//   row is even): row oy takes the taps kh = 0, 2, ..., row oy + 1 the taps kh = 1, 3, ..., each
+//   from consecutive staged rows.  Columns: an item starts at an even distance from offW (the
+//   host shifts the items `lead` columns left).  So which (row, column, tap) triples meet is known
+//   at compile time; no phase is computed from a coordinate (HIPRTC's LLVM for gfx90a, gfx908
+//   and gfx1030, ROCm 5.7, failed on the 1-bit multiplies such a parity turned into).
 #include "common.cuh"
 
 #include "common.cuh"
@@ -81,6 +84,8 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
       mul_br = (unsigned)prm[26], mul_item = (unsigned)prm[28], mul_dw = (unsigned)prm[30];
   const int shr_plane = (int)prm[23], shr_sw = (int)prm[25], shr_br = (int)prm[27],
       shr_item = (int)prm[29], shr_dw = (int)prm[31];
+  // Item rows per segment (BR; by phases, pairs of rows) and the pairs' lead (offH's parity).
+  const int irows = (int)prm[32], rlead = (int)prm[33];
 
   const int band = blockIdx.x % bands, group = blockIdx.x / bands;
   const int q0 = group * P, np = min(P, planes - q0);      // destination planes [q0, q0 + np)
@@ -166,20 +171,20 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
   }
   __syncthreads();
 
-  // 2. Compute: item = (plane, segment, row), rows fastest, so a warp's lanes read rows CS * pitch
-  // (by phases: one or none) cells apart (pitch odd: distinct banks).
-  const int items_pp = BR * segs;
+  // 2. Compute: item = (plane, segment, row or row pair), rows fastest, so a warp's lanes read
+  // rows CS * pitch (by phases: pitch) cells apart (pitch odd: distinct banks).
+  const int items_pp = irows * segs;
   for (int it = tid; it < np * items_pp; it += nt) {
     const int p = dwb::quotient(it, mul_item, shr_item), r = it - p * items_pp;
-    const int sg = dwb::quotient(r, mul_br, shr_br), ol = r - sg * BR;
-    if (ol >= nrows) continue;
+    const int sg = dwb::quotient(r, mul_br, shr_br), ol = r - sg * irows;
+    if (UP == 1 && ol >= nrows) continue;
     const int spl = mult == 1 ? p : (q0 + p) / mult - sp0;
     const A* const uplane = U + spl * plane_cells;
     const A* const tp = taps + p * KK;
-    A acc[RX];
-#pragma unroll
-    for (int x = 0; x < RX; ++x) acc[x] = bvals[p];
     if (UP == 1) {
+      A acc[RX];
+#pragma unroll
+      for (int x = 0; x < RX; ++x) acc[x] = bvals[p];
       const A* const urow = uplane + ol * CS * pitch + sg * RX * CS;
 #pragma unroll
       for (int kh = 0; kh < KF; ++kh) {
@@ -193,37 +198,43 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
           for (int x = 0; x < RX; ++x) acc[x] += win[x * CS + kw] * t;
         }
       }
+      A* const orow = obuf + (p * BR + ol) * opitch;
+#pragma unroll
+      for (int x = 0; x < RX; ++x)
+        if (sg * RX + x < DW) orow[sg * RX + x] = acc[x];
     } else {
-      // Taps kh = parity, parity + 2, ... read consecutive staged rows; column x with tap kw
-      // (x + kw even) reads cell (x + kw) / 2 of the item's window.
-      // (The odd phase's taps are picked by a select, not by multiplying the parity: HIPRTC's
-      // LLVM for gfx90a, gfx908 and gfx1030 failed on the 1-bit multiply that made.)
-      const int oy = row0 + ol;
-      const bool odd = ((oy - offH) & 1) != 0;
-      const A* const urow = uplane + (((oy - offH + (odd ? 1 : 0)) >> 1) - sr0) * pitch
-                            + sg * (RX / 2);
-      const A* const tph = odd ? tp + KF : tp;  // tap row kh = parity
+      // Pair ol: band rows 2 ol - rlead (phase 0) and 2 ol - rlead + 1 (phase 1).  Phase ph takes
+      // the taps kh = ph + 2 i from staged row ol + ph + i; column x with tap kw (x + kw even)
+      // reads cell (x + kw) / 2 of the item's window.
+      const A* const ubase = uplane + ol * pitch + sg * (RX / 2);
 #pragma unroll
-      for (int i = 0; i < (KF + 1) / 2; ++i) {
-        if (odd && 2 * i + 1 >= KF) break;
-        A win[NJ];
+      for (int ph = 0; ph < 2; ++ph) {
+        const int oy = 2 * ol - rlead + ph;
+        if (oy < 0 || oy >= nrows) continue;
+        A acc[RX];
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) win[j] = urow[i * pitch + j];
+        for (int x = 0; x < RX; ++x) acc[x] = bvals[p];
 #pragma unroll
-        for (int kw = 0; kw < KF; ++kw) {
-          const A t = tph[2 * i * KF + kw];
+        for (int i = 0; ph + 2 * i < KF; ++i) {
+          A win[NJ];
 #pragma unroll
-          for (int x = 0; x < RX; ++x)
-            if ((x + kw) % 2 == 0) acc[x] += win[(x + kw) / 2] * t;
+          for (int j = 0; j < NJ; ++j) win[j] = ubase[(ph + i) * pitch + j];
+#pragma unroll
+          for (int kw = 0; kw < KF; ++kw) {
+            const A t = tp[(ph + 2 * i) * KF + kw];
+#pragma unroll
+            for (int x = 0; x < RX; ++x)
+              if ((x + kw) % 2 == 0) acc[x] += win[(x + kw) / 2] * t;
+          }
+        }
+        // (the items start `lead` columns before column 0)
+        A* const orow = obuf + (p * BR + oy) * opitch;
+#pragma unroll
+        for (int x = 0; x < RX; ++x) {
+          const int ox = sg * RX - lead + x;
+          if (ox >= 0 && ox < DW) orow[ox] = acc[x];
         }
       }
-    }
-    // (lead: by phases the items start `lead` columns before column 0)
-    A* const orow = obuf + (p * BR + ol) * opitch;
-#pragma unroll
-    for (int x = 0; x < RX; ++x) {
-      const int ox = sg * RX - lead + x;
-      if (ox >= 0 && ox < DW) orow[ox] = acc[x];
     }
   }
   __syncthreads();
