@@ -205,7 +205,7 @@ def depthwise_cl_two_rows(dtype: str, vec: int) -> bool:
     """Whether the row walk has an RY = 2 variant (two destination rows per run) at ``vec``
     channels per thread: vectors of at most 16 bytes in the compute type (float32 for 16-bit
     types).  Wider ones spilled (ptxas, sm_90: 8 halves, 260-670 bytes of spills)."""
-    return vec * max(4, {"float64": 8}.get(dtype, 4)) <= 16
+    return vec * (8 if dtype == "float64" else 4) <= 16
 
 
 def depthwise_cl_module(dtype: str, kf: int) -> KernelModule:

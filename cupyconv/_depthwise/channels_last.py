@@ -100,8 +100,8 @@ def vector_width(geom: ConvGeometry, operands, wgrad: bool = False) -> int:
 class ClPlan:
     """Work split of a channels-last launch: blocks of cgb channel vectors (threadIdx.x) by ``by``
     runs (threadIdx.y), ``cblocks`` blocks across the channels (grid y).  A run is RX destination
-    pixels along W; rows (n, d, h) hold runs_per_row runs each, the first starting ``lead``
-    columns before column 0."""
+    pixels along W of ``ry`` consecutive rows; each group of ``ry`` rows (n, d, h) holds
+    runs_per_row runs, the first starting ``lead`` columns before column 0."""
 
     kf: int
     s: int
