@@ -78,8 +78,9 @@ depthwise_bands(const T* __restrict__ src, const T* __restrict__ w, const T* __r
       P = (int)prm[13], BR = (int)prm[14], bands = (int)prm[15], pitch = (int)prm[16],
       srows = (int)prm[17], segs = (int)prm[18], opitch = (int)prm[19], flip = (int)prm[20],
       vec_in = (int)prm[21];
-  // (mul, shr) of the divisions by the source plane's elements and width, the band's rows, the
-  // items per plane and the destination width (magic numbers: dwb::quotient)
+  // (mul, shr) of the divisions by the source plane's elements and width, the item rows per
+  // segment (irows below), the items per plane and the destination width (magic numbers:
+  // dwb::quotient)
   const unsigned mul_plane = (unsigned)prm[22], mul_sw = (unsigned)prm[24],
       mul_br = (unsigned)prm[26], mul_item = (unsigned)prm[28], mul_dw = (unsigned)prm[30];
   const int shr_plane = (int)prm[23], shr_sw = (int)prm[25], shr_br = (int)prm[27],
