@@ -145,8 +145,10 @@ def load_source(name: str) -> str:
     return expand(path)
 
 
-# Strided N-d copy (weight transforms, channel moves, scatters of the launch paths).
-STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy", "transpose_copy", "unfold_width"))
+# Strided N-d copy (weight transforms, channel moves, scatters of the launch paths) and the
+# block-diagonal weights of merged groups.
+STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy", "transpose_copy", "unfold_width",
+                                               "block_diagonal"))
 DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
 # Grouped direct kernel (grouped_conv.cu): register tiles (TK output channels, TW pixels) per
 # thread; which one runs is the plan's choice (cupyconv._direct.grouped).  One binary per dtype.

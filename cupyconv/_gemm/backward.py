@@ -153,7 +153,7 @@ def data_seconds(geom: ConvGeometry, device_id: int) -> float:
 
 def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
     """``(F, seconds)``: backward-data's group merge factor on ``geom`` (or the forced one) and
-    its estimate, the weight expansion (a memset and a copy: one launch) included."""
+    its estimate, the weight expansion (one launch) included."""
     forced = forced_factor(geom)
     if forced is not None:
         return forced, data_seconds(merged_geometry(geom, forced), device_id)

@@ -138,8 +138,7 @@ def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    # the expansion, a memset and a copy of a few thousand weights, is counted as one launch (not
-    # measured apart; a prepared call replays both without Python work)
+    # the expansion is one launch over a few thousand weights (grouped.expand_weight)
     level = _grouped_level(geom, device_id)
     return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S)
 

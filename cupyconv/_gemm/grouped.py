@@ -10,16 +10,18 @@ multiply-adds: cheap on tensor cores, where the merge pays; the cost model
 (:func:`best_factor`, fed by each pass's estimate) keeps F = 1 where it does not.
 
 Forward and backward-data run on the merged weights (backward-data transposes each block, as it
-transposes the whole); backward-weight computes the merged weight's gradient and keeps only its
-diagonal blocks (the zeros' gradients are never returned).  The weight views here are the one
-place that knows the block layout: :func:`group_blocks` works on NumPy and CuPy arrays alike, so
-the CPU tests check the same index math.
+transposes the whole), which one launch of ``block_diagonal`` (common/copy.cu) writes whole;
+backward-weight computes the merged weight's gradient and keeps only its diagonal blocks (the
+zeros' gradients are never returned).  This module is the one place that knows the block layout:
+:func:`group_blocks` (views, on NumPy and CuPy arrays alike) and :func:`block_diagonal_args` (the
+kernel's view of it), both checked on the CPU against an explicit construction.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from dataclasses import replace
 from typing import Callable
 
@@ -86,15 +88,26 @@ def forced_factor(geom: ConvGeometry) -> int | None:
     return f
 
 
+# How much faster a larger merge factor must be estimated than the best smaller one to be taken.
+# F multiplies the multiply-adds, and near the best factor the estimates do not separate the
+# factors reliably: on the H100's ResNeXt-50 sweep (fp16 channels-last, 7 layers x 3 passes,
+# benchmarks/profile_grouped.py, NOTES "Session 22") the least estimate took F = 32 over F = 16
+# for 128@56 forward and backward-data (within 2 % by estimate; measured 7-9 % slower); with the
+# margin every pick is the measured best or within 1 % of it, except backward-weight on 1024@7,
+# which was 10 % off before too.
+MERGE_MARGIN = 0.9
+
+
 def best_factor(geom: ConvGeometry, seconds: Callable[[ConvGeometry], float],
                 extra_seconds: float) -> tuple[int, float]:
     """``(F, estimated seconds)``: the merge factor for which ``seconds(merged geometry)`` plus,
-    for F > 1, ``extra_seconds`` (the weight expansion or extraction launches) is least; F = 1
-    on ties and for problems that cannot merge."""
+    for F > 1, ``extra_seconds`` (the weight expansion or extraction launches) is least, where
+    each larger factor must beat the best smaller one by MERGE_MARGIN; F = 1 on ties and for
+    problems that cannot merge."""
     best = (1, seconds(geom))
     for f in merge_factors(geom):
         t = seconds(merged_geometry(geom, f)) + extra_seconds
-        if t < best[1]:
+        if t < best[1] * MERGE_MARGIN:
             best = (f, t)
     return best
 
@@ -130,19 +143,33 @@ def group_blocks(w, groups: int, factor: int, channels_last: bool, merged: bool)
                        (factor * kg * s[0], step, s[0]) + tuple(s[1:]))
 
 
+def block_diagonal_args(geom: ConvGeometry, factor: int) -> tuple[int, ...]:
+    """The scalar arguments of ``block_diagonal`` (common/copy.cu) that expand ``geom``'s weights
+    merged by ``factor``: (elements of the merged weight, outer, Cg, inner, Kg, factor), the
+    per-group weight seen as (K, outer, Cg, inner): (K, taps, Cg, 1) channels-last, (K, 1, Cg,
+    taps) channels-first."""
+    taps = math.prod(geom.kernel)
+    cg, kg = geom.in_channels // geom.groups, geom.out_channels // geom.groups
+    outer, inner = (taps, 1) if geom.channels_last else (1, taps)
+    return (geom.out_channels * taps * factor * cg, outer, cg, inner, kg, factor)
+
+
 def expand_weight(geom: ConvGeometry, w, factor: int):
     """The block-diagonal weight of ``geom`` merged by ``factor`` (a scratch array in the merged
-    geometry's weight shape): one memset and one strided copy, both recorded (weights change in
-    place between calls, e.g. in training, so this runs on every call)."""
-    from cupyconv._core.copy import contiguous, copy_into
-    from cupyconv._core.program import scratch, zero_fill
+    geometry's weight shape), written whole, zeros included, by one recorded launch (weights
+    change in place between calls, e.g. in training, so this runs on every call)."""
+    from cupyconv._core import jit
+    from cupyconv._core.copy import contiguous
+    from cupyconv._core.kernels import STRIDED_COPY
+    from cupyconv._core.launch import int64s, ints, launch_grid
+    from cupyconv._core.program import scratch
 
-    w = contiguous(w)  # (a view with every stride its own would not fit the copy kernel's dims)
+    w = contiguous(w)
     wm = scratch(merged_geometry(geom, factor).weight_shape, w.dtype)
-    zero_fill(wm)
-    cl = geom.channels_last
-    copy_into(group_blocks(w, geom.groups, factor, cl, False),
-              group_blocks(wm, geom.groups, factor, cl, True))
+    total, *dims = block_diagonal_args(geom, factor)
+    grid, block = launch_grid(total)
+    fn = jit.get_function(STRIDED_COPY, "block_diagonal", w.dtype.name)
+    fn(grid, block, (w, wm, *int64s((total,)), *ints(dims)))
     return wm
 
 

@@ -10,13 +10,17 @@ import pytest
 
 from cupyconv import reference
 from cupyconv._core import precision
+from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import STRIDED_COPY
 from cupyconv._dispatch import forward as dispatch
 from cupyconv._gemm import backward, forward, launch
-from cupyconv._gemm.grouped import (MAX_MERGED_CHANNELS, best_factor, forced_factor, forced_merge,
+from cupyconv._gemm.grouped import (MAX_MERGED_CHANNELS, MERGE_MARGIN, best_factor,
+                                    block_diagonal_args, forced_factor, forced_merge,
                                     group_blocks, merge_factors, merged_geometry)
 
 from gpu_cases import rng_for
+from host_kernels import compiler, host_module
 
 
 def _geom(n=2, c=16, k=24, sp=(6, 7), ker=(3, 3), layout="NCHW", dtype="float32", **opts):
@@ -73,6 +77,28 @@ def test_group_blocks_build_and_read_the_block_diagonal(layout, groups, factor, 
     np.testing.assert_array_equal(_expand(wr, groups, factor, cl, geom), wm)
 
 
+@pytest.mark.skipif(compiler() is None, reason="no host C++20 compiler")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("groups,factor,cg,kg,ker", VIEW_CASES)
+def test_block_diagonal_kernel_builds_the_merged_weight(layout, dtype, groups, factor, cg, kg,
+                                                         ker):
+    """``block_diagonal`` (common/copy.cu) executed on the CPU with the arguments expand_weight
+    launches it with: every element of a NaN-poisoned merged weight written, equal to the
+    explicit construction (a small grid, so the grid-stride loop goes round)."""
+    cl = layout == "NHWC"
+    geom = _geom(c=groups * cg, k=groups * kg, sp=(9,) * len(ker), ker=ker, layout=layout,
+                 groups=groups, dtype=dtype)
+    w = rng_for("diag", layout, groups, factor).uniform(-1, 1, geom.weight_shape).astype(
+        numpy_dtype(dtype))
+    wm = np.full(merged_geometry(geom, factor).weight_shape, np.nan, w.dtype)
+    total, *dims = block_diagonal_args(geom, factor)
+    assert total == wm.size
+    host_module(STRIDED_COPY).call(STRIDED_COPY.name_expression("block_diagonal", dtype), (3,),
+                                   (64,), [w, wm, np.int64(total), *map(np.int32, dims)])
+    np.testing.assert_array_equal(wm, _block_diagonal(w, groups, factor, cl))
+
+
 CONV_CASES = [  # (groups, factor, Cg, Kg, spatial, kernel, options)
     (4, 2, 3, 5, (7, 8), (3, 3), dict(padding=1)),
     (8, 4, 2, 1, (9, 6), (3, 2), dict(stride=2, padding=[(1, 0), (2, 1)], dilation=(1, 2))),
@@ -126,6 +152,11 @@ def test_best_factor_takes_the_least_estimate_and_one_on_ties():
     assert best_factor(g, lambda m: times[8 // m.groups], 0.0) == (4, 2.0)
     assert best_factor(g, lambda m: times[8 // m.groups], 2.5) == (1, 4.0)  # expansion not worth it
     assert best_factor(g, lambda m: 1.0, 0.0) == (1, 1.0)
+    # a larger factor must beat the best smaller one by the margin, not by a hair
+    close = {8: 1.9, 4: 2.0, 2: 3.0, 1: 4.0}
+    assert best_factor(g, lambda m: close[8 // m.groups], 0.0) == (4, 2.0)
+    clear = {8: 2.0 * MERGE_MARGIN * 0.99, 4: 2.0, 2: 3.0, 1: 4.0}
+    assert best_factor(g, lambda m: clear[8 // m.groups], 0.0)[0] == 8
     dense = _geom(c=32, k=32)
     assert best_factor(dense, lambda m: 7.0, 0.0) == (1, 7.0)
 

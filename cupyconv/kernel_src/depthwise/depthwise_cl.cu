@@ -107,6 +107,29 @@ struct walk {
   }
 };
 
+// One source row of a run: window entries j = 0..NJ-1 (source columns f + j, stepping p by ssw;
+// columns past ncols read as zeros) times the taps wk[y][kw] of the NY destination rows it feeds,
+// into acc[y][r].  Which (pixel r, tap kw) pairs meet entry j is fixed at compile time (Walk).
+template <int KF, int S, int TRANSPOSED, int VEC, int NY, typename T, typename A>
+__device__ __forceinline__ void walk_row(const T* p, cc::index_t ssw, int f, int ncols,
+                                         const A (&wk)[NY][KF][VEC], A (*acc)[DWCL_RX][VEC]) {
+  typedef walk<KF, S, TRANSPOSED> Walk;
+#pragma unroll
+  for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
+    A v[VEC];
+    load_col<VEC>(p, f + j, ncols, v);
+#pragma unroll
+    for (int y = 0; y < NY; ++y)
+#pragma unroll
+      for (int r = 0; r < DWCL_RX; ++r)
+#pragma unroll
+        for (int kw = 0; kw < KF; ++kw)
+          if (Walk::entry(r, kw) == j)
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[y][r][i] += v[i] * wk[y][kw][i];
+  }
+}
+
 // Stage w[c, tap] of channels [cbase, cbase + cb) as wsm[tap * cb + (c - cbase)] in the compute
 // type (zero past C).  Tap-major, a thread per channel: no index division, and a thread's taps
 // after the first come from the L1 lines its first load brought in (the block's filters are a
@@ -175,7 +198,8 @@ depthwise_cl(const T* __restrict__ src,
       PH = (int)prm[22], PW = (int)prm[23];
   const cc::index_t ssn = prm[24], ssd = prm[26], ssh = prm[27], ssw = prm[28];  // prm[25]: C's, 1
   typedef typename cc::acc_type<T>::type A;
-  typedef dwcl::walk<(KF > 0 ? KF : 1), (S > 0 ? S : 1), TRANSPOSED> Walk;
+  constexpr int K1 = KF > 0 ? KF : 1, S1 = S > 0 ? S : 1;  // (KF, S = 0: the generic path)
+  typedef dwcl::walk<K1, S1, TRANSPOSED> Walk;
   constexpr int RX = DWCL_RX;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* const wsm = reinterpret_cast<A*>(smem_raw);
@@ -226,7 +250,7 @@ depthwise_cl(const T* __restrict__ src,
           const bool live = (unsigned)sh < (unsigned)SHs;
           const T* p = splane + (live ? sh : 0) * ssh + (cc::index_t)f * ssw;
           const int ncols = live ? SWs : 0;
-          A wk[RY][KF > 0 ? KF : 1][VEC];
+          A wk[RY][K1][VEC];
 #pragma unroll
           for (int y = 0; y < RY; ++y) {
             const int kh = TRANSPOSED ? y + KF - 1 - sr : sr - y;
@@ -240,20 +264,7 @@ depthwise_cl(const T* __restrict__ src,
                 for (int i = 0; i < VEC; ++i) wk[y][kw][i] = A(0);
             }
           }
-#pragma unroll
-          for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
-            A v[VEC];
-            dwcl::load_col<VEC>(p, f + j, ncols, v);
-#pragma unroll
-            for (int y = 0; y < RY; ++y)
-#pragma unroll
-              for (int r = 0; r < RX; ++r)
-#pragma unroll
-                for (int kw = 0; kw < KF; ++kw)
-                  if (Walk::entry(r, kw) == j)
-#pragma unroll
-                    for (int i = 0; i < VEC; ++i) acc[y][r][i] += v[i] * wk[y][kw][i];
-          }
+          dwcl::walk_row<K1, S1, TRANSPOSED, VEC>(p, ssw, f, ncols, wk, acc);
         }
       } else if (KF > 0) {
         // The kernel rows one at a time (unrolling them, so that all KF * NJ loads could be in
@@ -261,27 +272,16 @@ depthwise_cl(const T* __restrict__ src,
         // source reads as zeros (its column bound is 0) rather than being skipped.
         const int f = Walk::first(x0, PW);
 #pragma unroll 1
-        for (int kh = 0; kh < (KF > 0 ? KF : 1); ++kh) {
+        for (int kh = 0; kh < K1; ++kh) {
           const int sh = dw::src_coord<TRANSPOSED>(h, kh, SH, DH, PH, SHs);
           const T* srow = splane + (sh < 0 ? 0 : sh) * ssh;
           const int ncols = sh < 0 ? 0 : SWs;
           const A* wrow = wthr + (kd * KH + kh) * KW * cb;
-          A wk[KF > 0 ? KF : 1][VEC];
+          A wk[1][K1][VEC];
 #pragma unroll
-          for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[kw]);
-          const T* p = srow + (cc::index_t)f * ssw;
-#pragma unroll
-          for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
-            A v[VEC];
-            dwcl::load_col<VEC>(p, f + j, ncols, v);
-#pragma unroll
-            for (int r = 0; r < RX; ++r)
-#pragma unroll
-              for (int kw = 0; kw < KF; ++kw)
-                if (Walk::entry(r, kw) == j)
-#pragma unroll
-                  for (int i = 0; i < VEC; ++i) acc[0][r][i] += v[i] * wk[kw][i];
-          }
+          for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[0][kw]);
+          dwcl::walk_row<K1, S1, TRANSPOSED, VEC>(srow + (cc::index_t)f * ssw, ssw, f, ncols,
+                                                   wk, acc);
         }
       } else {
         for (int kh = 0; kh < KH; ++kh) {
