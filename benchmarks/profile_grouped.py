@@ -45,7 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="NHWC")
     ap.add_argument("--factors", default="auto,1", help="merge factors ('auto': the cost model's)")
     ap.add_argument("--passes", default="forward", help="forward,backward-data,backward-weight")
-    ap.add_argument("--kernels", action="store_true", help="one call each under NVTX (for ncu)")
+    ap.add_argument("--kernels", action="store_true", help="one call each, for ncu")
+    ap.add_argument("--plans", action="store_true",
+                    help="also time ours under every GEMM tile with split-K 1-3 (forced_plan)")
     args = ap.parse_args(argv)
     import cupy
     torch = measure.load_torch()
@@ -91,13 +93,41 @@ def main(argv=None) -> int:
                         fn(a)
                         measure.synchronize()
                         cupy.cuda.runtime.profilerStop()
-                    else:
-                        if who == "cudnn":
-                            ms = measure.torch_graph_ms(torch, lambda: fn(a))
-                        else:
-                            ms = measure.cupy_graph_ms(lambda: fn(a))
+                    elif who == "cudnn":
+                        ms = measure.torch_graph_ms(torch, lambda: fn(a))
                         print(f"{label:40s} {ms * 1e3:8.1f} us", flush=True)
+                    else:
+                        ms = measure.cupy_graph_ms(lambda: fn(a))
+                        print(f"{label:40s} {ms * 1e3:8.1f} us", flush=True)
+                        if args.plans:
+                            print("    " + _plan_times(fn, a, geom.dtype), flush=True)
     return 0
+
+
+def _plan_times(fn, a, dtype: str) -> str:
+    """Graph time of ``fn(a)`` with every tile of its GEMM's main loop and split-K 1-3 forced."""
+    from cupyconv._core.kernels import gemm_tiles
+    from cupyconv._gemm import launch
+
+    with launch.record_plans() as log:
+        fn(a)
+    if not log:
+        return "(no GEMM launch)"
+    kernel, shape, plan = log[-1]
+    math_kind = plan.math
+    out = [f"{kernel} {shape} planned {plan.tile[0]}x{plan.tile[1]}/{plan.splits} "
+           f"({plan.blocks} per SM) |"]
+    for tile in gemm_tiles(dtype, math_kind):
+        for splits in (1, 2, 3):
+            with launch.forced_plan(launch.GemmPlan(tile, splits, 0.0, math_kind)):
+                try:
+                    fn(a)
+                    ms = measure.cupy_graph_ms(lambda: fn(a))
+                except Exception as e:  # (a split the launch grid cannot take)
+                    out.append(f"{tile[0]}x{tile[1]}/{splits}: {type(e).__name__}")
+                    continue
+            out.append(f"{tile[0]}x{tile[1]}/{splits} {ms * 1e3:.1f}")
+    return " ".join(out)
 
 
 if __name__ == "__main__":
