@@ -30,7 +30,7 @@ from cupyconv._core.kernels import MATH_SIMT, MATH_WGMMA
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
-                                    merged_geometry)
+                                    merge_margin, merged_geometry)
 from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, implicit_conv_seconds,
                                    launch_conv_wgrad, launch_implicit_conv, plan_gemm)
 
@@ -162,7 +162,8 @@ def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    return best_factor(geom, lambda g: data_seconds(g, device_id), LAUNCH_S)  # (as forward_merge)
+    return best_factor(geom, lambda g: data_seconds(g, device_id), LAUNCH_S,  # (as forward_merge)
+                       merge_margin(geom, device_id))
 
 
 def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
@@ -230,6 +231,7 @@ def weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
+    # (no margin: it changed no 16-bit pick here, and slowed float32's, NOTES "Session 22")
     return best_factor(geom, lambda g: weight_seconds(g, device_id), LAUNCH_S)
 
 

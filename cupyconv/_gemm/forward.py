@@ -18,8 +18,8 @@ from cupyconv._core.kernels import MATH_SIMT
 from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch
-from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, merged_geometry,
-                                    mergeable)
+from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, merge_margin,
+                                    merged_geometry, mergeable)
 from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.launch import (LAUNCH_S, ImplicitConv, MatrixView, OutMap, implicit_conv_seconds,
                                    plan_gemm, run_conv_fprop, run_gemm)
@@ -140,7 +140,8 @@ def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
     # the expansion is one launch over a few thousand weights (grouped.expand_weight)
     level = _grouped_level(geom, device_id)
-    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S)
+    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S,
+                       merge_margin(geom, device_id))
 
 
 def run_im2col_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION) -> None:

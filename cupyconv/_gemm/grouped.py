@@ -88,26 +88,38 @@ def forced_factor(geom: ConvGeometry) -> int | None:
     return f
 
 
-# How much faster a larger merge factor must be estimated than the best smaller one to be taken.
-# F multiplies the multiply-adds, and near the best factor the estimates do not separate the
-# factors reliably: on the H100's ResNeXt-50 sweep (fp16 channels-last, 7 layers x 3 passes,
+# How much faster a larger merge factor must be estimated than the best smaller one to be taken,
+# in the forward and backward-data passes on the tensor-core loops.  F multiplies the
+# multiply-adds, and near the best factor the estimates do not separate the factors reliably: on
+# the H100's ResNeXt-50 sweep (fp16 channels-last, 7 layers x 3 passes,
 # benchmarks/profile_grouped.py, NOTES "Session 22") the least estimate took F = 32 over F = 16
 # for 128@56 forward and backward-data (within 2 % by estimate; measured 7-9 % slower); with the
-# margin every pick is the measured best or within 1 % of it, except backward-weight on 1024@7,
-# which was 10 % off before too.
+# margin every forward and backward-data pick is the measured best or within 1 % of it.
+# Backward-weight keeps the least estimate: the margin changed none of its 16-bit picks, and on
+# the SIMT loop (float32 exact) it moved them one factor down, 8-11 % slower on four ResNeXt
+# layers; the SIMT loop's forward and backward-data keep it too (not measured with a margin).
 MERGE_MARGIN = 0.9
 
 
+def merge_margin(geom: ConvGeometry, device_id: int) -> float:
+    """The margin :func:`best_factor` applies to ``geom`` on the device: MERGE_MARGIN on the
+    tensor-core loops, none (1.0) on the SIMT loop."""
+    from cupyconv._core.kernels import MATH_SIMT
+    from cupyconv._core.precision import gemm_math
+
+    return 1.0 if gemm_math(geom.dtype, geom.precision, device_id) == MATH_SIMT else MERGE_MARGIN
+
+
 def best_factor(geom: ConvGeometry, seconds: Callable[[ConvGeometry], float],
-                extra_seconds: float) -> tuple[int, float]:
+                extra_seconds: float, margin: float = 1.0) -> tuple[int, float]:
     """``(F, estimated seconds)``: the merge factor for which ``seconds(merged geometry)`` plus,
     for F > 1, ``extra_seconds`` (the weight expansion or extraction launches) is least, where
-    each larger factor must beat the best smaller one by MERGE_MARGIN; F = 1 on ties and for
-    problems that cannot merge."""
+    each larger factor must beat the best smaller one by the factor ``margin`` (1: any gain;
+    :func:`merge_margin`); F = 1 on ties and for problems that cannot merge."""
     best = (1, seconds(geom))
     for f in merge_factors(geom):
         t = seconds(merged_geometry(geom, f)) + extra_seconds
-        if t < best[1] * MERGE_MARGIN:
+        if t < best[1] * margin:
             best = (f, t)
     return best
 

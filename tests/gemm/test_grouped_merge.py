@@ -17,7 +17,8 @@ from cupyconv._dispatch import forward as dispatch
 from cupyconv._gemm import backward, forward, launch
 from cupyconv._gemm.grouped import (MAX_MERGED_CHANNELS, MERGE_MARGIN, best_factor,
                                     block_diagonal_args, forced_factor, forced_merge,
-                                    group_blocks, merge_factors, merged_geometry)
+                                    group_blocks, merge_factors, merge_margin,
+                                    merged_geometry)
 
 from gpu_cases import rng_for
 from host_kernels import compiler, host_module
@@ -154,9 +155,10 @@ def test_best_factor_takes_the_least_estimate_and_one_on_ties():
     assert best_factor(g, lambda m: 1.0, 0.0) == (1, 1.0)
     # a larger factor must beat the best smaller one by the margin, not by a hair
     close = {8: 1.9, 4: 2.0, 2: 3.0, 1: 4.0}
-    assert best_factor(g, lambda m: close[8 // m.groups], 0.0) == (4, 2.0)
+    assert best_factor(g, lambda m: close[8 // m.groups], 0.0) == (8, 1.9)
+    assert best_factor(g, lambda m: close[8 // m.groups], 0.0, MERGE_MARGIN) == (4, 2.0)
     clear = {8: 2.0 * MERGE_MARGIN * 0.99, 4: 2.0, 2: 3.0, 1: 4.0}
-    assert best_factor(g, lambda m: clear[8 // m.groups], 0.0)[0] == 8
+    assert best_factor(g, lambda m: clear[8 // m.groups], 0.0, MERGE_MARGIN)[0] == 8
     dense = _geom(c=32, k=32)
     assert best_factor(dense, lambda m: 7.0, 0.0) == (1, 7.0)
 
@@ -201,6 +203,12 @@ def _resnext(width, size, stride, layout, dtype, prec="exact"):
     g = _geom(n=32, c=width, k=width, sp=(size, size), layout=layout, dtype=dtype, groups=32,
               stride=stride, padding=1)
     return replace(g, precision=prec)
+
+
+def test_merge_margin_applies_on_the_tensor_core_loops_only(modelled_h100):
+    assert merge_margin(_resnext(256, 28, 1, "NHWC", "float16"), 0) == MERGE_MARGIN
+    assert merge_margin(_resnext(256, 28, 1, "NCHW", "float32", "tf32"), 0) == MERGE_MARGIN
+    assert merge_margin(_resnext(256, 28, 1, "NCHW", "float32"), 0) == 1.0
 
 
 @pytest.mark.parametrize("width,size,stride", RESNEXT)
