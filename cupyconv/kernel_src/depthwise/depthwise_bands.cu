@@ -36,8 +36,6 @@
 //   and gfx1030, ROCm 5.7, failed on the 1-bit multiplies such a parity turned into).
 #include "common.cuh"
 
-#include "common.cuh"
-
 #if !defined(DWB_RX) || !defined(DWB_THREADS) || !defined(DWB_MIN_BLOCKS)
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
