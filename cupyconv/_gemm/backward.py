@@ -5,7 +5,10 @@ input pixels h with (h + pad) % s == phi receive gradient only from the taps t w
 t * d % s == phi % s, and for those rows dx is a unit-stride forward convolution of dy with the
 tap-flipped, channel-transposed subset of w.  Each phase runs on the implicit-GEMM forward kernel,
 so every dx element is computed exactly once, by one thread, in a fixed order (rows that no tap
-reaches are zero-filled): no atomics, no im2col-sized buffer, bitwise reproducible.
+reaches are zero-filled): no atomics, no im2col-sized buffer, bitwise reproducible.  On
+channels-last dx the kernel's epilogue writes a phase's rows (every s-th row and column) into dx
+itself through its row map; channels-first phases, and 3-d phases strided in both depth and height
+(which that map cannot place), go through a buffer and a copy.
 
 Backward-weight is the GEMM dw[k, (tap, c)] = sum over pixels P of dy[P, k] * im2col(x)[P, (tap, c)],
 with the im2col matrix read implicitly from channels-last x (conv_wgrad.cu, no buffer) and split-K
@@ -31,8 +34,9 @@ from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
                                     merge_margin, merged_geometry)
-from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, implicit_conv_seconds,
-                                   launch_conv_wgrad, launch_implicit_conv, plan_gemm)
+from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, fprop_out_map,
+                                   implicit_conv_seconds, launch_conv_wgrad, launch_implicit_conv,
+                                   plan_gemm)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Phase:
     taps: tuple[tuple[int, ...], ...]
     window: tuple                  # index of the phase's rows in dx
     shape: tuple[int, ...]         # the phase's rows as an array in dx's layout
+    in_place: bool                 # the kernel writes them into dx itself (else through a copy)
 
 
 @dataclass(frozen=True)
@@ -139,9 +144,29 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
                             tuple(len(p.taps) for p in phase), (1, 1, 1),
                             tuple(p.dilation for p in phase), tuple(p.pad for p in phase),
                             geom.precision)
+        # Channels-first phases keep the buffer: their rows, s apart, rule out the epilogue's
+        # vector stores along the pixels, and the scalar stores (one channel plane per lane) ran
+        # slower than a dense write and a copy: fp32 NCHW ResNeXt stride-2 layers 584 -> 680 us
+        # and 318 -> 412 us (H100, benchmarks/NOTES.md "Session 23").
+        in_place = (geom.channels_last
+                    and fprop_out_map(prob, _window_strides(geom)) is not None)
         plan.append(Phase(prob, tuple(p.taps for p in phase), window,
-                          geom.layout_shape(geom.batch, geom.in_channels, rows[lead:])))
+                          geom.layout_shape(geom.batch, geom.in_channels, rows[lead:]), in_place))
     return PhasePlan(tuple(plan), zero_fill)
+
+
+def _window_strides(geom: ConvGeometry) -> tuple[int, ...]:
+    """(n, c, d, h, w) element strides (``element_strides``' order) of a stride phase's rows in
+    C-contiguous dx: every stride-th row of each spatial dim."""
+    c, spatial = geom.in_channels, tuple(geom.spatial)
+    inner = c if geom.channels_last else 1
+    dims = []
+    for size, step in zip(reversed(spatial), reversed(tuple(geom.stride))):
+        dims.append(inner * step)
+        inner *= size
+    channel = 1 if geom.channels_last else inner
+    image = inner * (1 if geom.channels_last else c)
+    return (image, channel, *([0] * (3 - len(spatial))), *reversed(dims))
 
 
 def data_seconds(geom: ConvGeometry, device_id: int) -> float:
@@ -187,6 +212,9 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
         wt = _weight_for_phase(w_cf, ph.taps, geom.groups)
         if len(plan.phases) == 1 and not plan.zero_fill:  # the one phase is all of dx
             launch_implicit_conv(ph.prob, dy, wt, bias, dx)
+            continue
+        if ph.in_place:  # the epilogue writes the phase's rows of dx through the row map
+            launch_implicit_conv(ph.prob, dy, wt, bias, dx[ph.window])
             continue
         part = scratch(ph.shape, geom.dtype)
         launch_implicit_conv(ph.prob, dy, wt, bias, part)

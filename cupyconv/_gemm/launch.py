@@ -75,21 +75,35 @@ class MatrixView:
 
 @dataclass(frozen=True)
 class OutMap:
-    """Row m of the result at (m // L) * outer + (m % L) * inner, column n at n * col."""
+    """Row m of the result at (m // L) * outer + (m % L // R) * row + (m % L % R) * inner, column
+    n at n * col (out_map.cuh): L rows per image in runs of R (R = 0: one run of L, as for every
+    C-contiguous result; a run is an output row of a stride phase of backward-data, whose rows
+    lie ``row`` apart in dx)."""
 
     L: int
     outer: int
     inner: int
     col: int
+    R: int = 0
+    row: int = 0
+
+    @property
+    def run(self) -> int:
+        """Rows per run (the kernel's R)."""
+        return self.R or self.L
+
+    def kernel_args(self) -> tuple[int, ...]:
+        return (self.L, self.outer, self.inner, self.col, self.run, self.row)
 
 
 def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
     """Can the epilogue store 4-vectors: 4 adjacent columns (col == 1) or rows (inner == 1,
-    L % 4 == 0) with every other stride, the batch strides and the base 4-element aligned."""
+    L % 4 == R % 4 == 0) with every other stride, the batch strides and the base 4-element
+    aligned."""
     if out.col == 1:
-        others = (out.outer, out.inner)
+        others = (out.outer, out.inner, out.row)
     elif out.inner == 1:
-        others = (out.L, out.outer, out.col)
+        others = (out.L, out.run, out.outer, out.row, out.col)
     else:
         return False
     aligned = c.data.ptr % (4 * c.itemsize) == 0
@@ -323,14 +337,15 @@ def _workspace(dtype: str, splits: int, count: int, placeholder):
 
 
 def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap,
-            z=None, act: int = NO_ACTIVATION) -> None:
-    """Second split-K stage: c = act(sum of the parts (deterministic order) + bias + z)."""
+            n_fast: bool, z=None, act: int = NO_ACTIVATION) -> None:
+    """Second split-K stage: c = act(sum of the parts (deterministic order) + bias + z).
+    ``n_fast``: the order the first stage wrote the parts in (n fastest, else m fastest)."""
     fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", dtype)
     grid, block = launch_grid(batch * m * n)
     fn(grid, block, (ws, c, bias if bias is not None else c, z if z is not None else c,
                      *ints((bias is not None, z is not None, act, splits, batch, m, n,
-                            out.col == 1, g2)),
-                     *int64s((c_so, c_si, bias_si, out.L, out.outer, out.inner, out.col))))
+                            n_fast, g2)),
+                     *int64s((c_so, c_si, bias_si) + out.kernel_args())))
 
 
 def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int, *, batch: int = 1,
@@ -362,7 +377,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out,
-                    z, act)
+                    out.col == 1, z, act)  # (gemm.cu's parts: n fastest where C's columns are)
 
 
 @dataclass(frozen=True)
@@ -568,17 +583,32 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = No
     launch_implicit_conv(ImplicitConv.from_geometry(geom), x, wt, bias, y, plan, w_cf, z=z, act=act)
 
 
-def _fprop_out_map(prob: ImplicitConv, ys: tuple) -> tuple[OutMap, int]:
-    """The implicit kernel's output row map and per-group offset (as conv_fprop.cu computes them)
-    for an output with element strides ``ys`` (``element_strides``)."""
-    m, n, _, _ = prob.gemm
-    if prob.y_channels_last:
-        return OutMap(m, 0, prob.out_channels, 1), n
-    return OutMap(math.prod(prob.out_spatial), ys[0], 1, ys[1]), n * ys[1]
+def fprop_out_map(prob: ImplicitConv, ys: tuple) -> OutMap | None:
+    """The implicit kernel's output row map for an output ``y`` of element strides ``ys``
+    (``element_strides``, in y's layout), or None where its rows cannot be mapped: runs of OW
+    pixels whose (d, h) rows must lie a fixed stride apart.  C-contiguous outputs and the stride
+    phases of 1-d and 2-d backward-data (every s-th row and column of dx) always can be; a 3-d
+    phase strided in both d and h cannot.  Levels that are contiguous are folded away, so that
+    C-contiguous outputs cost the epilogue no more divisions than they need."""
+    m = prob.gemm[0]
+    ysn, ysc, ysd, ysh, ysw = ys
+    od, oh, ow = (1,) * (3 - len(prob.out_spatial)) + tuple(prob.out_spatial)
+    pixels = od * oh * ow
+    if oh == 1:
+        run_stride = ysd
+    elif od == 1 or ysd == oh * ysh:
+        run_stride = ysh
+    else:
+        return None
+    if od * oh == 1 or run_stride == ow * ysw:  # the runs are contiguous: one run per image
+        if ysn == pixels * ysw:  # and so are the images: one run in all
+            return OutMap(m, 0, ysw, ysc)
+        return OutMap(pixels, ysn, ysw, ysc)
+    return OutMap(pixels, ysn, ysw, ysc, ow, run_stride)
 
 
 @memoized(4096)
-def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
+def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, out: OutMap, splits: int,
                        flags: tuple) -> tuple:
     """conv_fprop's scalar arguments, built once per (problem, strides, splits, flags): repeated
     calls skip converting some 40 Python ints.  flags = (has_bias, has_z, act, w_vec, w_cf, x_vec,
@@ -588,7 +618,7 @@ def _fprop_scalar_args(prob: ImplicitConv, xs: tuple, ys: tuple, splits: int,
                    prob.y_channels_last, c_vec, prob.in_channels // prob.groups)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
-            *int64s(xs + ys[:2]), *ints((prob.groups, splits)))
+            *int64s(xs + out.kernel_args()), *ints((prob.groups, splits)))
 
 
 # Experiment switch for benchmarks/exp_stage_nchw.py: None lets staged_channels decide; True
@@ -728,8 +758,9 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
                          w_cf: bool = False, *, z=None, act: int = NO_ACTIVATION) -> None:
     """y = act(conv(x, wt) + bias + z) with the implicit kernel (bias, z and the activation code
     ``act`` optional); wt is (K, taps, Cg) C-contiguous (or, with ``w_cf``, channels-first
-    (K, Cg, taps) C-contiguous), y a C-contiguous (N, K, *out) or (N, *out, K) array (or, within
-    this function, a slab of rows of one: see :func:`row_slabs`) and z an array of y's shape and
+    (K, Cg, taps) C-contiguous), y an (N, K, *out) or (N, *out, K) array whose rows
+    :func:`fprop_out_map` can place (C-contiguous, a stride phase's rows of dx, or, within this
+    function, a slab of rows of either: see :func:`row_slabs`) and z an array of y's shape and
     strides."""
     m, n, k, groups = prob.gemm
     if m > MAX_GEMM_ROWS:
@@ -758,17 +789,20 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     ys = element_strides(y, prob.y_channels_last)
     grid, block = _grid(plan.tile, m, n, groups * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, groups * m * n, y)
-    out, group_stride = _fprop_out_map(prob, ys)
+    out = fprop_out_map(prob, ys)
+    if out is None:
+        raise ValueError("the implicit convolution cannot write an output with these strides")
+    group_stride = n * out.col
     flags = (bias is not None, z is not None, act,
              0 if w_cf else MatrixView(wt, rs=k, ks=1).vec_level(n, k), w_cf,
              _x_vec_level(prob, x, xs), out_vectorizable(y, out, (group_stride,)))
     args = (x, wt, y, bias if bias is not None else y, z if z is not None else y,
-            *_fprop_scalar_args(prob, xs, ys, plan.splits, flags), ws)
+            *_fprop_scalar_args(prob, xs, out, plan.splits, flags), ws)
     with y.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
             _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
-                    n, out, z, act)
+                    n, out, prob.y_channels_last, z, act)
 
 
 def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = None) -> None:
@@ -810,4 +844,5 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     with dw.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            _reduce(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out)
+            _reduce(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out,
+                    True)

@@ -5,9 +5,11 @@
 // (K, Cg, taps) read in that order by the B loader's k split (no transposed copy).
 // The epilogue adds the bias and the residual z (y's shape and strides) and applies the activation
 // (activation.cuh) before the single store; with split-K the reduction does (splitk_reduce.cu).
-// y's output rows are contiguous pixels: channels-last y is (M, K) row-major; channels-first y
-// has image stride ysn and channel stride ysc (a slab of rows of a larger output when the host
-// splits a problem of more than 2^30 rows into launches).  y's layout (y_cl) is x's, or
+// y's rows (output pixels) are placed by the row map y_* (out_map.cuh, built on the host from y's
+// strides), its channels y_col apart: channels-last y is (M, K) row-major, channels-first y has an
+// image stride and a channel stride, and a stride phase of backward-data writes every s-th row
+// and column of dx (runs of OW pixels).  y may be a slab of rows of a larger output when the host
+// splits a problem of more than 2^30 rows into launches.  y's layout (y_cl) is x's, or
 // channels-first from channels-last x: the host stages channels-first problems through a
 // channels-last copy of x where that feeds the tensor cores' multistage copies.
 #include "loaders.cuh"
@@ -23,7 +25,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
            int c_vec, int Cg, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW,
            int SD, int SH, int SW, int DD, int DH, int DW, int PD, int PH, int PW,
            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
-           cc::index_t ysn, cc::index_t ysc, int groups, int splits,
+           cc::index_t y_L, cc::index_t y_outer, cc::index_t y_inner, cc::index_t y_col,
+           cc::index_t y_R, cc::index_t y_row, int groups, int splits,
            typename cc::acc_type<T>::type* __restrict__ ws) {
   typedef typename cc::acc_type<T>::type Acc;
   typedef cc::TileConfig<BM, BN, BK, TM, TN> Cfg;
@@ -51,8 +54,8 @@ conv_fprop(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
   Acc acc[TM][TN];
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
-    const cc::OutMap map = y_cl ? cc::OutMap{M, 0, K, 1} : cc::OutMap{pixels, ysn, 1, ysc};
-    const cc::index_t y_off = y_cl ? (cc::index_t)g * Kg : (cc::index_t)g * Kg * ysc;
+    const cc::OutMap map = {y_L, y_outer, y_inner, y_col, y_R, y_row};
+    const cc::index_t y_off = (cc::index_t)g * Kg * y_col;
     const cc::Epilogue<T> ep = {z + y_off, has_z, act};
     cc::store_tile<Cfg>(acc, y + y_off, bias + g * Kg, has_bias, ep, m0, n0, M, Kg, map, c_vec);
   } else {

@@ -41,7 +41,7 @@ conv_wgrad(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw
   Acc acc[TM][TN];
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
   if (splits == 1) {
-    const cc::OutMap map = {Kg, 0, Ncols, 1};
+    const cc::OutMap map = cc::plain_map(Kg, 0, Ncols, 1);
     const cc::Epilogue<T> plain = {dw, 0, CC_ACT_NONE};
     cc::store_tile<Cfg>(acc, dw + (cc::index_t)g * Kg * Ncols, dw, 0, plain, m0, n0, Kg, Ncols, map,
                         c_vec);

@@ -1,24 +1,23 @@
 // Epilogue: the block's accumulators (+ bias, + residual z, activation: the fused inference
 // epilogue, all in the accumulator type) written to C through a row mapping.
 //
-// Row m of the GEMM lands at (m / L) * s_outer + (m % L) * s_inner, column n at n * s_n, so one
-// epilogue writes a plain row-major matrix (L = M, s_inner = ldc, s_n = 1), a channels-last
-// activation (L = M, s_inner = K, s_n = 1) and a channels-first one (L = pixels per image,
-// s_outer = K * L, s_inner = 1, s_n = L).  z, where given, has C's layout: it is read at each
-// element's offset from C, through its own base pointer (`Epilogue`, activation.cuh).
+// Row m of the GEMM lands at `OutMap::row(m)`, column n at n * s_n, so one epilogue writes a plain
+// row-major matrix (L = M, s_inner = ldc, s_n = 1), a channels-last activation (L = M,
+// s_inner = K, s_n = 1), a channels-first one (L = pixels per image, s_outer = K * L, s_inner = 1,
+// s_n = L) and the strided rows of one stride phase of backward-data (runs of R = OW pixels
+// s_row apart: every s-th row and column of dx, written in place rather than through a copy).
+// z, where given, has C's layout: it is read at each element's offset from C, through its own
+// base pointer (`Epilogue`, activation.cuh).
 #pragma once
 #include "gemm_mainloop.cuh"
 #include "activation.cuh"
+#include "out_map.cuh"
 
 namespace cc {
 
-struct OutMap {
-  index_t L, s_outer, s_inner, s_n;
-};
-
 // Writes the block's tile.  A thread's accumulators come in 4x4 chunks of consecutive rows and
 // columns; where 4 consecutive columns (s_n == 1, channels-last and row-major C) or 4 consecutive
-// rows (s_inner == 1 and L a multiple of 4, channels-first) are adjacent in memory, each goes out
+// rows (s_inner == 1 and L and R multiples of 4, channels-first) are adjacent in memory, each goes out
 // as one vector store (`vec`, checked on the host together with alignment), which keeps a warp's
 // stores on few cache lines.  Elsewhere elements are stored one by one.
 //
@@ -50,7 +49,7 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
     for (int i = 0; i < TM; ++i) {
       const int m = m0 + tile_offset<Cfg::BM, TM>(ty, i);
       if (m >= M) break;
-      const index_t row = (m / map.L) * map.s_outer + (m % map.L) * map.s_inner;
+      const index_t row = map.row(m);
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
         const int n = n0 + tile_offset<Cfg::BN, TN>(tx, j);
@@ -81,11 +80,11 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
           A w[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) w[j] = v[4 * ic + i][4 * jc + j];
-          stg4(C + (m / map.L) * map.s_outer + (m % map.L) * map.s_inner + nb, w);
+          stg4(C + map.row(m) + nb, w);
         }
       } else if (along_m && mb + 3 < M) {
-        // rows mb..mb+3 lie in one image (L % 4 == 0 and mb % 4 == 0)
-        const index_t row = (mb / map.L) * map.s_outer + (mb % map.L);
+        // rows mb..mb+3 lie in one run of one image (L % 4 == R % 4 == 0, mb % 4 == 0)
+        const index_t row = map.row(mb);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int n = nb + j;
@@ -100,7 +99,7 @@ __device__ __forceinline__ void store_tile(const A (&acc)[Cfg::TM][Cfg::TN], T* 
         for (int i = 0; i < 4; ++i) {
           const int m = mb + i;
           if (m >= M) break;
-          const index_t row = (m / map.L) * map.s_outer + (m % map.L) * map.s_inner;
+          const index_t row = map.row(m);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const int n = nb + j;

@@ -43,7 +43,7 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
 
   Acc acc[TM][TN];
   Loop::run(la, lb, kb, ke, acc, smem, dsmem);
-  const cc::OutMap map = {c_L, c_outer, c_inner, c_n};
+  const cc::OutMap map = cc::plain_map(c_L, c_outer, c_inner, c_n);
   if (splits == 1) {
     const cc::index_t c_off = zo * c_so + zi * c_si;
     const cc::Epilogue<T> ep = {Z + c_off, has_z, act};

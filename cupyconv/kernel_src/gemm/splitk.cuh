@@ -26,7 +26,7 @@ template <typename Cfg, typename A>
 __device__ __forceinline__ void store_partial(const A (&acc)[Cfg::TM][Cfg::TN], A* ws, int part,
                                               int z, int batch, int m0, int n0, int M, int N,
                                               bool n_fast, bool vec) {
-  const OutMap map = n_fast ? OutMap{M, 0, N, 1} : OutMap{M, 0, 1, M};
+  const OutMap map = n_fast ? plain_map(M, 0, N, 1) : plain_map(M, 0, 1, M);
   A* base = ws + ((index_t)part * batch + z) * M * N;
   const Epilogue<A> plain = {base, 0, CC_ACT_NONE};  // bias, z and activation: in the reduction
   store_tile<Cfg>(acc, base, base, 0, plain, m0, n0, M, N, map, vec);
