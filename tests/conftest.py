@@ -43,6 +43,17 @@ def pytest_unconfigure(config):
         shutil.rmtree(_CHECK_CACHE, ignore_errors=True)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one worker per CPU this process may use, at most 8 --
+    on a GPU machine every worker holds a CUDA context and its own share of the device memory
+    that the large-problem tests allocate."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # (no affinity mask on this OS)
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
 def pytest_report_header(config):
     return f"cupyconv: GPU {'available' if HAS_GPU else 'NOT available: gpu tests skip'}"
 

@@ -1,0 +1,2 @@
+"""Command-line tools: ``python -m cupyconv {demo,profile,compile-check}`` and what they measure
+against."""

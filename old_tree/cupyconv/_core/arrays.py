@@ -1,0 +1,251 @@
+"""Checks and views of the CuPy arrays handed to the public functions.
+
+Every check here runs before any kernel is compiled or launched, and raises a ``TypeError`` or
+``ValueError`` that names the argument and the rule.  CuPy is imported lazily so that
+``import cupyconv`` works (and the pure-Python parts are usable) where CuPy is not installed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cupyconv._core.caches import memoized
+from cupyconv._core.dtypes import itemsize
+from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.kernels import DTYPES
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError("cupyconv's GPU functions need CuPy: install cupyconv with the extra for "
+                          "your platform, e.g. `pip install cupyconv[cuda13]`") from exc
+    return cupy
+
+
+# DLPack device types whose memory CuPy can view: CUDA, ROCm and CUDA managed memory.
+_DLPACK_GPU_DEVICES = (2, 10, 13)
+
+
+def _class_has(a, attr: str) -> bool:
+    """Whether ``a`` offers ``attr`` without evaluating it: the array protocols are properties,
+    and some raise when read (a PyTorch tensor that requires grad)."""
+    return hasattr(type(a), attr) or attr in getattr(a, "__dict__", {})
+
+
+def _dlpack_on_gpu(a) -> bool:
+    if not _class_has(a, "__dlpack_device__"):
+        return False
+    try:
+        device_type = int(a.__dlpack_device__()[0])
+    except Exception:  # a broken protocol method: not something we can view
+        return False
+    return device_type in _DLPACK_GPU_DEVICES
+
+
+def gpu_view(a, name: str):
+    """A CuPy view (no copy) of a GPU array of another library, or None where ``a`` is no such
+    array.  ``__cuda_array_interface__`` (PyTorch, Numba, JAX, ...) goes through
+    ``cupy.asarray``, which also waits on the producer's stream when the interface names one;
+    ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack`` (which hands the producer
+    CuPy's current stream to order against), also where the interface fails.  NumPy arrays (which have
+    ``__dlpack__`` on the CPU) and CPU tensors are not GPU arrays: None."""
+    import numpy
+
+    if isinstance(a, numpy.ndarray):
+        return None
+    cupy = _cupy()
+    failure = None
+    # CAI first (Numba has nothing else); DLPack where CAI is missing or refuses the array
+    # (PyTorch's CAI has no bfloat16, DLPack does)
+    if _class_has(a, "__cuda_array_interface__"):
+        try:
+            # read first: a CPU tensor's property raises AttributeError, and cupy.asarray would
+            # then copy it from the host, which is the NumPy path this function refuses
+            getattr(a, "__cuda_array_interface__")
+            return cupy.asarray(a)
+        except AttributeError:
+            pass
+        except Exception as exc:
+            failure = exc
+    if _class_has(a, "__dlpack__") and _dlpack_on_gpu(a):
+        try:
+            return cupy.from_dlpack(a)
+        except Exception as exc:
+            failure = exc
+    if failure is not None:
+        kind = f"{type(a).__module__}.{type(a).__name__}"
+        raise TypeError(f"{name} ({kind}) offers a GPU array protocol but could not be viewed as "
+                        f"a cupy.ndarray without a copy: {failure}") from failure
+    return None
+
+
+def require_array(a, name: str):
+    """``a`` itself if it is a CuPy ndarray; a CuPy view (no copy) of a GPU array of another
+    library (:func:`gpu_view`); otherwise a TypeError that says how to fix the call."""
+    cupy = _cupy()
+    if isinstance(a, cupy.ndarray):
+        return a
+    view = gpu_view(a, name)
+    if view is not None:
+        return view
+    kind = f"{type(a).__module__}.{type(a).__name__}"
+    hint = (f"move it to the GPU first: {name} = cupy.asarray({name})"
+            if hasattr(a, "__array__") or isinstance(a, (list, tuple)) else "")
+    raise TypeError(f"{name} must be a cupy.ndarray or a GPU array with __cuda_array_interface__ "
+                    f"or __dlpack__, got {kind}" + (f"; {hint}" if hint else ""))
+
+
+def require_float_dtype(a, name: str, dtype=None) -> str:
+    """The dtype name of ``a``, which must be a supported float type equal to ``dtype`` if given."""
+    got = a.dtype.name
+    if dtype is not None and got == dtype:  # (dtype: checked on the call's first operand)
+        return got
+    if got not in DTYPES:
+        raise TypeError(f"{name} has dtype {got}; supported dtypes are {', '.join(DTYPES)} "
+                        f"(cast with {name}.astype(cupy.float32))")
+    if dtype is not None and got != dtype:
+        raise TypeError(f"{name} has dtype {got} but the input has dtype {dtype}: all operands of "
+                        f"one convolution must share a dtype")
+    return got
+
+
+def is_unbatched(x, w) -> bool:
+    """PyTorch's unbatched form: ``x`` is ``(C, *spatial)`` (or channels-last ``(*spatial, C)``),
+    one dim fewer than the weight, where a batched ``x`` has as many dims as the weight."""
+    return x.ndim == w.ndim - 1
+
+
+def with_batch_axis(a, name: str):
+    """``a`` (None, or an unbatched array) as a CuPy view with a leading batch axis of 1."""
+    return None if a is None else require_array(a, name)[None]
+
+
+def without_batch_axis(y, out):
+    """The unbatched result of a call run on batch-1 views: ``out`` itself where it was given
+    (as a CuPy array: the caller's object when it is one), else ``y`` without its batch axis."""
+    return y[0] if out is None else require_array(out, "out")
+
+
+def batched_shape(shape):
+    """``(1, *shape)`` for an unbatched ``input_shape``/``output_shape`` argument; anything that
+    is not a sequence is returned as is, for the geometry to report."""
+    return (1, *shape) if isinstance(shape, (tuple, list)) else shape
+
+
+def same_device(arrays: dict) -> None:
+    devices = {name: a.data.device_id for name, a in arrays.items() if a is not None}
+    if len(set(devices.values())) > 1:
+        raise ValueError(f"all arrays must be on one GPU, got devices {devices}")
+
+
+def check_bias(bias, channels: int, dtype: str):
+    if bias is None:
+        return None
+    bias = require_array(bias, "bias")
+    require_float_dtype(bias, "bias", dtype)
+    if bias.shape != (channels,):
+        raise ValueError(f"bias must have shape ({channels},) (one value per output channel), "
+                         f"got {bias.shape}")
+    return bias
+
+
+def check_residual(z, shape: tuple, dtype: str, layout: str):
+    """The residual ``z`` of a fused epilogue (or None): a CuPy array of the output's shape and
+    dtype, with any strides (the launch paths copy a non-contiguous one once, in a recorded
+    kernel)."""
+    if z is None:
+        return None
+    z = require_array(z, "z")
+    got = z.dtype.name
+    if got != dtype:
+        raise TypeError(f"z has dtype {got} but the output has dtype {dtype}: the residual is "
+                        f"added to the output in its own dtype (cast with z.astype(cupy.{dtype}))")
+    if z.shape != tuple(shape):
+        raise ValueError(f"z must have the output's shape {tuple(shape)} (layout {layout}), got "
+                         f"{z.shape}")
+    return z
+
+
+def memory_bounds(a) -> tuple[int, int]:
+    """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides too)."""
+    lo = hi = a.data.ptr
+    if a.size == 0:
+        return lo, lo
+    for n, s in zip(a.shape, a.strides):
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi + a.itemsize
+
+
+def check_out_disjoint(out, inputs: dict) -> None:
+    """``out`` must not overlap any input: kernels read inputs while they write ``out`` (tiles of
+    other blocks, split-K parts, stride phases), so an aliased call would read half-written
+    results.  Compared by address ranges, which also refuses interleaved views of one buffer."""
+    if out is None:
+        return
+    lo, hi = memory_bounds(out)
+    for name, a in inputs.items():
+        if a is None or a.size == 0 or out.size == 0:
+            continue
+        a_lo, a_hi = memory_bounds(a)
+        if a_lo < hi and lo < a_hi:
+            raise ValueError(f"out overlaps {name} in memory ({name} is read while out is "
+                             f"written): pass a separate output array, or out=None")
+
+
+@memoized(None)
+def _device_memory(device_id: int) -> int:
+    return _cupy().cuda.Device(device_id).mem_info[1]
+
+
+def check_fits_device(shape: tuple, dtype: str, what: str) -> None:
+    """A ValueError naming ``what`` where a new ``shape`` array could never be allocated: more
+    bytes than the current GPU has in all (the arguments describe a result no GPU holds)."""
+    nbytes = math.prod(shape) * itemsize(dtype)
+    device = _cupy().cuda.Device()
+    total = _device_memory(device.id)
+    if nbytes > total:
+        raise ValueError(f"{what} of shape {tuple(shape)} ({dtype}) would take {nbytes:.3g} bytes, "
+                         f"more than the {total / 2 ** 30:.0f} GiB of GPU {device.id}: check the "
+                         f"sizes, padding and strides")
+
+
+def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None,
+                what: str = "the output"):
+    """A new output array (``what``, in error messages), or ``out`` after checking that it can
+    receive the result in place (and overlaps none of ``inputs``, {name: array})."""
+    cupy = _cupy()
+    if out is None:
+        check_fits_device(shape, dtype, what)
+        return cupy.empty(shape, dtype=dtype)
+    out = require_array(out, "out")
+    check_out_disjoint(out, inputs or {})
+    if out.shape != tuple(shape):
+        raise ValueError(f"out must have shape {tuple(shape)}, got {out.shape}")
+    if out.dtype.name != dtype:
+        raise TypeError(f"out must have dtype {dtype}, got {out.dtype.name}")
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    return out
+
+
+def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None, z=None):
+    """Validate the operands of a forward convolution (``z``: the fused epilogue's residual);
+    return (geometry, x, w, bias, z, y)."""
+    x = require_array(x, "x")
+    w = require_array(w, "w")
+    dtype = require_float_dtype(x, "x")
+    require_float_dtype(w, "w", dtype)
+    geom = ConvGeometry.from_shapes(x.shape, w.shape, dtype=dtype, ndim=ndim, **geometry_kwargs)
+    bias = check_bias(bias, geom.out_channels, dtype)
+    z = check_residual(z, geom.output_shape, dtype, geom.layout)
+    if out is not None:
+        out = require_array(out, "out")
+    same_device({"x": x, "w": w, "bias": bias, "z": z, "out": out})
+    with x.device:
+        y = prepare_out(out, geom.output_shape, dtype, {"x": x, "w": w, "bias": bias, "z": z})
+    return geom, x, w, bias, z, y

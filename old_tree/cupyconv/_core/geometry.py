@@ -1,0 +1,425 @@
+"""One description of an N-d convolution problem, and every rule about its shape.
+
+Everything that needs an output size, a padding pair, a GEMM mapping or a FLOP count reads it from
+:class:`ConvGeometry`; nothing else in the package recomputes shapes.  The module needs no GPU and no
+CuPy (NumPy only to name dtypes, through :mod:`cupyconv._core.dtypes`), and geometries are
+hashable: they key the plan cache.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from cupyconv._core.dtypes import dtype_name, itemsize
+
+LAYOUTS = ("NCHW", "NHWC")
+PADDING_MODES = ("valid", "same", "same_lower")
+MAX_SPATIAL_DIMS = 3
+
+# Size limits, checked here for every operation before anything is allocated or compiled.
+#
+# The kernels take every single extent (batch, channels, groups, each spatial size of the input,
+# output and kernel, stride, dilation, padding) as a 32-bit int and form products (element counts,
+# offsets) in 64 bits.  So each extent must be below EXTENT_LIMIT; with the padded input extent
+# below it too, every in-kernel coordinate ``out * stride - pad + tap * dilation`` fits 32 bits.
+EXTENT_LIMIT = 2 ** 31
+# No tensor may hold more than MAX_TENSOR_BYTES (256 TiB; MAX_TENSOR_BYTES elements where the
+# dtype is not known).  Why 2**48: GPU virtual address spaces are 47 to 49 bits (x86-64 user space
+# and CUDA's unified addressing: 47; AMD GPUs: 48; some ARM/Grace systems: 49), so no device buffer
+# can be larger, and the biggest GPU memories are ~2**38 bytes: a larger size is a mistake in the
+# arguments, not a problem to run.  It also leaves 64-bit element and byte offsets 2**15 of
+# headroom.  Below it, a new output larger than the device's whole memory is refused where it is
+# allocated (``_arrays.check_fits_device``); one that merely does not fit what is free now is
+# CuPy's OutOfMemoryError, as for any allocation.
+MAX_TENSOR_BYTES = 2 ** 48
+_LIMIT_WHY = "(the kernels take every extent as a 32-bit int)"
+
+
+class GemmShape(NamedTuple):
+    """A batch of ``batch`` independent ``(m x k) @ (k x n)`` products."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+
+
+def as_int(v, name: str) -> int:
+    # Python and NumPy integers (anything with __index__), but not bool and not float.
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+    return operator.index(v)
+
+
+def check_extents(name: str, values, where: str = "") -> None:
+    """Raise ValueError unless every int in ``values`` is below :data:`EXTENT_LIMIT` (2**31)."""
+    values = tuple(values)
+    if any(v >= EXTENT_LIMIT for v in values):
+        got = values[0] if len(values) == 1 else values
+        raise ValueError(f"{name} must be < 2**31{where} {_LIMIT_WHY}, got {got!r}")
+
+
+def check_tensor_size(name: str, shape, dtype=None) -> None:
+    """Raise ValueError when a tensor of ``shape`` (and ``dtype``; without one, 1 byte an element)
+    would take more than :data:`MAX_TENSOR_BYTES` (2**48 bytes, more than any GPU addresses)."""
+    elements = math.prod(shape)
+    size = 1 if dtype is None else itemsize(dtype)
+    if elements * size > MAX_TENSOR_BYTES:
+        unit = "bytes" if dtype is not None else "elements"
+        raise ValueError(f"{name} of shape {tuple(shape)} would hold {elements * size:.3g} "
+                         f"{unit}, more than the limit of 2**48 {unit} (256 TiB, more than any "
+                         f"GPU can address)")
+
+
+def check_matrix_product(m: int, n: int, k: int, batch: int | None, dtype=None) -> None:
+    """The limits for a (batched) matrix product ``(m x k) @ (k x n)``: each of m, n, k and the
+    batch below 2**31 (the GEMM kernel takes them as 32-bit ints), the result within 2**48 bytes."""
+    for name, v in (("m (rows of a)", m), ("n (columns of b)", n), ("k (the inner dim)", k),
+                    ("the batch size", batch or 1)):
+        check_extents(f"gemm: {name}", (v,))
+    check_tensor_size("gemm: the result", (m, n) if batch is None else (batch, m, n), dtype)
+
+
+def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
+    """An int or a tuple of ``ndim`` ints, each ``>= minimum`` and ``< 2**31``, as a tuple of
+    ``ndim`` ints."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != ndim:
+            raise ValueError(
+                f"{name} must be an int or a sequence of {ndim} ints (one per spatial dim), "
+                f"got {len(value)} values: {tuple(value)!r}")
+        out = tuple(as_int(v, name) for v in value)
+    else:
+        out = (as_int(value, name),) * ndim
+    for v in out:
+        if v < minimum:
+            raise ValueError(f"{name} must be >= {minimum} in every spatial dim, got {out!r}")
+    check_extents(name, out, " in every spatial dim")
+    return out
+
+
+def effective_kernel(kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, ...]:
+    """Extent of each dilated kernel dimension: ``(k - 1) * d + 1``."""
+    return tuple((k - 1) * d + 1 for k, d in zip(kernel, dilation))
+
+
+def normalize_padding(padding, spatial, kernel, stride, dilation):
+    """Resolve every accepted padding form to per-dim ``(lo, hi)`` tuples.
+
+    Accepted: an int; a per-dim sequence of ints; a per-dim sequence of ``(lo, hi)`` pairs; ``"valid"``;
+    ``"same"`` (output = ceil(input / stride), the odd extra element at the end, as TensorFlow/JAX);
+    ``"same_lower"`` (the odd extra element at the start, as ONNX's SAME_LOWER).
+    """
+    ndim = len(spatial)
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode not in PADDING_MODES:
+            raise ValueError(
+                f"padding must be an int, a per-dim tuple, per-dim (lo, hi) pairs or one of "
+                f"{PADDING_MODES}, got {padding!r}")
+        if mode == "valid":
+            zero = (0,) * ndim
+            return zero, zero
+        lo, hi = [], []
+        for size, ek, s in zip(spatial, effective_kernel(kernel, dilation), stride):
+            out = -(-size // s)
+            total = max((out - 1) * s + ek - size, 0)
+            small, big = total // 2, total - total // 2
+            lo.append(small if mode == "same" else big)
+            hi.append(big if mode == "same" else small)
+        return tuple(lo), tuple(hi)
+    if isinstance(padding, (tuple, list)):
+        if len(padding) != ndim:
+            raise ValueError(
+                f"padding must have one entry per spatial dim ({ndim}), got {len(padding)}: "
+                f"{tuple(padding)!r}")
+        lo, hi = [], []
+        for p in padding:
+            if isinstance(p, (tuple, list)):
+                if len(p) != 2:
+                    raise ValueError(f"each padding pair must be (lo, hi), got {tuple(p)!r}")
+                a, b = as_int(p[0], "padding"), as_int(p[1], "padding")
+            else:
+                a = b = as_int(p, "padding")
+            lo.append(a)
+            hi.append(b)
+        lo, hi = tuple(lo), tuple(hi)
+    else:
+        lo = hi = (as_int(padding, "padding"),) * ndim
+    if min(lo + hi) < 0:
+        raise ValueError(f"padding must be >= 0, got lo={lo}, hi={hi}")
+    if max(lo + hi) >= EXTENT_LIMIT:
+        raise ValueError(f"padding must be < 2**31 on every side {_LIMIT_WHY}, got lo={lo}, "
+                         f"hi={hi}")
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A grouped N-d convolution ``y = conv(x, w)`` in one of the two layouts.
+
+    ``x`` is ``(N, C, *spatial)`` (NCHW) or ``(N, *spatial, C)`` (NHWC); ``w`` is ``(K, C/groups,
+    *kernel)`` or ``(K, *kernel, C/groups)``; ``y`` has ``K`` channels and spatial size ``out_spatial``.
+    Build it with :meth:`from_shapes`, which validates every argument.
+    """
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    spatial: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    pad_lo: tuple[int, ...]
+    pad_hi: tuple[int, ...]
+    layout: str = "NCHW"
+    dtype: str | None = None
+    # "exact" or "tf32" (float32 only; see cupyconv._core.precision): which GEMM main loop may run
+    precision: str = "exact"
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_shapes(cls, input_shape, weight_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                    layout="NCHW", dtype=None, ndim=None) -> "ConvGeometry":
+        """Validate a forward problem given by the shapes of ``x`` and ``w``.
+
+        ``ndim``, when given, is the required number of spatial dims (``conv2d`` passes 2).
+        Valid problems are memoized on their arguments (a call repeated in a training loop skips
+        the validation); invalid ones raise every time.
+        """
+        args = (input_shape, weight_shape, stride, padding, dilation, groups, layout,
+                None if dtype is None else dtype_name(dtype), ndim)
+        try:
+            key = _freeze(args)
+            geom = _GEOMETRIES.get(key)
+        except TypeError:  # an unhashable argument: validate without the memo
+            return cls._validate(*args)
+        if geom is None:
+            geom = cls._validate(*args)
+            if len(_GEOMETRIES) < _GEOMETRY_MEMO_SIZE:
+                _GEOMETRIES[key] = geom
+        return geom
+
+    @classmethod
+    def _validate(cls, input_shape, weight_shape, stride, padding, dilation, groups, layout, dtype,
+                  ndim) -> "ConvGeometry":
+        layout = normalize_layout(layout)
+        input_shape = _shape(input_shape, "input_shape")
+        weight_shape = _shape(weight_shape, "weight_shape")
+        nsp = len(input_shape) - 2
+        if ndim is not None and nsp != ndim:
+            raise ValueError(
+                f"expected a {ndim + 2}-d input (N, C and {ndim} spatial dims) for a {ndim}-d "
+                f"convolution, got shape {input_shape}")
+        if not 1 <= nsp <= MAX_SPATIAL_DIMS:
+            raise ValueError(
+                f"input must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {input_shape}")
+        if len(weight_shape) != len(input_shape):
+            raise ValueError(
+                f"weight must have as many dims as the input ({len(input_shape)}), got weight shape "
+                f"{weight_shape} for input shape {input_shape}")
+        for name, shp in (("input_shape", input_shape), ("weight_shape", weight_shape)):
+            if min(shp) < 1:
+                raise ValueError(f"every dim of {name} must be >= 1, got {shp}")
+        groups = as_int(groups, "groups")
+        if groups < 1:
+            raise ValueError(f"groups must be >= 1, got {groups}")
+        check_extents("groups", (groups,))
+        n, c, spatial = _split(input_shape, layout)
+        k, c_per_group, kernel = _split(weight_shape, layout)
+        # every dim of both shapes: batch, channels, spatial sizes, kernel extents
+        check_extents("every dim of input_shape (batch, channels, spatial sizes)", input_shape)
+        check_extents("every dim of weight_shape (channels, kernel sizes)", weight_shape)
+        if c % groups:
+            raise ValueError(f"input channels ({c}) must be divisible by groups ({groups})")
+        if k % groups:
+            raise ValueError(f"output channels ({k}, weight dim 0) must be divisible by groups ({groups})")
+        if c_per_group != c // groups:
+            where = "dim 1" if layout == "NCHW" else "the last dim"
+            raise ValueError(
+                f"weight shape {weight_shape} does not fit layout {layout}: {where} must be "
+                f"in_channels / groups = {c} / {groups} = {c // groups}, got {c_per_group}")
+        stride = per_dim(stride, nsp, "stride", 1)
+        dilation = per_dim(dilation, nsp, "dilation", 1)
+        lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
+        geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
+                   None if dtype is None else dtype_name(dtype))
+        check_extents("the dilated kernel extent (kernel - 1) * dilation + 1",
+                      effective_kernel(kernel, dilation), f" in every spatial dim (kernel "
+                      f"{kernel}, dilation {dilation})")
+        check_extents("the padded input extent (input + padding lo + hi)", geom.padded_spatial,
+                      f" in every spatial dim (input {spatial}, padding lo={lo} hi={hi})")
+        for i, (size, ek) in enumerate(zip(geom.padded_spatial, effective_kernel(kernel, dilation))):
+            if ek > size:
+                raise ValueError(
+                    f"kernel (dilated extent {ek}) is larger than the padded input ({size}) in spatial "
+                    f"dim {i}: input {spatial}, kernel {kernel}, dilation {dilation}, padding "
+                    f"lo={lo} hi={hi}")
+        check_extents("the output spatial size", geom.out_spatial, " in every spatial dim")
+        for name, shape in (("the input", geom.input_shape), ("the weight", geom.weight_shape),
+                            ("the output", geom.output_shape)):
+            check_tensor_size(name, shape, geom.dtype)
+        return geom
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def ndim(self) -> int:
+        """Number of spatial dims."""
+        return len(self.spatial)
+
+    @property
+    def padded_spatial(self) -> tuple[int, ...]:
+        return tuple(s + a + b for s, a, b in zip(self.spatial, self.pad_lo, self.pad_hi))
+
+    @property
+    def out_spatial(self) -> tuple[int, ...]:
+        return tuple((p - ek) // s + 1 for p, ek, s in
+                     zip(self.padded_spatial, effective_kernel(self.kernel, self.dilation), self.stride))
+
+    @property
+    def channels_last(self) -> bool:
+        return self.layout == "NHWC"
+
+    def layout_shape(self, lead: int, channels: int, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """(lead, channels, *spatial) ordered for this layout."""
+        if self.channels_last:
+            return (lead, *spatial, channels)
+        return (lead, channels, *spatial)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.layout_shape(self.batch, self.in_channels, self.spatial)
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        return self.layout_shape(self.out_channels, self.in_channels // self.groups, self.kernel)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.layout_shape(self.batch, self.out_channels, self.out_spatial)
+
+    @property
+    def col_shape(self) -> tuple[int, int, int]:
+        """Shape of the explicit im2col matrix, per batch element, with groups folded into C.
+
+        Channels-first: ``(N, C * taps, out)`` so that ``y[n] = w.reshape(K, -1) @ col[n]``;
+        channels-last: ``(N, out, taps * C)`` so that ``y[n] = col[n] @ w.reshape(K, -1).T``.
+        """
+        taps, out = math.prod(self.kernel), math.prod(self.out_spatial)
+        if self.channels_last:
+            return self.batch, out, taps * self.in_channels
+        return self.batch, self.in_channels * taps, out
+
+    # ------------------------------------------------------------------ GEMM view and cost
+    @property
+    def gemm_forward(self) -> GemmShape:
+        """y[(n, out), k] = col[(n, out), (c, taps)] @ w[(c, taps), k], once per group."""
+        return GemmShape(self.batch * math.prod(self.out_spatial), self.out_channels // self.groups,
+                         self.in_channels // self.groups * math.prod(self.kernel), self.groups)
+
+    @property
+    def gemm_backward_data(self) -> GemmShape:
+        """dx[(n, in), c] = dy-view[(n, in), (k, taps)] @ w[(k, taps), c], once per group."""
+        return GemmShape(self.batch * math.prod(self.spatial), self.in_channels // self.groups,
+                         self.out_channels // self.groups * math.prod(self.kernel), self.groups)
+
+    @property
+    def gemm_backward_weight(self) -> GemmShape:
+        """dw[k, (c, taps)] = dy[k, (n, out)] @ col[(n, out), (c, taps)], once per group."""
+        return GemmShape(self.out_channels // self.groups,
+                         self.in_channels // self.groups * math.prod(self.kernel),
+                         self.batch * math.prod(self.out_spatial), self.groups)
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds of the direct convolution, counted as 2 FLOPs each (same for all 3 passes)."""
+        g = self.gemm_forward
+        return 2 * g.m * g.n * g.k * g.batch
+
+    def bytes_moved(self, itemsize: int) -> int:
+        """The fewest bytes a forward pass must move: read x and w once, write y once."""
+        return itemsize * (math.prod(self.input_shape) + math.prod(self.weight_shape)
+                           + math.prod(self.output_shape))
+
+    # ------------------------------------------------------------------ kernel arguments
+    def as_3d(self) -> dict[str, tuple[int, ...]]:
+        """Spatial parameters padded in front to 3 dims, so one kernel serves 1-, 2- and 3-d problems."""
+        lead = MAX_SPATIAL_DIMS - self.ndim
+
+        def pad(values, fill):
+            return (fill,) * lead + tuple(values)
+
+        return {"spatial": pad(self.spatial, 1), "out_spatial": pad(self.out_spatial, 1),
+                "kernel": pad(self.kernel, 1), "stride": pad(self.stride, 1),
+                "dilation": pad(self.dilation, 1), "pad_lo": pad(self.pad_lo, 0)}
+
+
+def _freeze(v):
+    """A hashable key for an argument: sequences become tuples, and every scalar carries its type
+    (so that ``True`` and ``1``, or ``2.0`` and ``2``, stay different keys)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(e) for e in v)
+    return (type(v).__name__, v)
+
+
+_GEOMETRY_MEMO_SIZE = 4096
+_GEOMETRIES: dict = {}
+
+
+def normalize_layout(layout) -> str:
+    if not isinstance(layout, str) or layout.upper() not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS} (channels-first / channels-last for any "
+                         f"number of spatial dims), got {layout!r}")
+    return layout.upper()
+
+
+def _shape(shape, name) -> tuple[int, ...]:
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of ints, got {shape!r}")
+    return tuple(as_int(v, name) for v in shape)
+
+
+def _split(shape, layout):
+    """(lead, channels, spatial) of an activation or weight shape in ``layout``."""
+    if layout == "NHWC":
+        return shape[0], shape[-1], tuple(shape[1:-1])
+    return shape[0], shape[1], tuple(shape[2:])
+
+
+def output_shape(input_shape, weight_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                 layout="NCHW") -> tuple[int, ...]:
+    """Shape of ``conv(x, w)`` for the given shapes and options, with full argument validation.
+
+    Pure Python: needs no GPU.  ``padding`` takes every form :func:`cupyconv.conv` takes.
+
+    >>> output_shape((32, 3, 224, 224), (64, 3, 7, 7), stride=2, padding=3)
+    (32, 64, 112, 112)
+    """
+    return ConvGeometry.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, layout=layout).output_shape
+
+
+def transpose_output_spatial(in_spatial, kernel, stride, dilation, pad_lo, pad_hi, output_padding):
+    """Spatial output size of a transposed convolution (PyTorch's formula, per-side padding);
+    ValueError where it reaches 2**31 (the limit on every extent)."""
+    out = tuple((i - 1) * s - a - b + (k - 1) * d + op + 1 for i, k, s, d, a, b, op in
+                zip(in_spatial, kernel, stride, dilation, pad_lo, pad_hi, output_padding))
+    check_extents("the transposed convolution's output size (in - 1) * stride - padding lo - hi "
+                  "+ (kernel - 1) * dilation + output_padding + 1", out,
+                  f" in every spatial dim (input {tuple(in_spatial)}, kernel {tuple(kernel)}, "
+                  f"stride {tuple(stride)}, dilation {tuple(dilation)})")
+    return out
+
+
+def normalize_output_padding(output_padding, stride, dilation) -> tuple[int, ...]:
+    """Per-dim output_padding, which must be smaller than stride or dilation (PyTorch's rule)."""
+    op = per_dim(output_padding, len(stride), "output_padding", 0)
+    for o, s, d in zip(op, stride, dilation):
+        if o >= max(s, d):
+            raise ValueError(f"output_padding must be smaller than stride or dilation in every dim, "
+                             f"got output_padding={op}, stride={stride}, dilation={dilation}")
+    return op

@@ -1,0 +1,122 @@
+"""The cache of prepared calls: what a warm call of a public function does.
+
+Validating the arguments, building the geometry, choosing an algorithm and planning its launches
+cost tens to hundreds of microseconds of Python, more than a small kernel runs.  A call whose
+arrays (shape, strides, dtype, device, 16-byte alignment) and options equal those of an earlier
+call that passed validation gets that call's :class:`PreparedCall`: check ``out`` (the one rule
+that depends on addresses), allocate the result, replay the recorded launches
+(:mod:`cupyconv._core.program`).  Every other rule that could reject the call depends only on the
+key, so the errors are the same as on the full path.
+"""
+
+from __future__ import annotations
+
+from cupyconv._core.arrays import check_out_disjoint
+from cupyconv._core.caches import register
+from cupyconv._core.geometry import _freeze
+from cupyconv._core.program import recording, verify, verify_enabled
+from cupyconv._gemm.launch import plan_hooks_active
+
+_MAX_ENTRIES = 4096
+_calls: dict = {}
+
+
+_PLAIN = frozenset((int, str, type(None)))
+
+
+def call_key(name: str, arrays: tuple, options: tuple):
+    """The cache key of a call, or None where an argument is not a CuPy array (or None) or an
+    option is unhashable: such calls take the full path, which reports the error."""
+    import cupy
+
+    ndarray = cupy.ndarray
+    parts = [name]
+    for a in arrays:
+        if a is None:
+            parts.append(None)
+        elif type(a) is ndarray:
+            data = a.data
+            parts.append((a.shape, a.strides, a.dtype, data.device_id, data.ptr & 15))
+        else:
+            return None
+    # plain ints, strings and None as themselves; anything else typed (True must not pass as 1)
+    if {*map(type, options)} <= _PLAIN:
+        parts.append(options)
+        return tuple(parts)
+    parts.append(_freeze(options))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def lookup(key):
+    """The prepared call of ``key``, or None (always None inside the GEMM plan hooks)."""
+    if key is None or plan_hooks_active():
+        return None
+    return _calls.get(key)
+
+
+def remember(key, call) -> None:
+    if key is None or plan_hooks_active():
+        return
+    if len(_calls) >= _MAX_ENTRIES:
+        _calls.clear()
+    _calls[key] = call
+
+
+@register
+def clear() -> None:
+    """Forget every prepared call."""
+    _calls.clear()
+
+
+class PreparedCall:
+    """The warm path of one validated call: ``call(inputs, out)`` checks that ``out`` (when
+    given) overlaps no input, allocates the result otherwise, and replays the call's device work
+    on the device it was prepared for, on the current stream of that device."""
+
+    __slots__ = ("replay", "shape", "dtype", "device", "names", "recorded", "_empty",
+                 "_get_device")
+
+    def __init__(self, replay, shape, dtype, device: int, names: tuple, recorded: bool):
+        import cupy
+
+        self.replay, self.shape, self.dtype, self.device = replay, shape, dtype, device
+        self.names, self.recorded = names, recorded
+        self._empty, self._get_device = cupy.empty, cupy.cuda.runtime.getDevice
+
+    def __call__(self, inputs: tuple, out):
+        if out is not None:  # (no dict is built without out)
+            check_out_disjoint(out, dict(zip(self.names, inputs)))
+        if self._get_device() != self.device:
+            import cupy
+
+            with cupy.cuda.Device(self.device):
+                return self._run(inputs, out)
+        return self._run(inputs, out)
+
+    def _run(self, inputs, out):
+        y = self._empty(self.shape, dtype=self.dtype) if out is None else out
+        self.replay(inputs + (y,))
+        return y
+
+
+def prepare(run_full, names: tuple, inputs: tuple, y) -> PreparedCall:
+    """Run a validated call's device work ``run_full(inputs, y)`` (on the current device, which
+    holds the arrays) while recording it, and return the call's :class:`PreparedCall`: a replay
+    of the recording, or, where the work could not be recorded, ``run_full`` again per call."""
+    import cupy
+
+    operands = inputs + (y,)
+    with recording(operands) as rec:
+        run_full(inputs, y)
+    program = rec.program(outputs=(len(inputs),))
+    if program is not None and verify_enabled():
+        verify(program, operands)
+    replay = (program.run if program is not None
+              else lambda ops: run_full(ops[:-1], ops[-1]))
+    return PreparedCall(replay, y.shape, y.dtype, cupy.cuda.runtime.getDevice(), names,
+                        program is not None)

@@ -1,0 +1,1 @@
+"""Internals of :mod:`cupyconv.ndimage`: boundary modes, argument rules, kernel modules, passes."""

@@ -1,0 +1,189 @@
+"""The convolutions of CuPy's removed ``cupy.cudnn`` module, on cupyconv's kernels.
+
+CuPy 14 removed ``cupy.cudnn`` (and ``cupy.cuda.cudnn``).  Code written against it -- sigpy's GPU
+convolutions, Chainer-era layers -- works again by importing this module in its place::
+
+    try:
+        from cupy import cudnn            # CuPy <= 13 with cuDNN
+    except ImportError:
+        from cupyconv import cudnn        # CuPy 14: the same calls, no cuDNN
+
+The three functions keep CuPy 13's signatures and contract: they write into the output array
+they are given (``y``, ``gW``) and return None; ``b`` (or None) is added per channel to the
+result of the forward and backward-data passes; ``pad``, ``stride`` and ``dilation`` are
+per-spatial-dim tuples (ints are accepted too; ``dilation=None`` means 1); 1-3 spatial dims.
+On top of that contract (supersets, never a different result):
+
+- dtypes: float16, float32, float64 as in cuDNN, plus bfloat16 and complex64/complex128
+  (complex gradients conjugate as :func:`cupyconv.conv_backward_data` does, see below);
+- inputs of any strides (CuPy made them contiguous itself); outputs of any strides too (CuPy
+  required C-contiguous 4-d outputs): a non-contiguous output receives a copy of the result;
+- ``d_layout`` ``CUDNN_TENSOR_NHWC`` for any number of spatial dims, and a ``w_layout`` other
+  than ``d_layout`` (the weight is read, or ``gW`` written, through a transposed view).
+
+Arguments without a cupyconv counterpart:
+
+- ``tensor_core``: "auto", "always" or "never" as in CuPy (anything else: ValueError).  It sets
+  the float32 precision: "always" allows TF32 tensor cores (``precision="tf32"``), "never"
+  keeps exact float32 products, "auto" takes cupyconv's process default (exact unless
+  ``CUPYCONV_ALLOW_TF32=1``).  float16 and bfloat16 use tensor cores where the GPU has them,
+  with float32 accumulation, whatever the mode; float64 is always exact.
+- ``auto_tune``: accepted; cupyconv's ``method="auto"`` choice runs.  Measured choices are
+  process-wide in cupyconv: ``CUPYCONV_AUTOTUNE=1`` (see :func:`cupyconv.tune`).
+- ``deterministic``: accepted; cupyconv's backward passes are always deterministic (no
+  atomics: repeated calls give bitwise-equal results).
+
+Complex data: the backward functions are gradients in PyTorch's convention, so
+``convolution_backward_data(W, gy, ...)`` computes the transposed convolution with ``conj(W)``
+and ``convolution_backward_filter(x, gy, ...)`` correlates ``conj(x)``: the adjoints of the
+forward map, which sigpy built from four real calls and explicit conjugates.
+"""
+
+from __future__ import annotations
+
+from cupyconv._core.arrays import require_array
+from cupyconv._core.geometry import as_int
+from cupyconv.backward import conv_backward_data, conv_backward_weight
+from cupyconv.conv import conv
+
+__all__ = ["CUDNN_TENSOR_NCHW", "CUDNN_TENSOR_NHWC", "convolution_forward",
+           "convolution_backward_data", "convolution_backward_filter", "get_max_workspace_size",
+           "set_max_workspace_size", "is_tensor_core_available"]
+
+# The values of cuDNN's cudnnTensorFormat_t, which CuPy exposed as cupy.cuda.cudnn.CUDNN_TENSOR_*.
+CUDNN_TENSOR_NCHW = 0
+CUDNN_TENSOR_NHWC = 1
+_LAYOUTS = {CUDNN_TENSOR_NCHW: "NCHW", CUDNN_TENSOR_NHWC: "NHWC"}
+_TENSOR_CORE_MODES = {"auto": None, "always": "tf32", "never": "exact"}
+
+_max_workspace_size = 8 * 1024 * 1024  # CuPy's default; cupyconv sizes its own buffers
+
+
+def get_max_workspace_size() -> int:
+    """The workspace limit last set with :func:`set_max_workspace_size` (8 MiB by default), kept
+    for code that reads it: cupyconv's kernels size their own scratch buffers."""
+    return _max_workspace_size
+
+
+def set_max_workspace_size(size) -> None:
+    """Record a workspace limit, as CuPy's function did; it does not change what runs."""
+    global _max_workspace_size
+    size = as_int(size, "size")
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    _max_workspace_size = size
+
+
+def is_tensor_core_available(dtype) -> bool:
+    """Whether a ``dtype`` convolution may use tensor cores on the current GPU: float16 and
+    bfloat16 on NVIDIA compute capability 8.0+ (or AMD CDNA), float32 there with
+    ``tensor_core="always"`` (TF32)."""
+    import cupy
+
+    from cupyconv._core.dtypes import dtype_name
+    from cupyconv._core.precision import _matrix_dtypes
+
+    name = dtype_name(dtype)
+    have = _matrix_dtypes(cupy.cuda.Device().id)
+    return name in have or (name == "float32" and "tf32" in have)
+
+
+def _layout(value, name: str) -> str:
+    if isinstance(value, bool) or value not in _LAYOUTS:
+        raise ValueError(f"{name} must be CUDNN_TENSOR_NCHW ({CUDNN_TENSOR_NCHW}) or "
+                         f"CUDNN_TENSOR_NHWC ({CUDNN_TENSOR_NHWC}), got {value!r}")
+    return _LAYOUTS[value]
+
+
+def _precision(tensor_core):
+    if not isinstance(tensor_core, str) or tensor_core not in _TENSOR_CORE_MODES:
+        raise ValueError(f"tensor_core must be one of 'always', 'auto' or 'never', got "
+                         f"{tensor_core!r}")
+    return _TENSOR_CORE_MODES[tensor_core]
+
+
+def _weight_view(w, w_layout: str, d_layout: str):
+    """``w`` (an array in ``w_layout``) as a view in the data layout, which cupyconv's weights
+    follow: channels moved between dim 1 and the last dim."""
+    if w_layout == d_layout:
+        return w
+    import cupy
+
+    return cupy.moveaxis(w, 1, -1) if d_layout == "NHWC" else cupy.moveaxis(w, -1, 1)
+
+
+def _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core):
+    d = _layout(d_layout, "d_layout")
+    return d, _layout(w_layout, "w_layout"), dict(
+        stride=stride, padding=pad, dilation=1 if dilation is None else dilation,
+        groups=groups, layout=d, precision=_precision(tensor_core))
+
+
+def _write(result_fn, target):
+    """Run ``result_fn(out)`` into ``target`` directly where it is a C-contiguous array, else into
+    a new array copied into ``target`` (any strides)."""
+    if target.flags.c_contiguous:
+        result_fn(target)
+    else:
+        target[...] = result_fn(None)
+
+
+def _channel_bias(b, y, layout: str):
+    """``b`` (None, or one value per channel of ``y``) as a view that broadcasts over ``y``;
+    checked before any work, as every argument is."""
+    if b is None:
+        return None
+    b = require_array(b, "b")
+    if b.ndim != 1 or b.shape[0] != (y.shape[-1] if layout == "NHWC" else y.shape[1]):
+        raise ValueError(f"b must have one value per channel of y ({y.shape}, {layout}), got "
+                         f"shape {b.shape}")
+    if b.dtype != y.dtype:
+        raise TypeError(f"b has dtype {b.dtype.name} but y has dtype {y.dtype.name}: all "
+                        f"operands of one convolution must share a dtype")
+    return b if layout == "NHWC" else b.reshape((-1,) + (1,) * (y.ndim - 2))
+
+
+def convolution_forward(x, W, b, y, pad, stride, dilation, groups, *, auto_tune, tensor_core,
+                        d_layout=CUDNN_TENSOR_NCHW, w_layout=CUDNN_TENSOR_NCHW):
+    """``y[...] = conv(x, W) + b``: cross-correlation, as ``cudnnConvolutionForward`` with
+    ``CUDNN_CROSS_CORRELATION`` (flip ``W`` for a true convolution, as sigpy does).
+
+    ``x``: ``(N, C, *spatial)`` (``d_layout`` NCHW) or ``(N, *spatial, C)`` (NHWC); ``W``:
+    ``(K, C/groups, *kernel)`` or ``(K, *kernel, C/groups)`` by ``w_layout``; ``b``: ``(K,)`` or
+    None; ``y``: the output, written in place.  Returns None.
+    """
+    del auto_tune  # see the module docstring
+    d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
+    y = require_array(y, "y")
+    w = _weight_view(require_array(W, "W"), wl, d)
+    b = None if b is None else require_array(b, "b")
+    _write(lambda out: conv(x, w, b, out=out, **options), y)
+
+
+def convolution_backward_data(W, x, b, y, pad, stride, dilation, groups, *, deterministic,
+                              auto_tune, tensor_core, d_layout=CUDNN_TENSOR_NCHW,
+                              w_layout=CUDNN_TENSOR_NCHW):
+    """``y[...] = conv_backward_data(x, W) + b``: the gradient of :func:`convolution_forward`
+    with respect to its input (``x`` here is that convolution's output or its gradient, ``y``
+    has the shape of its input), which is also the transposed convolution of ``x`` (Chainer's
+    deconvolution calls it so, with a bias).  Returns None."""
+    del deterministic, auto_tune  # see the module docstring
+    d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
+    y = require_array(y, "y")
+    w = _weight_view(require_array(W, "W"), wl, d)
+    b = _channel_bias(b, y, d)
+    _write(lambda out: conv_backward_data(x, w, y.shape, out=out, **options), y)
+    if b is not None:
+        y += b
+
+
+def convolution_backward_filter(x, gy, gW, pad, stride, dilation, groups, *, deterministic,
+                                auto_tune, tensor_core, d_layout=CUDNN_TENSOR_NCHW,
+                                w_layout=CUDNN_TENSOR_NCHW):
+    """``gW[...] = conv_backward_weight(x, gy)``: the gradient of :func:`convolution_forward`
+    with respect to ``W``, written into ``gW`` (in ``w_layout``).  Returns None."""
+    del deterministic, auto_tune  # see the module docstring
+    d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
+    gw = _weight_view(require_array(gW, "gW"), wl, d)
+    _write(lambda out: conv_backward_weight(x, gy, gw.shape, out=out, **options), gw)
+

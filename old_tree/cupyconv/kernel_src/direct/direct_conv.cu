@@ -1,0 +1,57 @@
+// Direct convolution, one output element per thread: the always-correct GPU reference.
+//
+// Every tensor is read through element strides passed at run time, so one binary per dtype serves
+// 1-, 2- and 3-d problems (spatial dims padded in front to D, H, W), both layouts, groups and
+// non-contiguous inputs.  Threads are numbered in the output's memory order (`channels_last` says
+// which), so consecutive threads write consecutive addresses.  The fused epilogue adds the bias
+// and the residual z (read at y's element offset: z has y's strides) and applies the activation
+// (activation.cuh) before the one store.
+#include "common.cuh"
+#include "activation.cuh"
+
+template <typename T>
+__global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
+                            const T* __restrict__ bias, const T* __restrict__ z,
+                            T* __restrict__ y, int has_bias, int has_z, int act,
+                            int N, int C, int K, int groups,
+                            int D, int H, int W, int OD, int OH, int OW,
+                            int KD, int KH, int KW, int SD, int SH, int SW,
+                            int DD, int DH, int DW, int PD, int PH, int PW,
+                            cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
+                            cc::index_t wsk, cc::index_t wsc, cc::index_t wsd, cc::index_t wsh, cc::index_t wsw,
+                            cc::index_t ysn, cc::index_t ysk, cc::index_t ysd, cc::index_t ysh, cc::index_t ysw,
+                            int channels_last) {
+  typedef typename cc::acc_type<T>::type A;
+  const cc::index_t total = (cc::index_t)N * K * OD * OH * OW;
+  const int cpg = C / groups, kpg = K / groups;
+  const bool narrow = total <= 0xffffffffLL;
+  const cc::Epilogue<T> ep = {z, has_z, act};
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x) {
+    int n, k, od, oh, ow;
+    cc::split_activation(idx, K, OD, OH, OW, channels_last, narrow, n, k, od, oh, ow);
+    const T* xg = x + n * xsn + (cc::index_t)(k / kpg) * cpg * xsc;
+    const T* wk = w + k * wsk;
+    A acc = 0;
+    for (int kd = 0; kd < KD; ++kd) {
+      const int id = od * SD - PD + kd * DD;
+      if (id < 0 || id >= D) continue;
+      for (int kh = 0; kh < KH; ++kh) {
+        const int ih = oh * SH - PH + kh * DH;
+        if (ih < 0 || ih >= H) continue;
+        for (int kw = 0; kw < KW; ++kw) {
+          const int iw = ow * SW - PW + kw * DW;
+          if (iw < 0 || iw >= W) continue;
+          const T* xp = xg + id * xsd + ih * xsh + iw * xsw;
+          const T* wp = wk + kd * wsd + kh * wsh + kw * wsw;
+          for (int c = 0; c < cpg; ++c) {
+            acc += cc::load_as<A>(xp[c * xsc]) * cc::load_as<A>(wp[c * wsc]);
+          }
+        }
+      }
+    }
+    if (has_bias) acc += cc::load_as<A>(bias[k]);
+    const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
+    y[y_off] = cc::store_as<T>(ep(acc, y_off));
+  }
+}
