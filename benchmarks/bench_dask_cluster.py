@@ -7,16 +7,19 @@ the batched ResNet-50 convolutions, on 1, 2, ... GPUs (one worker per GPU).
         [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--out DIR]
 
 The problems are bench_dask.py's: a float32 ``--size``^3 volume generated chunk by chunk on the
-workers' GPUs, filtered (gaussian_filter sigma 2, a dense 7^3 correlate; mode reflect) by
-cupyconv.dask and by dask_image.ndfilters (cupyx.scipy.ndimage on CuPy chunks); ``--images``
+workers' GPUs and held there in one box of chunks per worker (``cupyconv.dask.distribute``),
+filtered (gaussian_filter sigma 2, a dense 7^3 correlate; mode reflect) by cupyconv.dask and by
+dask_image.ndfilters (cupyx.scipy.ndimage on CuPy chunks); on two or more GPUs also by
+cupyconv.dask on the volume persisted where the scheduler puts its chunks; ``--images``
 float32 NCHW images in batch chunks of ``--image-chunk``, each ResNet-50 layer by
 cupyconv.dask.conv.  Each output chunk is reduced to one element on its worker, so results do not
 travel.  One cluster per GPU count: ``LocalCUDACluster(n_workers=n)`` on GPUs 0 .. n-1, one thread
 per worker, TCP.
 
 Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat`` after one
-warm-up, minus the best time of the generation-only graph ("net").  GB/s = (input read + output
-written) / net; images/s = images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) /
+warm-up; for the convolutions minus the best time of the generation-only graph ("net"), the
+volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
+images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) /
 n.  Writes ``dask-cluster-<size>-<gpu>-<commit>.json`` and ``.md`` into ``--out``.  Needs
 dask[array], distributed, dask-cuda and dask-image: without them it says so and exits with 2.
 """
@@ -91,24 +94,43 @@ def best_seconds(client, lazy, repeat: int) -> float:
 
 
 def volume_rows(client, gpus: int, args) -> list[dict]:
+    """Per filter: the volume placed in one box of chunks per worker (``cupyconv.dask.distribute``)
+    and filtered by cupyconv.dask and by dask-image from there; on two or more GPUs also
+    cupyconv.dask on the volume persisted where the scheduler puts its chunks (interleaved over
+    the workers: every halo is a slab that moves)."""
     import cupy
+    import distributed
+
+    import cupyconv.dask as cd
 
     rows = []
     for problem in problems(args.ops, args.size, args.chunk):
-        volume = random_volume(problem.size, problem.chunk, cupy)
+        t = time.perf_counter()
+        volume = cd.distribute(random_volume(problem.size, problem.chunk, cupy))
+        placing = time.perf_counter() - t
         lazy = graphs(problem, volume)
         corner = tuple(slice(0, problem.chunk) for _ in range(3))
         err = max_rel_diff(*(cupy.asnumpy(client.compute(lazy[lib][corner], sync=True))
                              for lib in LIBS))
-        generation = best_seconds(client, discard(volume), args.repeat)
         row = {"gpus": gpus, "problem": problem.label, "bytes": problem.nbytes,
-               "generation_s": generation, "err": err}
+               "placing_s": placing, "halo": cd.halo_transfer(volume), "err": err}
         for lib in LIBS:
             seconds = best_seconds(client, discard(lazy[lib]), args.repeat)
             row[f"{lib}_s"] = seconds
-            row[f"{lib}_GBps"] = problem.nbytes / max(seconds - generation, 1e-9) / 1e9
-        progress(f"{gpus} GPU(s) {problem.label}: cupyconv {row['cupyconv_GBps']:.1f} GB/s, "
-                 f"dask-image {row['dask-image_GBps']:.1f} GB/s, max rel {err:.1e}")
+            row[f"{lib}_GBps"] = problem.nbytes / seconds / 1e9
+        del lazy, volume
+        if gpus > 1:
+            scattered = client.persist(random_volume(problem.size, problem.chunk, cupy))
+            distributed.wait(scattered)
+            row["halo_unplaced"] = cd.halo_transfer(scattered)
+            seconds = best_seconds(client, discard(graphs(problem, scattered)["cupyconv"]),
+                                   args.repeat)
+            row["cupyconv_unplaced_GBps"] = problem.nbytes / seconds / 1e9
+            del scattered
+        progress(f"{gpus} GPU(s) {problem.label}: cupyconv {row['cupyconv_GBps']:.1f} GB/s "
+                 f"({row['halo']} halos; placing {placing:.2f} s), dask-image "
+                 f"{row['dask-image_GBps']:.1f} GB/s, unplaced "
+                 f"{row.get('cupyconv_unplaced_GBps', float('nan')):.1f} GB/s, max rel {err:.1e}")
         rows.append(row)
     return rows
 
@@ -146,13 +168,18 @@ def markdown(result: dict) -> str:
     lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
              f"(commit {result['commit']})", "",
              f"One worker per GPU (LocalCUDACluster, TCP, one thread each); best of "
-             f"{s['repeat']} after a warm-up, net of chunk generation.  Efficiency = rate on n "
-             f"GPUs / (n x rate on 1); target >= {TARGET:.0%} from 1 to 2 GPUs.", "",
-             "| problem | GPUs | cupyconv GB/s | efficiency | dask-image GB/s | efficiency | "
-             "ours / dask-image | max rel diff |", "|---|---|---|---|---|---|---|---|"]
+             f"{s['repeat']} after a warm-up.  Volumes in memory, one box of chunks per worker "
+             f"(cupyconv.dask.distribute); 'unplaced': cupyconv.dask on the volume persisted "
+             f"where the scheduler put its chunks.  Efficiency = rate on n GPUs / (n x rate on "
+             f"1); target >= {TARGET:.0%} from 1 to 2 GPUs.", "",
+             "| problem | GPUs | cupyconv GB/s | efficiency | halos | unplaced GB/s | "
+             "dask-image GB/s | efficiency | ours / dask-image | max rel diff |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["volume_rows"]:
         lines.append(f"| {r['problem']} | {r['gpus']} | {r['cupyconv_GBps']:.1f} | "
                      f"{r.get('cupyconv_GBps_efficiency', float('nan')):.0%} | "
+                     f"{r.get('halo', '-')} | "
+                     f"{r.get('cupyconv_unplaced_GBps', float('nan')):.1f} | "
                      f"{r['dask-image_GBps']:.1f} | "
                      f"{r.get('dask-image_GBps_efficiency', float('nan')):.0%} | "
                      f"{r['cupyconv_GBps'] / r['dask-image_GBps']:.2f}x | {r['err']:.1e} |")

@@ -72,7 +72,8 @@ __all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "gaussian_filte
            "gaussian_filter1d", "uniform_filter", "uniform_filter1d", "sobel", "prewitt",
            "laplace", "gaussian_laplace", "gaussian_gradient_magnitude", "signal_correlate",
            "signal_convolve", "conv", "conv_transpose", "separable_conv", "filter_reach",
-           "rechunk_for_depth", "window_chunks"]
+           "rechunk_for_depth", "window_chunks", "distribute", "block_owners", "chunk_owners",
+           "halo_transfer"]
 
 _WRAP_MODES = ("wrap", "grid-wrap")
 
@@ -280,51 +281,38 @@ def _placed_pieces(index: tuple, axes: list):
     return placed, tuple((lo, hi) for _, lo, hi in per_axis)
 
 
-def _halo_plan(index: tuple, axes: list):
-    """The cutting plan of the block of chunk ``index``: ``(neighbours, cuts, shape, present)``:
-    the chunk indices it reads, ``cuts`` = ``(neighbour number, source slices, destination
-    slices)`` per piece, the padded shape, and the (left, right) halo present per axis."""
+def _block_plan(index: tuple, axes: list, chunks: tuple, remote):
+    """The cutting plan of chunk ``index``'s block: ``(sources, cuts, shape, present)``.
+
+    ``sources``: what the block is read from, the chunk itself first, each ``(neighbour index,
+    None)`` for a whole chunk or ``(neighbour index, (axis, side, thickness))`` for a slab that
+    neighbour exports (:func:`_export_slabs`).  A neighbour's piece comes from its slab where
+    ``remote(neighbour index)`` is true (it lives on another worker), from the slab at the first
+    axis on which it is a neighbour (a corner piece lies in the face slab of either axis), and
+    from its whole chunk otherwise.  ``cuts`` = ``(source number, source slices, destination
+    slices)`` per piece, slices relative to the source; ``shape`` the padded block's shape;
+    ``present`` the (left, right) halo per axis."""
     placed, present = _placed_pieces(index, axes)
-    neighbours: dict = {}
+    sources: dict = {(tuple(index), None): 0}
     cuts = []
     for combo in itertools.product(*placed):
         which = tuple(j for j, _, _, _ in combo)
-        number = neighbours.setdefault(which, len(neighbours))
-        cuts.append((number, tuple(src for _, _, src, _ in combo),
-                     tuple(dst for _, _, _, dst in combo)))
-    shape = tuple(row[-1][3].stop for row in placed)
-    return tuple(neighbours), tuple(cuts), shape, present
-
-
-def _slab_plan(index: tuple, axes: list, chunks: tuple):
-    """The cutting plan of chunk ``index``'s block from its own chunk and its neighbours' slabs
-    (:func:`_export_slabs`), for a distributed scheduler: ``(slabs, cuts, shape, present)``.
-    ``slabs``: the ``(neighbour index, axis, side, thickness)`` it reads, where a neighbour's
-    piece comes from that neighbour's slab at the first axis on which it is a neighbour (a corner
-    piece lies in the face slab of either axis); ``cuts`` = ``(piece number, source slices,
-    destination slices)``, piece 0 the chunk itself, piece n the n-th slab, source slices
-    relative to the slab."""
-    placed, present = _placed_pieces(index, axes)
-    slabs: dict = {}
-    cuts = []
-    for combo in itertools.product(*placed):
         srcs = [src for _, _, src, _ in combo]
         dsts = tuple(dst for _, _, _, dst in combo)
         off = next((ax for ax, (_, side, _, _) in enumerate(combo) if side), None)
-        if off is None:
-            cuts.append((0, tuple(srcs), dsts))
-            continue
-        j, side, src, _ = combo[off]
-        which = tuple(p[0] for p in combo)
-        size = chunks[off][j]
-        # the left neighbour gives its high end, the right one its low end
-        thick = size - src.start if side < 0 else src.stop
-        if side < 0:
-            srcs[off] = slice(src.start - (size - thick), thick)
-        number = slabs.setdefault((which, off, side, thick), len(slabs) + 1)
+        slab = None
+        if off is not None and remote(which):
+            j, side, src, _ = combo[off]
+            size = chunks[off][j]
+            # the left neighbour gives its high end, the right one its low end
+            thick = size - src.start if side < 0 else src.stop
+            if side < 0:
+                srcs[off] = slice(src.start - (size - thick), thick)
+            slab = (off, side, thick)
+        number = sources.setdefault((which, slab), len(sources))
         cuts.append((number, tuple(srcs), dsts))
     shape = tuple(row[-1][3].stop for row in placed)
-    return tuple(slabs), tuple(cuts), shape, present
+    return tuple(sources), tuple(cuts), shape, present
 
 
 def _export_slabs(chunk, wanted):
@@ -381,22 +369,169 @@ def _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs):
     return trimmed.copy()
 
 
-def _slab_halo_task(block_fn, cuts, shape, interior, slabs, own, *exports, **kwargs):
-    """:func:`_halo_task` with the halo from neighbours' slab exports: ``slabs`` names, per piece
-    after the chunk itself, its export (by position in ``exports``) and slab key."""
-    pieces = [own] + [exports[e][key] for e, key in slabs]
+def _sourced_halo_task(block_fn, cuts, shape, interior, picks, *inputs, **kwargs):
+    """:func:`_halo_task` with some pieces from neighbours' slab exports: ``picks`` names, per
+    source of the plan (:func:`_block_plan`), its input (by position in ``inputs``) and, for an
+    export, the slab's key in it (None: the input is a whole chunk)."""
+    pieces = [inputs[i] if slab is None else inputs[i][slab] for i, slab in picks]
     return _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs)
 
 
-def halo_transfer() -> str:
+# --------------------------------------------------------------------------- placement
+def block_owners(numblocks: tuple, workers: int) -> dict:
+    """``{chunk index: worker number}``: the chunk grid ``numblocks`` cut into ``workers``
+    boxes of neighbouring chunks, their chunk counts as equal as the grid allows.  The grid is
+    cut in two, in proportion to the workers on each side, across the axis that splits it most
+    evenly (of equals the longest, by chunks, whose cut face is the smallest; then the first),
+    and each part likewise, so a filter's halos cross few box faces.
+    Workers beyond the number of chunks get none."""
+    workers = operator.index(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    owners: dict = {}
+
+    def cut(box: list, first: int, count: int) -> None:
+        sizes = [stop - start for start, stop in box]
+        if count == 1 or all(n <= 1 for n in sizes):
+            for index in itertools.product(*(range(start, stop) for start, stop in box)):
+                owners[index] = first
+            return
+        left = count // 2
+
+        def split(a):  # (imbalance of chunks per worker, longer axes first, axis, cut at)
+            at = min(max(round(sizes[a] * left / count), 1), sizes[a] - 1)
+            return abs(at * count - sizes[a] * left) / sizes[a], -sizes[a], a, box[a][0] + at
+
+        _, _, ax, at = min(split(a) for a in range(len(box)) if sizes[a] > 1)
+        cut(box[:ax] + [(box[ax][0], at)] + box[ax + 1:], first, left)
+        cut(box[:ax] + [(at, box[ax][1])] + box[ax + 1:], first + left, count - left)
+
+    cut([(0, int(n)) for n in numblocks], 0, workers)
+    return owners
+
+
+def _client():
+    """The default ``distributed`` client, or None (no distributed, or no client)."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def chunk_owners(x) -> dict | None:
+    """``{chunk index: worker address}`` of a dask array whose every chunk is held in the memory
+    of a ``distributed`` cluster (persisted), else None (chunks still to compute, or no
+    cluster).  For an array from :func:`distribute`, the placement it made; otherwise where the
+    scheduler says the chunks are, a chunk held by several workers (copies made when a task on
+    another worker read it, e.g. a ``compute`` gathering the array) counting as the one among
+    them holding the fewest chunks of ``x``: its home, where the copies came from."""
+    if _client() is None:
+        return None
+    from dask.core import flatten
+    from distributed import futures_of
+
+    held = {f.key: f for f in futures_of(x)}
+    keys = list(flatten(x.__dask_keys__()))
+    if not held or any(k not in held for k in keys):
+        return None
+    where = (x.dask.layers[x.name].annotations or {}).get("workers")
+    if isinstance(where, functools.partial) and where.func is _worker_of:  # distribute()'s
+        return dict(where.args[0])
+    who = held[keys[0]].client.who_has([held[k] for k in keys])
+    if not all(who.get(k) for k in keys):
+        return None
+    counts: dict = {}
+    for k in keys:
+        for w in who[k]:
+            counts[w] = counts.get(w, 0) + 1
+    return {tuple(k[1:]): min(who[k], key=lambda w: (counts[w], w)) for k in keys}
+
+
+def _worker_of(owners: dict, ndim: int, key):
+    """The worker restriction (a list of one address) of a task key ``(layer, *chunk index)``
+    whose index is in ``owners``, else None (no restriction): a layer annotation."""
+    if isinstance(key, tuple) and len(key) == ndim + 1 and key[1:] in owners:
+        return [owners[key[1:]]]
+    return None
+
+
+def distribute(x, client=None):
+    """``x`` computed into the memory of a ``distributed`` cluster with its chunk grid cut into
+    one box of neighbouring chunks per worker (:func:`block_owners`; workers in address order),
+    and returned as a dask array of those chunks (like ``client.persist``, but placed).
+
+    Filters of this module on the result take the halo of a chunk from neighbours on the same
+    worker as it is (no copy) and from neighbours on other workers as slabs (only the halo moves):
+    a one-worker-per-GPU cluster then moves only the slabs on the boxes' faces, where chunks
+    persisted the scheduler's way interleave over the workers and nearly every halo crosses
+    between them.  Each task of ``x``'s graph whose key is a chunk of ``x``'s grid is asked to run
+    on that chunk's worker (so generating or loading layers run where their chunks stay; other
+    tasks run where the scheduler puts them); an ``x`` already held moves once, chunk by chunk.
+    ``client``: default the default client.  Returns when every chunk is in memory."""
+    import copy
+
+    x = _require_dask(x, "x")
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError("cupyconv.dask.distribute needs a distributed cluster: "
+                          "pip install distributed (and dask-cuda for GPU workers)") from exc
+    if client is None:
+        client = _client()
+        if client is None:
+            raise ValueError("distribute: no distributed client; pass client= or create a "
+                             "distributed.Client first")
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise ValueError("distribute: the cluster has no workers")
+    owners = {index: workers[w] for index, w in block_owners(x.numblocks, len(workers)).items()}
+    if chunk_owners(x) is not None:
+        # already in memory: annotations would not move it, so a no-copy layer does
+        x = x.map_blocks(_same_chunk, dtype=x.dtype, meta=x._meta)
+    where = {"workers": functools.partial(_worker_of, owners, x.ndim),
+             "allow_other_workers": True}  # a preference: a lost worker stalls nothing
+    layers = {}
+    for name, layer in x.dask.layers.items():
+        layer = copy.copy(layer)
+        layer.annotations = {**(layer.annotations or {}), **where}
+        layers[name] = layer
+    from dask.array import Array
+    from dask.highlevelgraph import HighLevelGraph
+
+    placed = Array(HighLevelGraph(layers, dict(x.dask.dependencies)), x.name, x.chunks,
+                   meta=x._meta)
+    # no graph optimization: fusing layers would merge their annotations away
+    held = client.persist(placed, optimize_graph=False)
+    distributed.wait(held)
+    # the placement travels with the array (chunk_owners reads it): where a task on another
+    # worker later copies a chunk, who holds it no longer says where it lives
+    held.dask.layers[held.name].annotations = where
+    return held
+
+
+def _same_chunk(block):
+    return block
+
+
+def halo_transfer(x=None) -> str:
     """How filter tasks get their halo: "chunks" (a task reads its neighbours' whole chunks: no
-    copies, one task per chunk; right on one machine, where a chunk is shared, not moved) or
+    copies, one task per chunk; right on one machine, where a chunk is shared, not moved),
     "slabs" (each chunk also exports its face slabs in one more task, and a filter task reads
-    those: a distributed scheduler then moves slabs between workers instead of whole chunks).
+    those: a distributed scheduler then moves slabs between workers instead of whole chunks) or,
+    for an ``x`` whose chunks a cluster holds (:func:`chunk_owners`) on two or more workers,
+    "placed": whole chunks from neighbours on the task's worker, slabs from the others.
     The dask config key ``cupyconv.halo-transfer`` ("auto", "chunks", "slabs"); "auto" (the
-    default): "slabs" while a ``distributed`` client with two or more workers is the default
-    scheduler when the graph is built, else "chunks" (a one-worker cluster moves nothing: 2 x
-    H200, 1024^3 gaussian in 256^3 chunks on one worker, 28 GB/s with chunks, 15 with slabs)."""
+    default): "placed" where that holds, else "slabs" while a ``distributed`` client with two or
+    more workers is the default scheduler when the graph is built, else "chunks" (a one-worker
+    cluster moves nothing: 2 x H200, 1024^3 gaussian in 256^3 chunks on one worker, 28 GB/s
+    with chunks, 15 with slabs)."""
+    return _halo_sources(x)[0]
+
+
+def _halo_sources(x=None):
+    """``(halo_transfer, owners)``: :func:`halo_transfer`'s choice and, for "placed", the
+    chunk owners it was made from."""
     import dask
 
     choice = dask.config.get("cupyconv.halo-transfer", "auto")
@@ -404,14 +539,14 @@ def halo_transfer() -> str:
         raise ValueError(f"dask config cupyconv.halo-transfer must be 'auto', 'chunks' or "
                          f"'slabs', got {choice!r}")
     if choice != "auto":
-        return choice
-    try:
-        from distributed import default_client
-
-        workers = len(default_client().scheduler_info()["workers"])
-    except (ImportError, ValueError):
-        return "chunks"
-    return "slabs" if workers > 1 else "chunks"
+        return choice, None
+    client = _client()
+    if client is None:
+        return "chunks", None
+    owners = chunk_owners(x) if x is not None else None
+    if owners is not None:
+        return ("placed", owners) if len(set(owners.values())) > 1 else ("chunks", None)
+    return ("slabs" if len(client.scheduler_info()["workers"]) > 1 else "chunks"), None
 
 
 def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=None,
@@ -429,10 +564,10 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     off each result (see :func:`_halo_task`); ``trim=False`` keeps
     ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  The
     halo comes from the neighbours' chunks or, on a cluster, their slabs (:func:`halo_transfer`:
-    then one export task per chunk more).  ``kwargs`` pass to ``block_fn``; dask collections
-    among them (e.g. :func:`_shared` weights) are computed once and passed by key.  The layer's
-    name is a token of the input, the function, the halo and the arguments: equal calls give
-    equal graphs."""
+    then one export task more per chunk that a task on another worker reads).  ``kwargs`` pass
+    to ``block_fn``; dask collections among them (e.g. :func:`_shared` weights) are computed
+    once and passed by key.  The layer's name is a token of the input, the function, the halo,
+    the arguments and the halo sources: equal calls give equal graphs."""
     import dask
     from dask._task_spec import Task, TaskRef
     from dask.array import Array
@@ -448,9 +583,9 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     if out_chunks is None:
         out_chunks = x.chunks
     out_chunks = tuple(tuple(int(c) for c in cs) for cs in out_chunks)
-    slabs = halo_transfer() == "slabs"  # (in the token: the two graphs differ)
+    transfer, owners = _halo_sources(x)
     token = tokenize(x.name, block_fn, reach_t, boundary_t, out_chunks, trim, dtype, kwargs,
-                     slabs)
+                     transfer, sorted((owners or {}).items()))
     name = f"{label}-{token}"
     collections = [v for v in kwargs.values() if dask.is_dask_collection(v)]
     kwarg_refs = {k: TaskRef(v.key) if dask.is_dask_collection(v) else v
@@ -461,30 +596,44 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     wanted: dict = {}  # chunk index -> the (axis, side, thickness) slabs read from it
     dsk = {}
     for index in itertools.product(*(range(len(c)) for c in x.chunks)):
-        if slabs:
-            reads, cuts, shape, present = _slab_plan(index, axes, x.chunks)
+        if transfer == "chunks":
+            def remote(which):
+                return False
+        elif transfer == "slabs":
+            def remote(which):
+                return True
         else:
-            neighbours, cuts, shape, present = _halo_plan(index, axes)
+            def remote(which, home=owners[index]):
+                return owners[which] != home
+        sources, cuts, shape, present = _block_plan(index, axes, x.chunks, remote)
         interior = None
         if trim and any(lo or hi for lo, hi in present):
             interior = tuple(slice(lo, n - hi) for (lo, hi), n in zip(present, shape))
         key = (name,) + index
-        if not slabs:
+        if all(slab is None for _, slab in sources):
             dsk[key] = Task(key, _halo_task, block_fn, cuts, shape, interior,
-                            *(TaskRef((x.name,) + j) for j in neighbours), **kwarg_refs)
+                            *(TaskRef((x.name,) + j) for j, _ in sources), **kwarg_refs)
             continue
-        sources: dict = {}  # neighbour index -> its position among this task's exports
-        pieces = []
-        for which, axis, side, thick in reads:
-            wanted.setdefault(which, set()).add((axis, side, thick))
-            pieces.append((sources.setdefault(which, len(sources)), (axis, side, thick)))
-        dsk[key] = Task(key, _slab_halo_task, block_fn, cuts, shape, interior, tuple(pieces),
-                        TaskRef((x.name,) + index),
-                        *(TaskRef((export_name,) + j) for j in sources), **kwarg_refs)
+        inputs: dict = {}  # task key read -> its position among this task's inputs
+        picks = []
+        for which, slab in sources:
+            if slab is None:
+                ref = (x.name,) + which
+            else:
+                wanted.setdefault(which, set()).add(slab)
+                ref = (export_name,) + which
+            picks.append((inputs.setdefault(ref, len(inputs)), slab))
+        dsk[key] = Task(key, _sourced_halo_task, block_fn, cuts, shape, interior, tuple(picks),
+                        *(TaskRef(ref) for ref in inputs), **kwarg_refs)
     for j, slab_keys in wanted.items():
         key = (export_name,) + j
         dsk[key] = Task(key, _export_slabs, TaskRef((x.name,) + j), tuple(sorted(slab_keys)))
-    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
+    placement = {}
+    if owners is not None:  # each task where its chunk lives, also where copies exist elsewhere
+        placement = {"workers": functools.partial(_worker_of, owners, x.ndim),
+                     "allow_other_workers": True}
+    with dask.annotate(**placement):
+        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
     return Array(graph, name, out_chunks, meta=meta)
 
 

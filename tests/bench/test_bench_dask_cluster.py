@@ -31,9 +31,10 @@ def test_options(bc):
 
 
 def test_efficiency_and_report(bc):
-    volume = [{"gpus": g, "problem": "p", "bytes": 8, "generation_s": 0.1, "err": 1e-7,
-               "cupyconv_GBps": rate, "dask-image_GBps": rate / 3}
-              for g, rate in ((1, 100.0), (2, 180.0))]
+    volume = [{"gpus": g, "problem": "p", "bytes": 8, "placing_s": 0.1, "err": 1e-7,
+               "halo": halo, "cupyconv_GBps": rate, "dask-image_GBps": rate / 3}
+              for g, rate, halo in ((1, 100.0, "chunks"), (2, 180.0, "placed"))]
+    volume[1]["cupyconv_unplaced_GBps"] = 40.0
     convs = [{"gpus": g, "layer": "res2 3x3 64", "images": 64, "generation_s": 0.1, "s": 1.0,
               "img_per_s": rate} for g, rate in ((1, 1000.0), (2, 1500.0))]
     for lib in ("cupyconv", "dask-image"):
@@ -47,5 +48,6 @@ def test_efficiency_and_report(bc):
               "volume_rows": volume, "conv_rows": convs}
     text = bc.markdown(result)
     assert "H200 x 2 (commit abc1234)" in text
-    assert "| p | 2 | 180.0 | 90% | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
+    assert "| p | 2 | 180.0 | 90% | placed | 40.0 | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
+    assert "| p | 1 | 100.0 | 100% | chunks | nan | 33.3 | 100% | 3.00x | 1.0e-07 |" in text
     assert "| res2 3x3 64 | 2 | 1500 | 75% |" in text

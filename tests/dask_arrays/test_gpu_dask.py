@@ -280,6 +280,35 @@ def test_local_cuda_cluster_matches_one_gpu(cuda_client):
                                    atol=2e-5 * max(1.0, float(np.abs(ref).max())), err_msg=name)
 
 
+def test_distributed_volume_filters_match_one_gpu(cuda_client):
+    """A CuPy volume generated on the workers and placed in one box of chunks per GPU
+    (distribute): each box on its own worker, filters reading whole chunks on their worker and
+    slabs across ("placed" halos with two or more GPUs) equal the single-GPU whole-array calls."""
+    import cupy
+
+    client, gpus = cuda_client
+    gen = da.map_blocks(lambda block_info=None: cupy.random.RandomState(
+        sum(block_info[None]["chunk-location"])).uniform(
+            -1, 1, block_info[None]["chunk-shape"], dtype=cupy.float32),
+        chunks=((12,) * 4, (10, 9), (16, 15)), dtype=np.float32,
+        meta=cupy.empty((0, 0, 0), np.float32))
+    x = cd.distribute(gen)
+    owners = cd.chunk_owners(x)
+    assert len(set(owners.values())) == gpus
+    assert cd.halo_transfer(x) == ("placed" if gpus > 1 else "chunks")
+    whole = cupy.asarray(x.compute())
+    wn = cupy.asarray(np.random.default_rng(22).uniform(-1, 1, (5, 3, 4)).astype(np.float32))
+    cases = {"gaussian": (cd.gaussian_filter(x, 1.4, mode="reflect"),
+                          cn.gaussian_filter(whole, 1.4, mode="reflect")),
+             "correlate wrap": (cd.correlate(x, wn, mode="wrap"),
+                                cn.correlate(whole, wn, mode="wrap"))}
+    for name, (lazy, ref) in cases.items():
+        ref = cupy.asnumpy(ref)
+        np.testing.assert_allclose(cupy.asnumpy(lazy.compute()), ref, rtol=2e-5,
+                                   atol=2e-5 * max(1.0, float(np.abs(ref).max())), err_msg=name)
+    assert cd.chunk_owners(x) == owners  # the gathers copied chunks; their homes stay
+
+
 # --------------------------------------------------------------------------- NumPy chunks, gpu=True
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_numpy_chunks_run_on_the_gpu_with_gpu_true(scheduler, monkeypatch):
@@ -380,7 +409,8 @@ def test_cupy_blocks_are_assembled_on_the_device_and_trimmed_by_copy():
             zip(chunks, ((2, 1), (0, 3), (2, 2)), ("periodic", "none", "none"))]
     bounds = [np.cumsum((0,) + c) for c in chunks]
     for idx in np.ndindex(3, 2, 2):
-        neighbours, cuts, shape, present = cd._halo_plan(idx, axes)
+        sources, cuts, shape, present = cd._block_plan(idx, axes, chunks, remote=lambda nb: False)
+        neighbours = tuple(nb for nb, _ in sources)
         host = [a[tuple(slice(bounds[ax][j], bounds[ax][j + 1]) for ax, j in enumerate(nb))]
                 for nb in neighbours]
         dev = [cupy.asarray(p) for p in host]

@@ -1,0 +1,150 @@
+"""cupyconv.dask on a ``distributed`` cluster, on a CPU (NumPy chunks; in-process workers): the
+chunk grid cut into one box per worker (block_owners), arrays placed that way (distribute), and
+filters on a placed array reading whole chunks from their own worker and slabs from the others
+("placed" halos), bit-identical to the whole-array call."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("dask.array")
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+import scipy.ndimage as sn  # noqa: E402
+
+import cupyconv.dask as cd  # noqa: E402
+
+
+# --------------------------------------------------------------------------- block_owners
+def _is_box(indices) -> bool:
+    """True where ``indices`` fill the box their extremes span."""
+    lo = np.min(indices, axis=0)
+    hi = np.max(indices, axis=0) + 1
+    return len(indices) == int(np.prod(hi - lo))
+
+
+@pytest.mark.parametrize("numblocks", [(4, 4, 4), (3, 5), (7,), (2, 3, 1), (1, 1), (8, 2, 2),
+                                       (5, 5, 5)])
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 8])
+def test_block_owners_cuts_the_grid_into_balanced_boxes(numblocks, workers):
+    owners = cd.block_owners(numblocks, workers)
+    assert sorted(owners) == sorted(itertools.product(*(range(n) for n in numblocks)))
+    by_worker: dict = {}
+    for index, w in owners.items():
+        assert 0 <= w < workers
+        by_worker.setdefault(w, []).append(index)
+    total = int(np.prod(numblocks))
+    assert len(by_worker) == min(workers, total)  # every worker has chunks while chunks last
+    for indices in by_worker.values():
+        assert _is_box(indices)
+    counts = [len(v) for v in by_worker.values()]
+    if total % workers == 0 and workers <= max(numblocks) and workers in (1, 2, 4):
+        assert max(counts) == min(counts)  # even cuts where the grid allows them
+
+
+def test_block_owners_cuts_across_the_longest_axis():
+    # 2 workers on 4 x 4 x 4: halves along axis 0 (the first of equal axes)
+    owners = cd.block_owners((4, 4, 4), 2)
+    assert all(w == (index[0] >= 2) for index, w in owners.items())
+    # the longest axis is cut, so the face between the boxes is the smallest one
+    owners = cd.block_owners((2, 6, 3), 2)
+    assert all(w == (index[1] >= 3) for index, w in owners.items())
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        cd.block_owners((2, 2), 0)
+
+
+# --------------------------------------------------------------------------- on a cluster
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as c:
+            yield c
+
+
+def _generated(shape, chunks):
+    """A lazy float64 array whose chunks are drawn on the workers (no input held anywhere)."""
+    def draw(block_info=None):
+        info = block_info[None]
+        rng = np.random.default_rng(list(info["chunk-location"]))
+        return rng.standard_normal(info["chunk-shape"])
+
+    return da.map_blocks(draw, chunks=da.core.normalize_chunks(chunks, shape), dtype=np.float64,
+                         meta=np.empty((0,) * len(shape)))
+
+
+def test_distribute_places_each_box_on_its_worker(client):
+    x = _generated((24, 20, 12), (6, 5, 4))
+    placed = cd.distribute(x)
+    workers = sorted(client.scheduler_info()["workers"])
+    want = {i: workers[w] for i, w in cd.block_owners(x.numblocks, len(workers)).items()}
+    assert cd.chunk_owners(placed) == want
+    np.testing.assert_array_equal(placed.compute(), x.compute())
+    # an array already in memory (placed the scheduler's way) moves to the same boxes
+    held = client.persist(x * 2)
+    pytest.importorskip("distributed").wait(held)
+    assert cd.chunk_owners(held) is not None
+    moved = cd.distribute(held)
+    assert cd.chunk_owners(moved) == want
+    np.testing.assert_array_equal(moved.compute(), 2 * x.compute())
+
+
+def test_distribute_checks_its_arguments(client):
+    with pytest.raises(TypeError, match="dask.array.Array"):
+        cd.distribute(np.zeros(4))
+    assert cd.chunk_owners(_generated((8,), 4)) is None  # not computed yet
+
+
+def _filters(w):
+    return {"gaussian reflect": lambda x: cd.gaussian_filter(x, 1.3, mode="reflect"),
+            "correlate wrap": lambda x: cd.correlate(x, w, mode="wrap", origin=(1, -1, -1)),
+            "uniform mirror": lambda x: cd.uniform_filter(x, 3, mode="mirror")}
+
+
+def test_filters_on_placed_chunks_move_only_slabs_between_workers(client):
+    """On an array placed in boxes, a filter task reads whole chunks of its own worker and slabs
+    of the other's: only chunks on the face between the boxes export slabs (and, with wrap, the
+    faces that wrap around), and results are bit-identical to the whole-array call."""
+    x = cd.distribute(_generated((24, 15, 16), (6, 5, 8)))  # no chunk thinner than a halo
+    a = x.compute()
+    owners = cd.chunk_owners(x)
+    assert cd.halo_transfer(x) == "placed"
+    assert cd.halo_transfer() == "slabs"  # two workers, placement unknown
+    w = np.random.default_rng(3).standard_normal((3, 2, 3))
+    refs = {"gaussian reflect": sn.gaussian_filter(a, 1.3, mode="reflect"),
+            "correlate wrap": sn.correlate(a, w, mode="wrap", origin=(1, -1, -1)),
+            "uniform mirror": sn.uniform_filter(a, 3, mode="mirror")}
+    for label, make in _filters(w).items():
+        y = make(x)
+        layer = dict(y.dask.layers[y.name])
+        exporters = {k[1:] for k in layer if k[0] != y.name}
+        assert exporters, label
+        for index, task in ((k[1:], t) for k, t in layer.items() if k[0] == y.name):
+            chunk_deps = {d[1:] for d in task.dependencies if d[0] == x.name}
+            export_deps = {d[1:] for d in task.dependencies if d[0] != x.name}
+            assert all(owners[j] == owners[index] for j in chunk_deps), label
+            assert all(owners[j] != owners[index] for j in export_deps), label
+        if label != "correlate wrap":  # no wrap: only the two box faces export
+            assert {j[0] for j in exporters} == {1, 2}, label
+        got = y.compute()
+        if label.startswith("uniform"):
+            np.testing.assert_allclose(got, refs[label], rtol=1e-13, atol=1e-13)
+        else:
+            np.testing.assert_array_equal(got, refs[label])
+        # the same numbers as reading whole chunks everywhere
+        with dask.config.set({"cupyconv.halo-transfer": "chunks"}):
+            np.testing.assert_array_equal(make(x).compute(), got)
+
+
+def test_placed_on_one_worker_reads_whole_chunks(client):
+    x = _generated((12, 10), (4, 5))
+    workers = sorted(client.scheduler_info()["workers"])
+    held = client.persist(x, workers=workers[:1])
+    pytest.importorskip("distributed").wait(held)
+    assert set(cd.chunk_owners(held).values()) == {workers[0]}
+    assert cd.halo_transfer(held) == "chunks"
+    y = cd.gaussian_filter(held, 1.0)
+    assert all(k[0] == y.name for k in dict(y.dask.layers[y.name]))  # no exports
+    np.testing.assert_array_equal(y.compute(), sn.gaussian_filter(x.compute(), 1.0))
