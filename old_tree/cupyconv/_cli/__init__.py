@@ -1,2 +1,0 @@
-"""Command-line tools: ``python -m cupyconv {demo,profile,compile-check}`` and what they measure
-against."""

@@ -1,1 +1,0 @@
-"""Internals of :mod:`cupyconv.ndimage`: boundary modes, argument rules, kernel modules, passes."""
