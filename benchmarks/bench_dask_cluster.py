@@ -4,7 +4,7 @@ the batched ResNet-50 convolutions, on 1, 2, ... GPUs (one worker per GPU).
 
     python3 benchmarks/bench_dask_cluster.py [--gpus 1,2] [--size 1024] [--chunk 256]
         [--ops gaussian_filter,correlate] [--images 65536] [--image-chunk 1024]
-        [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--out DIR]
+        [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--protocol tcp] [--out DIR]
 
 The problems are bench_dask.py's: a float32 ``--size``^3 volume generated chunk by chunk on the
 workers' GPUs and held there in one box of chunks per worker (``cupyconv.dask.distribute``),
@@ -14,13 +14,13 @@ cupyconv.dask on the volume persisted where the scheduler puts its chunks; ``--i
 float32 NCHW images in batch chunks of ``--image-chunk``, each ResNet-50 layer by
 cupyconv.dask.conv.  Each output chunk is reduced to one element on its worker, so results do not
 travel.  One cluster per GPU count: ``LocalCUDACluster(n_workers=n)`` on GPUs 0 .. n-1, one thread
-per worker, TCP.
+per worker, over ``--protocol`` (tcp; ucx needs distributed-ucxx).
 
 Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat`` after one
 warm-up; for the convolutions minus the best time of the generation-only graph ("net"), the
 volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
 images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) /
-n.  Writes ``dask-cluster-<size>-<gpu>-<commit>.json`` and ``.md`` into ``--out``.  Needs
+n.  Writes ``dask-cluster-<size>[-ucx]-<gpu>-<commit>.json`` and ``.md`` into ``--out``.  Needs
 dask[array], distributed, dask-cuda and dask-image: without them it says so and exits with 2.
 """
 
@@ -57,6 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--image-chunk", type=int, default=1024)
     parser.add_argument("--layers", default=",".join(LAYERS), help="ResNet-50 layers or 'all'")
     parser.add_argument("--repeat", type=int, default=3)
+    # ucx (distributed-ucxx installed): GPU to GPU over NVLink / CUDA IPC; tcp stages every
+    # transfer through host memory (0.25-0.85 GB/s between two H200 workers, exp_dask_comm.py)
+    parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"),
+                        help="the cluster's comm (tcp)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     split_choices(parser, args, {"ops": OPS})
@@ -67,16 +71,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def start_cluster(gpus: int):
-    """(cluster, client): one dask_cuda worker process per GPU 0 .. gpus-1; the workers import
-    cupyconv from this checkout (PYTHONPATH)."""
+def start_cluster(gpus: int, protocol: str = "tcp"):
+    """(cluster, client): one dask_cuda worker process per GPU 0 .. gpus-1, talking ``protocol``;
+    the workers import cupyconv from this checkout (PYTHONPATH)."""
     import distributed
     from dask_cuda import LocalCUDACluster
 
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     cluster = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
-                               threads_per_worker=1, protocol="tcp", dashboard_address=None,
+                               threads_per_worker=1, protocol=protocol, dashboard_address=None,
                                silence_logs=40)
     return cluster, distributed.Client(cluster)
 
@@ -167,7 +171,8 @@ def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
              f"(commit {result['commit']})", "",
-             f"One worker per GPU (LocalCUDACluster, TCP, one thread each); best of "
+             f"One worker per GPU (LocalCUDACluster, {s.get('protocol', 'tcp').upper()}, one "
+             f"thread each); best of "
              f"{s['repeat']} after a warm-up.  Volumes in memory, one box of chunks per worker "
              f"(cupyconv.dask.distribute); 'unplaced': cupyconv.dask on the volume persisted "
              f"where the scheduler put its chunks.  Efficiency = rate on n GPUs / (n x rate on "
@@ -212,7 +217,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     volume, convs = [], []
     for gpus in args.gpus:
-        cluster, client = start_cluster(gpus)
+        cluster, client = start_cluster(gpus, args.protocol)
         try:
             assert len(client.scheduler_info()["workers"]) == gpus
             progress(f"{gpus} GPU(s): halo transfer {cd.halo_transfer()}")
@@ -229,11 +234,12 @@ def main(argv=None) -> int:
               "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "settings": {"gpus": args.gpus, "size": args.size, "chunk": args.chunk,
                            "images": args.images, "image_chunk": args.image_chunk,
-                           "repeat": args.repeat},
+                           "repeat": args.repeat, "protocol": args.protocol},
               "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
     text = markdown(result)
-    path = write_results(result, args.out, results_stem(f"dask-cluster-{args.size}", facts["gpu"],
-                                                        result["commit"], False), text)
+    stem = f"dask-cluster-{args.size}" + ("-ucx" if args.protocol == "ucx" else "")
+    path = write_results(result, args.out, results_stem(stem, facts["gpu"], result["commit"],
+                                                        False), text)
     print(text)
     progress(f"{time.perf_counter() - t0:.0f} s; wrote {path} and .md")
     return 0

@@ -45,13 +45,17 @@ GPU.
 
 On a distributed cluster of two or more workers (its client the default scheduler when the
 graph is built) a filter task takes its halo from its neighbours' face slabs, which each chunk
-exports in one more task, so workers exchange slabs instead of whole chunks
-(:func:`halo_transfer`; the dask config key ``cupyconv.halo-transfer`` overrides the choice).
+exports in one more task, so workers exchange slabs instead of whole chunks.  Where the input's
+chunks are held by the cluster (persisted), the graph knows where each lives: a task reads whole
+chunks from neighbours on its own worker and slabs from the others only, and runs where its
+chunk is (:func:`halo_transfer`; the dask config key ``cupyconv.halo-transfer`` overrides the
+choice).  :func:`distribute` persists an array in one box of neighbouring chunks per worker
+(:func:`block_owners`), so only the slabs on the boxes' faces move.
 
 ``output`` may be None or a dtype (output arrays cannot be written chunk by chunk).  Tested: one
 GPU with the synchronous and threaded schedulers, ``dask_cuda.LocalCUDACluster`` with one worker
-on one GPU and one worker per GPU on two, and ``gpu=True`` on a memmap eight times CuPy's pool
-limit.
+on one GPU and one worker per GPU on two (placed and unplaced), a CPU ``distributed.LocalCluster``
+of two workers (placement), and ``gpu=True`` on a memmap eight times CuPy's pool limit.
 """
 
 from __future__ import annotations

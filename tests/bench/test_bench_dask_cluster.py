@@ -25,7 +25,9 @@ def test_options(bc):
     assert args.ops == ["gaussian_filter", "correlate"] and args.layers == list(bc.LAYERS)
     args = bc.parse_args(["--gpus", "1,2,4", "--layers", "res2 3x3 64", "--images", "0"])
     assert (args.gpus, args.layers, args.images) == ([1, 2, 4], ["res2 3x3 64"], 0)
-    for bad in (["--gpus", "0,2"], ["--gpus", ""], ["--ops", "sobel"], ["--layers", "vgg"]):
+    assert args.protocol == "tcp" and bc.parse_args(["--protocol", "ucx"]).protocol == "ucx"
+    for bad in (["--gpus", "0,2"], ["--gpus", ""], ["--ops", "sobel"], ["--layers", "vgg"],
+                ["--protocol", "nvlink"]):
         with pytest.raises(SystemExit):
             bc.parse_args(bad)
 

@@ -1,10 +1,11 @@
-"""How fast a dask_cuda cluster moves a CuPy array between two workers over TCP (issue 20): the
-ceiling on the halo slabs that cupyconv.dask's filters exchange between GPUs.
+"""How fast a dask_cuda cluster moves a CuPy array between two workers (issue 20): the ceiling on
+the halo slabs that cupyconv.dask's filters exchange between GPUs.
 
-    python3 benchmarks/exp_dask_tcp.py [--sizes 8,64,256] [--repeat 3]
+    python3 benchmarks/exp_dask_comm.py [--protocol tcp] [--sizes 8,64,256] [--repeat 3]
 
-Needs two GPUs, distributed and dask-cuda.  Prints, per size in MB, the wall time of a task on
-worker 1 that reads an array made on worker 0 (three times; the first includes connecting).
+Needs two GPUs, distributed and dask-cuda (and distributed-ucxx for ``--protocol ucx``).
+Prints, per size in MB, the wall time of a task on worker 1 that reads an array made on worker
+0 (``--repeat`` times; the first includes connecting).
 """
 
 import argparse
@@ -25,12 +26,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,64,256", help="array sizes in MB")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--protocol", default="tcp", help="the cluster's comm: tcp or ucx")
     args = parser.parse_args(argv)
     import distributed
     from dask_cuda import LocalCUDACluster
 
     with LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", threads_per_worker=1,
-                          protocol="tcp", dashboard_address=None, silence_logs=40) as cluster, \
+                          protocol=args.protocol, dashboard_address=None, silence_logs=40) as cluster, \
             distributed.Client(cluster) as client:
         source, sink = sorted(client.scheduler_info()["workers"])
         for mb in (int(s) for s in args.sizes.split(",")):
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
                 t = time.perf_counter()
                 client.submit(touch, made, workers=[sink], pure=False).result()
                 dt = time.perf_counter() - t
-                print(f"{mb} MB worker 0 -> worker 1 over TCP: {dt * 1e3:.1f} ms, "
+                print(f"{mb} MB worker 0 -> worker 1 over {args.protocol}: {dt * 1e3:.1f} ms, "
                       f"{mb / 1024 / dt:.2f} GB/s", flush=True)
     return 0
 
