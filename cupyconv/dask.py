@@ -433,16 +433,22 @@ def chunk_owners(x) -> dict | None:
     if _client() is None:
         return None
     from dask.core import flatten
-    from distributed import futures_of
+    from dask.highlevelgraph import MaterializedLayer
+    from distributed import Future
 
-    held = {f.key: f for f in futures_of(x)}
-    keys = list(flatten(x.__dask_keys__()))
-    if not held or any(k not in held for k in keys):
+    # a persisted array's own layer maps each of its keys to a future (only that layer is read:
+    # walking a large unpersisted graph for futures would cost every filter call)
+    layer = x.dask.layers.get(x.name)
+    if not isinstance(layer, MaterializedLayer):
         return None
-    where = (x.dask.layers[x.name].annotations or {}).get("workers")
+    keys = list(flatten(x.__dask_keys__()))
+    held = [layer.get(k) for k in keys]
+    if not keys or not all(isinstance(f, Future) and f.key == k for f, k in zip(held, keys)):
+        return None
+    where = (layer.annotations or {}).get("workers")
     if isinstance(where, functools.partial) and where.func is _worker_of:  # distribute()'s
         return dict(where.args[0])
-    who = held[keys[0]].client.who_has([held[k] for k in keys])
+    who = held[0].client.who_has(held)
     if not all(who.get(k) for k in keys):
         return None
     counts: dict = {}
