@@ -559,6 +559,15 @@ def _halo_sources(x=None):
     return ("slabs" if len(client.scheduler_info()["workers"]) > 1 else "chunks"), None
 
 
+def _slab_from(transfer: str, owners, home, which) -> bool:
+    """Whether the neighbour ``which`` of a chunk on worker ``home`` gives its halo piece as a
+    slab under ``transfer``: never ("chunks"), always ("slabs"), or where it lives on another
+    worker ("placed", ``owners`` the chunk index -> worker map)."""
+    if transfer == "placed":
+        return owners[which] != home
+    return transfer == "slabs"
+
+
 def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=None,
               trim=True, kwargs=None, label="halo"):
     """``block_fn`` over the chunks of ``x``, each with a halo of its neighbours' data: a dask
@@ -606,15 +615,7 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     wanted: dict = {}  # chunk index -> the (axis, side, thickness) slabs read from it
     dsk = {}
     for index in itertools.product(*(range(len(c)) for c in x.chunks)):
-        if transfer == "chunks":
-            def remote(which):
-                return False
-        elif transfer == "slabs":
-            def remote(which):
-                return True
-        else:
-            def remote(which, home=owners[index]):
-                return owners[which] != home
+        remote = functools.partial(_slab_from, transfer, owners, (owners or {}).get(index))
         sources, cuts, shape, present = _block_plan(index, axes, x.chunks, remote)
         interior = None
         if trim and any(lo or hi for lo, hi in present):
