@@ -148,3 +148,25 @@ def test_placed_on_one_worker_reads_whole_chunks(client):
     y = cd.gaussian_filter(held, 1.0)
     assert all(k[0] == y.name for k in dict(y.dask.layers[y.name]))  # no exports
     np.testing.assert_array_equal(y.compute(), sn.gaussian_filter(x.compute(), 1.0))
+
+
+def test_three_workers_cut_two_axes_and_corners_cross(client):
+    """Three workers: the grid is cut across two axes, so corner neighbours live on a third
+    worker; every filter still equals the whole-array call, reading slabs only across workers."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        with distributed.Client(cluster, set_as_default=False) as three:
+            x = cd.distribute(_generated((20, 18, 9), (5, 6, 9)), client=three)
+            with three.as_current():  # (the module's two-worker client stays the default)
+                owners = cd.chunk_owners(x)
+                assert len(set(owners.values())) == 3
+                a = x.compute()
+                w = np.random.default_rng(4).standard_normal((3, 3, 1))
+                y = cd.correlate(x, w, mode="nearest")
+                layer = dict(y.dask.layers[y.name])
+                for index, task in ((k[1:], t) for k, t in layer.items() if k[0] == y.name):
+                    for dep in task.dependencies:
+                        local = owners[dep[1:]] == owners[index]
+                        assert local == (dep[0] == x.name), (index, dep)
+                np.testing.assert_array_equal(y.compute(), sn.correlate(a, w, mode="nearest"))
