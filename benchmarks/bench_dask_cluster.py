@@ -167,6 +167,11 @@ def efficiencies(rows: list[dict], key: str, rate: str) -> None:
             r[f"{rate}_efficiency"] = r[rate] / (r["gpus"] * one[r[key]])
 
 
+def _rate(gbps) -> str:
+    """A table cell: GB/s with one decimal, or "-" where not measured."""
+    return "-" if gbps is None else f"{gbps:.1f}"
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
@@ -184,7 +189,7 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['problem']} | {r['gpus']} | {r['cupyconv_GBps']:.1f} | "
                      f"{r.get('cupyconv_GBps_efficiency', float('nan')):.0%} | "
                      f"{r.get('halo', '-')} | "
-                     f"{r.get('cupyconv_unplaced_GBps', float('nan')):.1f} | "
+                     f"{_rate(r.get('cupyconv_unplaced_GBps'))} | "
                      f"{r['dask-image_GBps']:.1f} | "
                      f"{r.get('dask-image_GBps_efficiency', float('nan')):.0%} | "
                      f"{r['cupyconv_GBps'] / r['dask-image_GBps']:.2f}x | {r['err']:.1e} |")

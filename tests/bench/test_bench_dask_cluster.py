@@ -51,5 +51,5 @@ def test_efficiency_and_report(bc):
     text = bc.markdown(result)
     assert "H200 x 2 (commit abc1234)" in text
     assert "| p | 2 | 180.0 | 90% | placed | 40.0 | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
-    assert "| p | 1 | 100.0 | 100% | chunks | nan | 33.3 | 100% | 3.00x | 1.0e-07 |" in text
+    assert "| p | 1 | 100.0 | 100% | chunks | - | 33.3 | 100% | 3.00x | 1.0e-07 |" in text
     assert "| res2 3x3 64 | 2 | 1500 | 75% |" in text
