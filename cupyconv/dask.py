@@ -478,6 +478,8 @@ def distribute(x, client=None):
     between them.  Each task of ``x``'s graph whose key is a chunk of ``x``'s grid is asked to run
     on that chunk's worker (so generating or loading layers run where their chunks stay; other
     tasks run where the scheduler puts them); an ``x`` already held moves once, chunk by chunk.
+    A filter whose halo is thicker than some chunk merges chunks first (:func:`rechunk_for_depth`)
+    and so works on a new, unplaced array: give placed arrays chunks at least that thick.
     ``client``: default the default client.  Returns when every chunk is in memory."""
     import copy
 
