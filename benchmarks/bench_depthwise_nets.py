@@ -84,8 +84,9 @@ TARGET_COMBOS = COMBOS["depthwise"][:3]
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NCHW", "NHWC")
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-# Issue 17's bars: 2x PyTorch as the geometric mean (benchmarks/NOTES.md, issue 17 item 1), never
-# slower as the minimum, 60 % of the copy rate on layers past L2 (issue 5's depthwise bar)
+# Issue 17's bars: 2x PyTorch as the geometric mean (benchmarks/notes/depthwise.md,
+# "Issue 17, item 1"), never slower as the minimum, 60 % of the copy rate on layers past L2 (issue
+# 5's depthwise bar)
 TARGETS = {"geomean": 2.0, "min": 1.0, "copy_fraction": 0.6}
 # The smallest layers move ~6 MB (960 channels at 7x7 in fp16): measure.MAX_COPIES (8) copies of
 # them would span about one L2, not three

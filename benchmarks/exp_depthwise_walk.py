@@ -4,7 +4,8 @@ EfficientNet-B0 (batch 32, channels-last), beside PyTorch's, so the constants ca
 measurements (issue 17).  A setting is DWCL_RX (pixels per run), DWCL_MIN_BLOCKS (launch
 bounds), MAX_ROUNDS (runs per thread), a divisor of the widest channel vector and MAX_RY
 (destination rows per run where H has unit stride).  (The kernel rows' loads unrolled together,
-DWCL_UNROLL, were measured at 8960701 and 3f8debe and dropped: benchmarks/NOTES.md, session 16.)
+DWCL_UNROLL, were measured at 8960701 and 3f8debe and dropped: benchmarks/notes/depthwise.md,
+"Session 16".)
 
     python3 benchmarks/exp_depthwise_walk.py [--dtypes float32,float16] [--out DIR]
 

@@ -228,7 +228,7 @@ def _map_filter(x, name: str, reaches: dict, modes: dict, out_dtype, args=(), kw
 # and static cutting plans; the task assembles the chunk with its halo in one allocation, runs
 # the block function and trims.  map_overlap's graph (a getitem per slab, a concatenate per
 # chunk, a trim per chunk: ~10 tasks per chunk in 3-d) gives the same result but costs more in
-# the scheduler than the filters do on a GPU (benchmarks/NOTES.md, issue 19).
+# the scheduler than the filters do on a GPU (benchmarks/notes/dask.md, "Issue 19").
 def _axis_pieces(chunks: tuple, reach: tuple, boundary: str, edge_mode: bool = True) -> list:
     """Per chunk along one axis: ``(pieces, left, right)``, where ``pieces`` are the
     ``(neighbour index, start, stop)`` ranges its block with halo is made of, left to right, and
@@ -355,7 +355,7 @@ def assemble_halo(pieces, cuts, shape):
 # A trimmed result stays a view of the block's result where that holds at most this much more
 # memory than the chunk, and is copied where it holds more (small chunks, wide halos).  The copy
 # costs one more read and write of the chunk: 0.4 ms of the ~3 ms a 512^3 float32 chunk of the
-# streamed gaussian takes on an H100 (benchmarks/NOTES.md, session 17).
+# streamed gaussian takes on an H100 (benchmarks/notes/dask.md, "Session 17").
 TRIM_VIEW_MAX_GROWTH = 1.25
 
 

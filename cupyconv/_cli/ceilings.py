@@ -75,7 +75,7 @@ def measured_bandwidth(device_id: int) -> float:
 def measured_flops(device_id: int, dtype: str) -> float:
     """FLOP/s of ``cupy.matmul`` (cuBLAS) on square matrices of ``dtype``.  CuPy's matmul has no
     bfloat16: that ceiling is float16's (cuBLAS runs both at about the same rate on tensor
-    cores, benchmarks/NOTES.md)."""
+    cores, benchmarks/notes/gemm.md, "Issue 16: tensor cores")."""
     import cupy
 
     if dtype == "bfloat16":

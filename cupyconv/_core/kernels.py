@@ -292,8 +292,9 @@ def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool, blocks: int = 1)
 
 
 # The dense GEMM's 128x128 tile with 16-deep k-slices: 8-10 % faster than BK = 8 on long k ranges
-# (4096^3, 8192^3), slower on the short ones of conv layers (benchmarks/NOTES.md).  The implicit
-# conv kernel does not use it (it spills under that kernel's register cap).  SIMT loop only.
+# (4096^3, 8192^3), slower on the short ones of conv layers (benchmarks/notes/gemm.md,
+# "issue 3: tiled GEMM").  The implicit conv kernel does not use it (it spills under that kernel's
+# register cap).  SIMT loop only.
 LONG_K_TILE = (128, 128, 16, 8, 8)
 LONG_K = 2048  # per-block k range from which the dense GEMM switches to LONG_K_TILE
 # (A k-contiguous, B k-contiguous) combinations the launchers use: row-major A @ row-major B,
@@ -308,9 +309,9 @@ CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
 # compile, and a first call should pay for only the one it runs.  CC_MIN_BLOCKS is the register
 # cap (blocks per multiprocessor): measured on an H200, the dense GEMM is 7 % faster uncapped at
 # 4096^3-8192^3, while the implicit conv kernel is up to 4 % faster with two blocks
-# (benchmarks/NOTES.md).  The mma.sync loops hold their fragments and the next slice in
-# registers: uncapped.  The Hopper loop comes in two builds, one resident block per
-# multiprocessor (uncapped, WGMMA_STAGES[1] slices) for long k ranges and two (128 registers,
+# (benchmarks/notes/gemm.md, "issue 3: tiled GEMM").  The mma.sync loops hold their fragments and
+# the next slice in registers: uncapped.  The Hopper loop comes in two builds, one resident block
+# per multiprocessor (uncapped, WGMMA_STAGES[1] slices) for long k ranges and two (128 registers,
 # WGMMA_STAGES[2] slices) for short ones, where one block's prologue and epilogue overlap the
 # other's main loop (the plan picks: launch.WGMMA_SHORT_K).
 WGMMA_STAGES = {1: 4, 2: 3}  # two 128x128 blocks of 3 slices fit in 228 KB of shared memory

@@ -38,9 +38,10 @@ def smem_bytes(dtype: str) -> int:
 # 256-thread blocks are resident per multiprocessor (__launch_bounds__(256, 2), 80-124 registers),
 # 4 warp instructions per clock issue at best (~1.6 GHz under load).  The load's weight and the
 # achieved issue share were fitted to 13 measurements of the kernel on an H100 (fp32, the four
-# ResNeXt-50 3x3 layers and a stride-2 one, every tile; benchmarks/NOTES.md): a load costs about
-# 14 FFMA issue slots (the L1 path, not the issue rate, is the limit: TK is the FFMAs per load)
-# and the loop's bookkeeping hides behind them; the fit lands within 25 % of the measurements.
+# ResNeXt-50 3x3 layers and a stride-2 one, every tile; benchmarks/notes/gemm.md,
+# "Issue 17, item 2"): a load costs about 14 FFMA issue slots (the L1 path, not the issue rate, is
+# the limit: TK is the FFMAs per load) and the loop's bookkeeping hides behind them; the fit lands
+# within 25 % of the measurements.
 _INSTR_PER_LOAD = 14
 _ISSUE_RATE = 4 * 1.6e9 * 0.65  # warp instructions per second per multiprocessor
 _BLOCKS_PER_SM = 2

@@ -86,8 +86,8 @@ class Algorithm:
 # launches, not by the GPU).  The grouped direct kernel estimates itself (_direct.grouped).
 _DIRECT_RATE = 1.5e12
 # The direct kernel's thread walks its C/g x taps products one after the other: on a problem of
-# less than a wave of outputs that chain is the time (H100, benchmarks/NOTES.md: 7x7 1x1 layers of
-# 960 channels ran 139 us, ~145 ns per step).
+# less than a wave of outputs that chain is the time (H100, benchmarks/notes/gemm.md, "Issue 15":
+# 7x7 1x1 layers of 960 channels ran 139 us, ~145 ns per step).
 _DIRECT_STEP_S = 1.45e-7
 _DIRECT_THREADS_PER_SM = 2048
 _IM2COL_PASSES = 6            # the im2col kernel's cost, in col-sized trips through memory
@@ -95,7 +95,8 @@ _IM2COL_GEMM_FACTOR = 1.1
 
 
 _DIRECT_BANDWIDTH = 1.7e11     # depthwise 3x3 through the direct kernel: it re-reads per tap
-_DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles (benchmarks/NOTES.md)
+_DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles
+#                                (benchmarks/notes/depthwise.md, "issue 5 started")
 _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
 # channels-last kernels (depthwise_cl.cu): an estimate below the tile kernel's, not yet measured
 _DEPTHWISE_CL_BANDWIDTH = 2e12

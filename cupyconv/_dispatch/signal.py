@@ -2,10 +2,10 @@
 
 Both estimates are milliseconds from shapes alone (pure Python), so the choice costs no device
 work and can be tested on the CPU.  The constants were first placeholders derived from the
-anchors table (docs: benchmarks/NOTES.md, "issue 6"); ``benchmarks/calibrate_signal.py`` measures
-both paths on a grid of problems on the GPU and prints fitted values to paste here.  The values
-below were fitted on an NVIDIA H100 (direct: session 2026-11-22, commit 4c917e6; FFT: session 17,
-after the FFT path moved to our own cuFFT plans; uint64 is not fitted).
+anchors table (docs: benchmarks/notes/signal.md, "Issue 6"); ``benchmarks/calibrate_signal.py``
+measures both paths on a grid of problems on the GPU and prints fitted values to paste here.  The
+values below were fitted on an NVIDIA H100 (direct: session 2026-11-22, commit 4c917e6; FFT:
+session 17, after the FFT path moved to our own cuFFT plans; uint64 is not fitted).
 
 direct_ms = DIRECT_FIXED_MS + outputs * KD * KH * (KW + ROW_OVERHEAD) * DIRECT_MS_PER_GTAP[dt] / 1e9
             (times DIRECT_3D_FACTOR over three axes) + bytes moved / BANDWIDTH

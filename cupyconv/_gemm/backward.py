@@ -147,7 +147,7 @@ def phase_plan(geom: ConvGeometry) -> PhasePlan:
         # Channels-first phases keep the buffer: their rows, s apart, rule out the epilogue's
         # vector stores along the pixels, and the scalar stores (one channel plane per lane) ran
         # slower than a dense write and a copy: fp32 NCHW ResNeXt stride-2 layers 584 -> 680 us
-        # and 318 -> 412 us (H100, benchmarks/NOTES.md "Session 23").
+        # and 318 -> 412 us (H100, benchmarks/notes/gemm.md, "Session 23").
         in_place = (geom.channels_last
                     and fprop_out_map(prob, _window_strides(geom)) is not None)
         plan.append(Phase(prob, tuple(p.taps for p in phase), window,
@@ -229,7 +229,8 @@ _WGRAD_UNALIGNED_FACTOR = 2.0
 # On Hopper, backward-weight's tiles of fewer than 128 rows (output channels) cannot feed the
 # wgmma loop (its im2col operand is MN-major, which needs 64-column warpgroup tiles:
 # WgmmaTile::feeds) and run on mma.sync: with 64 merged output channels instead of 128 the pass
-# took 3.5-4.3x as long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/NOTES.md).
+# took 3.5-4.3x as long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/notes/gemm.md,
+# "Issue 17, item 2").
 _WGRAD_WGMMA_ROWS = 128
 _WGRAD_NARROW_FACTOR = 3.5
 
@@ -259,7 +260,8 @@ def weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    # (no margin: it changed no 16-bit pick here, and slowed float32's, NOTES "Session 22")
+    # (no margin: it changed no 16-bit pick here, and slowed float32's, benchmarks/notes/gemm.md,
+    # "Session 22")
     return best_factor(geom, lambda g: weight_seconds(g, device_id), LAUNCH_S)
 
 

@@ -111,11 +111,12 @@ def implicit_seconds(geom: ConvGeometry, device_id: int) -> float:
 
 
 # The implicit GEMM's estimate against its measured time on grouped problems on tensor cores (H100,
-# the ResNeXt-50 3x3 layers in float16 with every merge factor; benchmarks/NOTES.md): the kernels
-# took 1.6-3.6x the estimate channels-last and 6-11x channels-first (whose loader reads x element
-# by element and never copies asynchronously).  The forward's choice against the grouped direct
-# kernel, whose estimate was fitted, needs that level.  Not applied to dense problems (not measured
-# this way) nor to the SIMT loop, whose rates were measured on dense layers.
+# the ResNeXt-50 3x3 layers in float16 with every merge factor; benchmarks/notes/gemm.md,
+# "Issue 17, item 2"): the kernels took 1.6-3.6x the estimate channels-last and 6-11x channels-first
+# (whose loader reads x element by element and never copies asynchronously).  The forward's choice
+# against the grouped direct kernel, whose estimate was fitted, needs that level.  Not applied to
+# dense problems (not measured this way) nor to the SIMT loop, whose rates were measured on dense
+# layers.
 _GROUPED_TENSOR_CORE_FACTOR = {True: 2.5, False: 8.0}  # by channels_last
 
 

@@ -110,9 +110,9 @@ def out_vectorizable(c, out: OutMap, batch_strides=()) -> bool:
     return aligned and all(s % 4 == 0 for s in others + tuple(batch_strides))
 
 
-# Rates measured on an H200 (benchmarks/NOTES.md): the 128x128 tile's SGEMM rate, and the
-# bandwidth that the split-K workspace round trip costs.  The mma.sync loops' rates per kind
-# (H100, benchmarks/NOTES.md) drive the same plan.
+# Rates measured on an H200 (benchmarks/notes/gemm.md, "issue 3: tiled GEMM"): the 128x128 tile's
+# SGEMM rate, and the bandwidth that the split-K workspace round trip costs.  The mma.sync loops'
+# rates per kind (H100, benchmarks/notes/gemm.md, "Issue 16: tensor cores") drive the same plan.
 GEMM_RATE = 40e12
 MATH_RATE = {MATH_SIMT: GEMM_RATE, MATH_MMA: 250e12, MATH_TF32: 120e12, MATH_WGMMA: 640e12,
              MATH_WGMMA_TF32: 163e12}
@@ -123,13 +123,13 @@ LAUNCH_S = 8e-6
 MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
 
 # The Hopper loop's own model (H100, CUDA-graph timings of every tile x split x build on ResNet-50
-# layers and held-out ones, benchmarks/exp_conv_plans.py, NOTES "Session 13"): a round of
-# resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices' latency, the
-# hand-off and the stores, which no other block's main loop hides with one block per
-# multiprocessor) plus its products at the tile's share of the multiprocessor's rate
-# (MATH_RATE), which the blocks resident together share.  128x64 and 64x64 tiles run at 0.60
-# and 0.54 of the 128x128 tile's rate; the reduction of a split adds HOPPER_SPLIT_S of device
-# time to the workspace round trip.
+# layers and held-out ones, benchmarks/exp_conv_plans.py, benchmarks/notes/gemm.md, "Session 13"): a
+# round of resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices'
+# latency, the hand-off and the stores, which no other block's main loop hides with one block per
+# multiprocessor) plus its products at the tile's share of the multiprocessor's rate (MATH_RATE),
+# which the blocks resident together share.  128x64 and 64x64 tiles run at 0.60 and 0.54 of the
+# 128x128 tile's rate; the reduction of a split adds HOPPER_SPLIT_S of device time to the workspace
+# round trip.
 HOPPER_TILE_SPEED = {(128, 128): 1.0, (128, 64): 0.60, (64, 64): 0.54}
 HOPPER_WAVE_S = {(128, 128): 9e-6, (128, 64): 6e-6, (64, 64): 6e-6}
 HOPPER_SPLIT_S = 3e-6
@@ -424,9 +424,10 @@ class ImplicitConv:
 
 
 # What reading an operand through the implicit im2col view costs over a dense GEMM of its shape (a
-# factor on the planned GEMM time, measured on an H200, benchmarks/NOTES.md): with channels per
-# group a multiple of the k-slice, one tap decode per slice; otherwise every element decodes its
-# tap with divisions (and the tensor-core loops lose their 16-byte copies).
+# factor on the planned GEMM time, measured on an H200, benchmarks/notes/gemm.md,
+# "issue 3: tiled GEMM"): with channels per group a multiple of the k-slice, one tap decode per
+# slice; otherwise every element decodes its tap with divisions (and the tensor-core loops lose
+# their 16-byte copies).
 IMPLICIT_FACTOR = 1.15
 IMPLICIT_GENERIC_FACTOR = 3
 
@@ -437,7 +438,8 @@ IMPLICIT_GENERIC_FACTOR = 3
 # operand bytes at FEW_CHANNEL_SM_BANDWIDTH (per multiprocessor), and the staging copy moves x
 # at STAGING_BANDWIDTH.  Fitted on fp16 conv1 at batch 32, padded (263 us) and unfolded
 # (161 us); held out, a one-channel 80-tap 1-d layer: 318 us predicted, 284 measured (H100,
-# benchmarks/NOTES.md).  The GEMM-rate estimate alone put such layers at 1/10-1/40 of their time.
+# benchmarks/notes/gemm.md, "Session 12").  The GEMM-rate estimate alone put such layers at
+# 1/10-1/40 of their time.
 FEW_CHANNEL_BLOCK_S = 3.5e-6
 FEW_CHANNEL_SM_BANDWIDTH = 20e9
 STAGING_BANDWIDTH = 5e11
@@ -537,9 +539,10 @@ def slab_view(a, index: tuple, channels_last: bool):
 
 
 # Reading channels-first weights in the kernel (strided, scalar loads) made the implicit GEMM
-# 12-17 % slower on ResNet-50 at batch 32 (H100, benchmarks/NOTES.md); the transposed copy costs
-# one launch.  The kernel reads them itself on problems whose GEMM takes less than about
-# LAUNCH_S / 0.15 (all of ResNet-50's layers at batch 1), and gets the copy above that.
+# 12-17 % slower on ResNet-50 at batch 32 (H100, benchmarks/notes/gemm.md, "Issue 15"); the
+# transposed copy costs one launch.  The kernel reads them itself on problems whose GEMM takes
+# less than about LAUNCH_S / 0.15 (all of ResNet-50's layers at batch 1), and gets the copy above
+# that.
 _W_CF_MAX_FLOPS = LAUNCH_S / 0.15 * GEMM_RATE
 
 
@@ -634,7 +637,7 @@ def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -
 
     - Channels-last groups whose channels are not whole chunks (ResNet's 3-channel conv1) run on
       a copy zero-padded to whole chunks (zero weights for the padding): conv1 TF32 0.53 -> 0.35
-      ms, fp16 0.33 -> 0.29 ms (H100, benchmarks/NOTES.md).
+      ms, fp16 0.33 -> 0.29 ms (H100, benchmarks/notes/gemm.md, "Issue 16, session 3").
     - Channels-first x (padded the same way) with a kernel larger than 1x1: the copy (a tiled
       transpose) costs less than the multistage loop saves: ResNet-50 3x3 layers at batch 32,
       forward fp16 0.13-0.28 -> 0.07-0.11 ms, TF32 0.17-0.20 -> 0.12-0.18 ms, backward-data

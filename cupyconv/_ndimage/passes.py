@@ -290,10 +290,10 @@ def sep2d_launcher(shape: tuple[int, ...], in_dtype: str, out_dtype: str, weight
 
 # --------------------------------------------------------------------------- the row walk
 # nd_plane (nd_plane.cu) on the row walk of plane_walk.cuh, whose boundary codes (boundary.cuh)
-# are the signal API's plus nearest and mirror.  Measured on an H100 (benchmarks/NOTES.md,
-# session 14): the staged kernels above reach about a third of the copy rate on a 4096^2 float32
-# image (nd_dense_tile k=3 0.136 ms, nd_sep2d uniform 5 0.139 ms); the walk, as the signal API's
-# filter_plane, 0.067 ms for a 3x3.
+# are the signal API's plus nearest and mirror.  Measured on an H100
+# (benchmarks/notes/ndimage.md, "Session 14"): the staged kernels above reach about a third of the
+# copy rate on a 4096^2 float32 image (nd_dense_tile k=3 0.136 ms, nd_sep2d uniform 5 0.139 ms);
+# the walk, as the signal API's filter_plane, 0.067 ms for a 3x3.
 WALK_BOUNDARY = {CONSTANT: 0, WRAP: 1, REFLECT: 2, NEAREST: 3, MIRROR: 4}
 # Where the walk loses (same H100 run, bench_ndimage.py, ms): filters with a depth extent (3-d
 # correlate 3^3 0.400 against nd_dense_tile's 0.324, 7^3 2.89 against 1.50, with a first version

@@ -93,8 +93,8 @@ def test_compile_check_skips_modules_other_vendors_never_launch(monkeypatch):
 
 
 # Measured on an H100 (CUDA-graph timings of every tile x split x build, benchmarks/
-# exp_conv_plans.py, NOTES "Session 13"): (m, n, k, batch), dtype, precision, the fastest
-# (tile, splits, blocks) -- or one within 4 % of it.
+# exp_conv_plans.py, benchmarks/notes/gemm.md, "Session 13"): (m, n, k, batch), dtype, precision,
+# the fastest (tile, splits, blocks) -- or one within 4 % of it.
 HOPPER_MEASURED_BEST = [
     ((100352, 64, 576, 1), "float16", "exact", ((128, 64), 1, 2)),     # res2 3x3
     ((25088, 128, 1152, 1), "float16", "exact", ((128, 128), 1, 2)),   # res3 3x3

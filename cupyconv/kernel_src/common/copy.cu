@@ -12,7 +12,8 @@ static_assert(CC_COPY_DIMS == 6, "strided_copy's signature takes six dims");
 // below 2^31, uniform per launch) the divisions are multiplications by the host's magic numbers
 // (mul, shr: quotient = umulhi(r, mul) >> shr, exact for r < 2^31; mul 0 for extent 1, the padded
 // leading dims): the channel-padding copy of ResNet conv1's fp16 input (4.8M elements) went from
-// 82 to 43 us with them (six 64-bit divisions per element before; H100, benchmarks/NOTES.md).
+// 82 to 43 us with them (six 64-bit divisions per element before; H100, benchmarks/notes/gemm.md,
+// "Session 12").
 // Larger copies keep the 64-bit divisions.
 template <typename T>
 __global__ void strided_copy(const T* __restrict__ src, T* __restrict__ dst, cc::index_t total,

@@ -7,8 +7,9 @@
 // as 1 + KWB/4 aligned 16-byte loads (neighbouring lanes' reads overlap, and so do the halo rows
 // of neighbouring chunks: L1 serves both), and every input row feeds the output rows it overlaps
 // (acc[i] += row (x) taps[r - i]).  The next row's loads are issued before the current row's
-// multiply-adds, so loads are always in flight without a block barrier (two rows ahead spilled
-// and ran slower: benchmarks/NOTES.md).  Callers choose the first input column c0 a multiple of 4.
+// multiply-adds, so loads are always in flight without a block barrier (two rows ahead spilled and
+// ran slower: benchmarks/notes/signal.md, "2026-11-23 (session 2)").  Callers choose the first
+// input column c0 a multiple of 4.
 //
 // Strided walks (S = 2, the strided depthwise kernels): the 4 output columns read 3 S + KW input
 // columns and RY output rows S (RY - 1) + KH input rows (input row r feeds output row i through

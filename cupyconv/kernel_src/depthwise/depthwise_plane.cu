@@ -27,10 +27,11 @@
 #include "plane_walk.cuh"
 
 // Resident blocks per SM the register budget is cut for (as filter_plane's FP_MIN_BLOCKS; the
-// depthwise sweep in benchmarks/NOTES.md).  Stride 2 holds wider windows (and backward-weight
-// 25 sums at 5x5): at 4 blocks (64 registers) ptxas spilled 36-48 bytes at 3x3 and 110-440 at
-// 5x5.  3 blocks (80 registers; 5x5 still spills 40-190 bytes) measured fastest overall, 2 was
-// faster on large 5x5 planes only (benchmarks/exp_depthwise_plane.py, NOTES.md session 19).
+// depthwise sweep in benchmarks/notes/depthwise.md, "2026-11-23 (session 3)").  Stride 2 holds
+// wider windows (and backward-weight 25 sums at 5x5): at 4 blocks (64 registers) ptxas spilled
+// 36-48 bytes at 3x3 and 110-440 at 5x5.  3 blocks (80 registers; 5x5 still spills 40-190 bytes)
+// measured fastest overall, 2 was faster on large 5x5 planes only
+// (benchmarks/exp_depthwise_plane.py, benchmarks/notes/depthwise.md, "Session 19").
 // A module define may override it.
 #ifndef DP_MIN_BLOCKS
 #define DP_MIN_BLOCKS(T, KWB, S) (sizeof(T) > 4 ? 2 : (S) > 1 ? 3 : (KWB) <= 8 ? 4 : 3)

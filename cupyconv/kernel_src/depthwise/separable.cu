@@ -27,7 +27,8 @@
 #define SEP_VR 4    // rows per thread in the 3x3 depthwise step
 #endif
 // Register budget: 2 resident blocks (128 registers, no spills).  3 blocks (80 registers) spill
-// and measured 0.094-0.109 ms against 0.087 ms on the benchmark layer (NOTES.md).
+// and measured 0.094-0.109 ms against 0.087 ms on the benchmark layer
+// (benchmarks/notes/depthwise.md, "issue 5: fused separable kernel rebuilt").
 #ifndef SEP_MIN_BLOCKS
 #define SEP_MIN_BLOCKS(T) 2
 #endif

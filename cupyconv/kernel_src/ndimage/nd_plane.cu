@@ -20,7 +20,7 @@
 // The host (cupyconv/_ndimage/passes.py plane_plan) sends separable pairs with KH <= 3 only: a
 // chunk of RY output rows walks RY + KH - 1 input rows, and longer column filters ran faster on
 // nd_sep2d.  (A dense variant that also walked KD planes of a volume ran 3-d filters slower than
-// nd_dense_tile and was removed: benchmarks/NOTES.md, session 14.)
+// nd_dense_tile and was removed: benchmarks/notes/ndimage.md, "Session 14".)
 //
 // X reads the input through the boundary mode (boundary.cuh: constant is BOUNDARY_FILL with cval,
 // reflect BOUNDARY_SYMM, wrap, nearest, mirror), independently per axis.

@@ -21,7 +21,8 @@
 
 // Resident blocks per SM the register budget is cut for: the loads in flight scale with resident
 // warps.  float: 4 (64 registers) up to 8 filter columns, 3 for 16 (it spills at 64); double: 2
-// (the 2026-11-23 sweep in benchmarks/NOTES.md).  A module define may override it.
+// (the 2026-11-23 sweep in benchmarks/notes/signal.md, "2026-11-23 (session 2)").  A module define
+// may override it.
 #ifndef FP_MIN_BLOCKS
 #define FP_MIN_BLOCKS(T, KWB) (sizeof(T) > 4 ? 2 : (KWB) <= 8 ? 4 : 3)
 #endif
