@@ -95,8 +95,8 @@ _IM2COL_GEMM_FACTOR = 1.1
 
 
 _DIRECT_BANDWIDTH = 1.7e11     # depthwise 3x3 through the direct kernel: it re-reads per tap
-_DEPTHWISE_BANDWIDTH = 2.5e12  # channels-first tile kernel, full tiles
-#                                (benchmarks/notes/depthwise.md, "issue 5 started")
+# channels-first tile kernel, full tiles (benchmarks/notes/depthwise.md, "issue 5 started")
+_DEPTHWISE_BANDWIDTH = 2.5e12
 _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
 # channels-last kernels (depthwise_cl.cu): an estimate below the tile kernel's, not yet measured
 _DEPTHWISE_CL_BANDWIDTH = 2e12
