@@ -59,7 +59,7 @@ def test_block_owners_cuts_across_the_longest_axis():
 def client():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         with distributed.Client(cluster) as c:
             yield c
 
@@ -155,7 +155,7 @@ def test_three_workers_cut_two_axes_and_corners_cross(client):
     worker; every filter still equals the whole-array call, reading slabs only across workers."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         with distributed.Client(cluster, set_as_default=False) as three:
             x = cd.distribute(_generated((20, 18, 9), (5, 6, 9)), client=three)
             with three.as_current():  # (the module's two-worker client stays the default)
