@@ -134,7 +134,7 @@ def volume_rows(client, gpus: int, args) -> list[dict]:
         progress(f"{gpus} GPU(s) {problem.label}: cupyconv {row['cupyconv_GBps']:.1f} GB/s "
                  f"({row['halo']} halos; placing {placing:.2f} s), dask-image "
                  f"{row['dask-image_GBps']:.1f} GB/s, unplaced "
-                 f"{row.get('cupyconv_unplaced_GBps', float('nan')):.1f} GB/s, max rel {err:.1e}")
+                 f"{_rate(row.get('cupyconv_unplaced_GBps'))} GB/s, max rel {err:.1e}")
         rows.append(row)
     return rows
 

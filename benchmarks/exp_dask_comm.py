@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     from dask_cuda import LocalCUDACluster
 
     with LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", threads_per_worker=1,
-                          protocol=args.protocol, dashboard_address=None, silence_logs=40) as cluster, \
-            distributed.Client(cluster) as client:
+                          protocol=args.protocol, dashboard_address=None,
+                          silence_logs=40) as cluster, distributed.Client(cluster) as client:
         source, sink = sorted(client.scheduler_info()["workers"])
         for mb in (int(s) for s in args.sizes.split(",")):
             for _ in range(args.repeat):

@@ -308,10 +308,10 @@ def _block_plan(index: tuple, axes: list, chunks: tuple, remote):
         if off is not None and remote(which):
             j, side, src, _ = combo[off]
             size = chunks[off][j]
-            # the left neighbour gives its high end, the right one its low end
+            # the left neighbour gives its high end, the right one its low end: either way the
+            # piece is the whole slab along this axis
             thick = size - src.start if side < 0 else src.stop
-            if side < 0:
-                srcs[off] = slice(src.start - (size - thick), thick)
+            srcs[off] = slice(0, thick)
             slab = (off, side, thick)
         number = sources.setdefault((which, slab), len(sources))
         cuts.append((number, tuple(srcs), dsts))
@@ -423,21 +423,17 @@ def _client():
         return None
 
 
-def chunk_owners(x) -> dict | None:
-    """``{chunk index: worker address}`` of a dask array whose every chunk is held in the memory
-    of a ``distributed`` cluster (persisted), else None (chunks still to compute, or no
-    cluster).  For an array from :func:`distribute`, the placement it made; otherwise where the
-    scheduler says the chunks are, a chunk held by several workers (copies made when a task on
-    another worker read it, e.g. a ``compute`` gathering the array) counting as the one among
-    them holding the fewest chunks of ``x``: its home, where the copies came from."""
+def _held_futures(x) -> list | None:
+    """The futures of ``x``'s chunks, in key order, where a ``distributed`` client is the
+    default and ``x`` is persisted; else None.  A persisted array's own layer maps each of its
+    keys to a future: only that layer is read (walking a large unpersisted graph for futures
+    would cost every filter call)."""
     if _client() is None:
         return None
     from dask.core import flatten
     from dask.highlevelgraph import MaterializedLayer
     from distributed import Future
 
-    # a persisted array's own layer maps each of its keys to a future (only that layer is read:
-    # walking a large unpersisted graph for futures would cost every filter call)
     layer = x.dask.layers.get(x.name)
     if not isinstance(layer, MaterializedLayer):
         return None
@@ -445,9 +441,23 @@ def chunk_owners(x) -> dict | None:
     held = [layer.get(k) for k in keys]
     if not keys or not all(isinstance(f, Future) and f.key == k for f, k in zip(held, keys)):
         return None
-    where = (layer.annotations or {}).get("workers")
+    return held
+
+
+def chunk_owners(x) -> dict | None:
+    """``{chunk index: worker address}`` of a dask array whose every chunk is held in the memory
+    of a ``distributed`` cluster (persisted), else None (chunks still to compute, or no
+    cluster).  For an array from :func:`distribute`, the placement it made; otherwise where the
+    scheduler says the chunks are, a chunk held by several workers (copies made when a task on
+    another worker read it, e.g. a ``compute`` gathering the array) counting as the one among
+    them holding the fewest chunks of ``x``: its home, where the copies came from."""
+    held = _held_futures(x)
+    if held is None:
+        return None
+    where = (x.dask.layers[x.name].annotations or {}).get("workers")
     if isinstance(where, functools.partial) and where.func is _worker_of:  # distribute()'s
         return dict(where.args[0])
+    keys = [f.key for f in held]
     who = held[0].client.who_has(held)
     if not all(who.get(k) for k in keys):
         return None
@@ -498,7 +508,7 @@ def distribute(x, client=None):
     if not workers:
         raise ValueError("distribute: the cluster has no workers")
     owners = {index: workers[w] for index, w in block_owners(x.numblocks, len(workers)).items()}
-    if chunk_owners(x) is not None:
+    if _held_futures(x) is not None:
         # already in memory: annotations would not move it, so a no-copy layer does
         x = x.map_blocks(_same_chunk, dtype=x.dtype, meta=x._meta)
     where = {"workers": functools.partial(_worker_of, owners, x.ndim),
