@@ -4,7 +4,9 @@ the batched ResNet-50 convolutions, on 1, 2, ... GPUs (one worker per GPU).
 
     python3 benchmarks/bench_dask_cluster.py [--gpus 1,2] [--size 1024] [--chunk 256]
         [--ops gaussian_filter,correlate] [--images 65536] [--image-chunk 1024]
-        [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--protocol tcp] [--out DIR]
+        [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--protocol tcp] [--rmm-pool-size 8GB]
+        [--pinned]
+        [--out DIR]
 
 The problems are bench_dask.py's: a float32 ``--size``^3 volume generated chunk by chunk on the
 workers' GPUs and held there in one box of chunks per worker (``cupyconv.dask.distribute``),
@@ -14,14 +16,17 @@ cupyconv.dask on the volume persisted where the scheduler puts its chunks; ``--i
 float32 NCHW images in batch chunks of ``--image-chunk``, each ResNet-50 layer by
 cupyconv.dask.conv.  Each output chunk is reduced to one element on its worker, so results do not
 travel.  One cluster per GPU count: ``LocalCUDACluster(n_workers=n)`` on GPUs 0 .. n-1, one thread
-per worker, over ``--protocol`` (tcp; ucx needs distributed-ucxx).
+per worker, over ``--protocol`` (tcp; ucx needs distributed-ucxx), each worker's RMM with a pool
+of ``--rmm-pool-size``; ``--pinned``: cupyconv's graphs computed unoptimized (``optimize_graph=
+False``), which keeps their worker pins (:func:`cupyconv.dask.distribute`).
 
 Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat`` after one
 warm-up; for the convolutions minus the best time of the generation-only graph ("net"), the
 volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
-images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) /
-n.  Writes ``dask-cluster-<size>[-ucx]-<gpu>-<commit>.json`` and ``.md`` into ``--out``.  Needs
-dask[array], distributed, dask-cuda and dask-image: without them it says so and exits with 2.
+images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) / n.  Writes
+``dask-cluster-<size>[-<protocol>][-rmm-pool][-pinned]-<gpu>-<commit>.json`` and ``.md`` into
+``--out``.  Needs dask[array], distributed, dask-cuda and dask-image: without them it says so
+and exits with 2.
 """
 
 from __future__ import annotations
@@ -59,8 +64,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     # ucx (distributed-ucxx installed): GPU to GPU over NVLink / CUDA IPC; tcp stages every
     # transfer through host memory (0.25-0.85 GB/s between two H200 workers, exp_dask_comm.py)
-    parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"),
+    parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx", "ucxx"),
                         help="the cluster's comm (tcp)")
+    # the graph optimization, run on the scheduler, fuses tasks and so drops every layer
+    # annotation, cupyconv.dask's pins of placed tasks to their workers among them
+    parser.add_argument("--pinned", action="store_true",
+                        help="compute cupyconv's graphs unoptimized, so that the scheduler "
+                             "keeps their tasks on their chunks' workers")
+    parser.add_argument("--rmm-pool-size", default=None,
+                        help="each worker's RMM pool, e.g. 8GB (default none; see start_cluster)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     split_choices(parser, args, {"ops": OPS})
@@ -71,9 +83,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def start_cluster(gpus: int, protocol: str = "tcp"):
+def start_cluster(gpus: int, protocol: str = "tcp", rmm_pool_size: str | None = None):
     """(cluster, client): one dask_cuda worker process per GPU 0 .. gpus-1, talking ``protocol``;
-    the workers import cupyconv from this checkout (PYTHONPATH)."""
+    the workers import cupyconv from this checkout (PYTHONPATH).  ``rmm_pool_size`` (e.g.
+    "8GB"): each worker's RMM allocates from a pool of that size (UCX receives GPU buffers
+    through RMM, whose default cudaMalloc and cudaFree wait for the whole device; RMM's
+    cudaMallocAsync instead made UCX transfers about 10x slower, 2 x H200: notes/dask.md)."""
     import distributed
     from dask_cuda import LocalCUDACluster
 
@@ -81,17 +96,17 @@ def start_cluster(gpus: int, protocol: str = "tcp"):
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     cluster = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
                                threads_per_worker=1, protocol=protocol, dashboard_address=None,
-                               silence_logs=40)
+                               rmm_pool_size=rmm_pool_size, silence_logs=40)
     return cluster, distributed.Client(cluster)
 
 
-def best_seconds(client, lazy, repeat: int) -> float:
+def best_seconds(client, lazy, repeat: int, optimize_graph: bool = True) -> float:
     """Best wall seconds of computing ``lazy`` on the cluster over ``repeat`` runs after one
     warm-up (the first run compiles kernels on every worker)."""
     times = []
     for i in range(repeat + 1):
         t = time.perf_counter()
-        client.compute(lazy, sync=True)
+        client.compute(lazy, sync=True, optimize_graph=optimize_graph)
         if i:
             times.append(time.perf_counter() - t)
     return min(times)
@@ -119,7 +134,8 @@ def volume_rows(client, gpus: int, args) -> list[dict]:
         row = {"gpus": gpus, "problem": problem.label, "bytes": problem.nbytes,
                "placing_s": placing, "halo": cd.halo_transfer(volume), "err": err}
         for lib in LIBS:
-            seconds = best_seconds(client, discard(lazy[lib]), args.repeat)
+            seconds = best_seconds(client, discard(lazy[lib]), args.repeat,
+                                   optimize_graph=not (args.pinned and lib == "cupyconv"))
             row[f"{lib}_s"] = seconds
             row[f"{lib}_GBps"] = problem.nbytes / seconds / 1e9
         del lazy, volume
@@ -128,7 +144,7 @@ def volume_rows(client, gpus: int, args) -> list[dict]:
             distributed.wait(scattered)
             row["halo_unplaced"] = cd.halo_transfer(scattered)
             seconds = best_seconds(client, discard(graphs(problem, scattered)["cupyconv"]),
-                                   args.repeat)
+                                   args.repeat, optimize_graph=not args.pinned)
             row["cupyconv_unplaced_GBps"] = problem.nbytes / seconds / 1e9
             del scattered
         progress(f"{gpus} GPU(s) {problem.label}: cupyconv {row['cupyconv_GBps']:.1f} GB/s "
@@ -172,15 +188,20 @@ def _rate(gbps) -> str:
     return "-" if gbps is None else f"{gbps:.1f}"
 
 
+PINNED = "  cupyconv's graphs sent unoptimized: their tasks pinned to their chunks' workers."
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
              f"(commit {result['commit']})", "",
-             f"One worker per GPU (LocalCUDACluster, {s.get('protocol', 'tcp').upper()}, one "
+             f"One worker per GPU (LocalCUDACluster, {s.get('protocol', 'tcp').upper()}"
+             f"{', RMM pool ' + s['rmm_pool_size'] if s.get('rmm_pool_size') else ''}, one "
              f"thread each); best of "
              f"{s['repeat']} after a warm-up.  Volumes in memory, one box of chunks per worker "
              f"(cupyconv.dask.distribute); 'unplaced': cupyconv.dask on the volume persisted "
-             f"where the scheduler put its chunks.  Efficiency = rate on n GPUs / (n x rate on "
+             f"where the scheduler put its chunks.{PINNED if s.get('pinned') else ''}"
+             f"  Efficiency = rate on n GPUs / (n x rate on "
              f"1); target >= {TARGET:.0%} from 1 to 2 GPUs.", "",
              "| problem | GPUs | cupyconv GB/s | efficiency | halos | unplaced GB/s | "
              "dask-image GB/s | efficiency | ours / dask-image | max rel diff |",
@@ -222,7 +243,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     volume, convs = [], []
     for gpus in args.gpus:
-        cluster, client = start_cluster(gpus, args.protocol)
+        cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size)
         try:
             assert len(client.scheduler_info()["workers"]) == gpus
             progress(f"{gpus} GPU(s): halo transfer {cd.halo_transfer()}")
@@ -239,10 +260,13 @@ def main(argv=None) -> int:
               "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "settings": {"gpus": args.gpus, "size": args.size, "chunk": args.chunk,
                            "images": args.images, "image_chunk": args.image_chunk,
-                           "repeat": args.repeat, "protocol": args.protocol},
+                           "repeat": args.repeat, "protocol": args.protocol,
+                           "rmm_pool_size": args.rmm_pool_size,
+                           "pinned": args.pinned},
               "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
     text = markdown(result)
-    stem = f"dask-cluster-{args.size}" + ("-ucx" if args.protocol == "ucx" else "")
+    stem = (f"dask-cluster-{args.size}" + (f"-{args.protocol}" if args.protocol != "tcp" else "")
+            + ("-rmm-pool" if args.rmm_pool_size else "") + ("-pinned" if args.pinned else ""))
     path = write_results(result, args.out, results_stem(stem, facts["gpu"], result["commit"],
                                                         False), text)
     print(text)

@@ -476,6 +476,21 @@ def _worker_of(owners: dict, ndim: int, key):
     return None
 
 
+def _pinned(owners: dict, ndim: int) -> dict:
+    """Layer annotations that run each chunk-grid task ``(layer, *index)`` on the worker
+    ``owners[index]``, and no other.  Strict, because the scheduler's work stealing may move a
+    task with a mere preference, and then its whole chunk, to another worker (2 x H200: 9 of one
+    GPU's 32 filter tasks of 512^3 chunks ran on the other GPU, fetching 512 MB each;
+    notes/dask.md).  The price: a task pinned to a worker that leaves the cluster waits for it
+    (dask's "no-worker" state); distribute the array again on the workers that remain.
+    Being layer annotations, the pins reach the scheduler in graphs sent unoptimized
+    (``compute(..., optimize_graph=False)``, as :func:`distribute` persists): the optimization,
+    run on the scheduler, fuses tasks and drops every annotation.  The scheduler then puts each
+    task where most of its inputs' bytes are, which for a placed array's filters is the same
+    worker, but may steal tasks whose compute time is long against moving their inputs."""
+    return {"workers": functools.partial(_worker_of, owners, ndim), "allow_other_workers": False}
+
+
 def distribute(x, client=None):
     """``x`` computed into the memory of a ``distributed`` cluster with its chunk grid cut into
     one box of neighbouring chunks per worker (:func:`block_owners`; workers in address order),
@@ -485,9 +500,12 @@ def distribute(x, client=None):
     worker as it is (no copy) and from neighbours on other workers as slabs (only the halo moves):
     a one-worker-per-GPU cluster then moves only the slabs on the boxes' faces, where chunks
     persisted the scheduler's way interleave over the workers and nearly every halo crosses
-    between them.  Each task of ``x``'s graph whose key is a chunk of ``x``'s grid is asked to run
-    on that chunk's worker (so generating or loading layers run where their chunks stay; other
-    tasks run where the scheduler puts them); an ``x`` already held moves once, chunk by chunk.
+    between them.  Each task of ``x``'s graph whose key is a chunk of ``x``'s grid runs on that
+    chunk's worker (so generating or loading layers run where their chunks stay; other tasks run
+    where the scheduler puts them); an ``x`` already held moves once, chunk by chunk.  Those tasks
+    and the filters' tasks on the result are pinned to their workers (:func:`_pinned`; computed
+    with ``optimize_graph=False``, since the scheduler's fusion drops the pins): a worker that
+    leaves the cluster stalls them; distribute again on the workers that remain.
     A filter whose halo is thicker than some chunk merges chunks first (:func:`rechunk_for_depth`)
     and so works on a new, unplaced array: give placed arrays chunks at least that thick.
     ``client``: default the default client.  Returns when every chunk is in memory."""
@@ -511,8 +529,7 @@ def distribute(x, client=None):
     if _held_futures(x) is not None:
         # already in memory: annotations would not move it, so a no-copy layer does
         x = x.map_blocks(_same_chunk, dtype=x.dtype, meta=x._meta)
-    where = {"workers": functools.partial(_worker_of, owners, x.ndim),
-             "allow_other_workers": True}  # a preference: a lost worker stalls nothing
+    where = _pinned(owners, x.ndim)
     layers = {}
     for name, layer in x.dask.layers.items():
         layer = copy.copy(layer)
@@ -651,10 +668,8 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     for j, slab_keys in wanted.items():
         key = (export_name,) + j
         dsk[key] = Task(key, _export_slabs, TaskRef((x.name,) + j), tuple(sorted(slab_keys)))
-    placement = {}
-    if owners is not None:  # each task where its chunk lives, also where copies exist elsewhere
-        placement = {"workers": functools.partial(_worker_of, owners, x.ndim),
-                     "allow_other_workers": True}
+    # each task where its chunk lives, also where copies exist elsewhere
+    placement = _pinned(owners, x.ndim) if owners is not None else {}
     with dask.annotate(**placement):
         graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
     return Array(graph, name, out_chunks, meta=meta)

@@ -26,6 +26,9 @@ def test_options(bc):
     args = bc.parse_args(["--gpus", "1,2,4", "--layers", "res2 3x3 64", "--images", "0"])
     assert (args.gpus, args.layers, args.images) == ([1, 2, 4], ["res2 3x3 64"], 0)
     assert args.protocol == "tcp" and bc.parse_args(["--protocol", "ucx"]).protocol == "ucx"
+    assert (args.pinned, args.rmm_pool_size) == (False, None)
+    args = bc.parse_args(["--pinned", "--rmm-pool-size", "8GB"])
+    assert (args.pinned, args.rmm_pool_size) == (True, "8GB")
     for bad in (["--gpus", "0,2"], ["--gpus", ""], ["--ops", "sobel"], ["--layers", "vgg"],
                 ["--protocol", "nvlink"]):
         with pytest.raises(SystemExit):
@@ -49,7 +52,9 @@ def test_efficiency_and_report(bc):
               "settings": {"gpus": [1, 2], "repeat": 3, "images": 64, "image_chunk": 16},
               "volume_rows": volume, "conv_rows": convs}
     text = bc.markdown(result)
-    assert "H200 x 2 (commit abc1234)" in text
+    assert "H200 x 2 (commit abc1234)" in text and "unoptimized" not in text
+    result["settings"].update(pinned=True, rmm_pool_size="8GB", protocol="ucx")
+    assert "UCX, RMM pool 8GB" in bc.markdown(result) and "unoptimized" in bc.markdown(result)
     assert "| p | 2 | 180.0 | 90% | placed | 40.0 | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
     assert "| p | 1 | 100.0 | 100% | chunks | - | 33.3 | 100% | 3.00x | 1.0e-07 |" in text
     assert "| res2 3x3 64 | 2 | 1500 | 75% |" in text

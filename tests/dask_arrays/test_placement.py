@@ -170,3 +170,31 @@ def test_three_workers_cut_two_axes_and_corners_cross(client):
                         local = owners[dep[1:]] == owners[index]
                         assert local == (dep[0] == x.name), (index, dep)
                 np.testing.assert_array_equal(y.compute(), sn.correlate(a, w, mode="nearest"))
+
+
+
+def test_placed_filter_tasks_are_pinned_to_their_chunks_workers(client):
+    """The filter and export tasks on a placed array carry strict worker restrictions (the
+    scheduler may not move them, so work stealing cannot ship their chunks).  They are layer
+    annotations: they reach the scheduler in a graph sent unoptimized (low-level fusion, which
+    the scheduler runs on an optimized graph, drops every annotation; the scheduler then places
+    each task by its inputs' bytes)."""
+    distributed = pytest.importorskip("distributed")
+    x = cd.distribute(_generated((24, 15, 16), (6, 5, 8)))
+    owners = cd.chunk_owners(x)
+    y = cd.gaussian_filter(x, 1.3)
+    label, token = y.name.rsplit("-", 1)
+    names = (y.name, f"{label}-slabs-{token}")
+    held = client.persist(y, optimize_graph=False)
+    distributed.wait(held)
+
+    def restrictions(dask_scheduler, names=names):
+        return {ts.key: (sorted(ts.worker_restrictions or ()), ts.loose_restrictions)
+                for ts in dask_scheduler.tasks.values()
+                if isinstance(ts.key, tuple) and ts.key[0] in names}
+
+    seen = client.run_on_scheduler(restrictions)
+    assert {k[0] for k in seen} == set(names)  # filters and exports
+    for key, (workers, loose) in seen.items():
+        assert workers == [owners[tuple(key[1:])]] and not loose, key
+    np.testing.assert_array_equal(held.compute(), sn.gaussian_filter(x.compute(), 1.3))
