@@ -447,18 +447,23 @@ def _held_futures(x) -> list | None:
 def chunk_owners(x) -> dict | None:
     """``{chunk index: worker address}`` of a dask array whose every chunk is held in the memory
     of a ``distributed`` cluster (persisted), else None (chunks still to compute, or no
-    cluster).  For an array from :func:`distribute`, the placement it made; otherwise where the
-    scheduler says the chunks are, a chunk held by several workers (copies made when a task on
-    another worker read it, e.g. a ``compute`` gathering the array) counting as the one among
-    them holding the fewest chunks of ``x``: its home, where the copies came from."""
+    cluster).  For an array from :func:`distribute`, the placement it made while all its
+    workers are in the cluster; otherwise where the scheduler says the chunks are, a chunk held
+    by several workers (copies made when a task on another worker read it, e.g. a ``compute``
+    gathering the array) counting as the one among them holding the fewest chunks of ``x``: its
+    home, where the copies came from.  (Filters pin their tasks to these owners: a recorded
+    owner that has left would stall them, hence the check.)"""
     held = _held_futures(x)
     if held is None:
         return None
+    client = held[0].client
     where = (x.dask.layers[x.name].annotations or {}).get("workers")
     if isinstance(where, functools.partial) and where.func is _worker_of:  # distribute()'s
-        return dict(where.args[0])
+        recorded = dict(where.args[0])
+        if set(recorded.values()) <= set(client.scheduler_info()["workers"]):
+            return recorded
     keys = [f.key for f in held]
-    who = held[0].client.who_has(held)
+    who = client.who_has(held)
     if not all(who.get(k) for k in keys):
         return None
     counts: dict = {}
@@ -542,7 +547,8 @@ def distribute(x, client=None):
                    meta=x._meta)
     # no graph optimization: fusing layers would merge their annotations away
     held = client.persist(placed, optimize_graph=False)
-    distributed.wait(held)
+    with client.as_current():  # (wait asks the default client, which may be another one)
+        distributed.wait(held)
     # the placement travels with the array (chunk_owners reads it): where a task on another
     # worker later copies a chunk, who holds it no longer says where it lives
     held.dask.layers[held.name].annotations = where

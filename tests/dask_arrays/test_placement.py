@@ -198,3 +198,25 @@ def test_placed_filter_tasks_are_pinned_to_their_chunks_workers(client):
     for key, (workers, loose) in seen.items():
         assert workers == [owners[tuple(key[1:])]] and not loose, key
     np.testing.assert_array_equal(held.compute(), sn.gaussian_filter(x.compute(), 1.3))
+
+
+def test_a_placed_array_outlives_a_retired_worker():
+    """Once a worker of a distributed array retires (its chunks moved to the others), the
+    recorded placement is stale: chunk_owners reads where the chunks are instead, so filters pin
+    nothing to the missing worker and finish, equal to the whole-array call."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster, set_as_default=False) as two:
+            x = cd.distribute(_generated((16, 10, 8), (4, 5, 4)), client=two)
+            with two.as_current():
+                a = x.compute()
+                workers = sorted(two.scheduler_info()["workers"])
+                assert set(cd.chunk_owners(x).values()) == set(workers)
+                two.retire_workers(workers[1:])
+                assert sorted(two.scheduler_info()["workers"]) == workers[:1]
+                assert set(cd.chunk_owners(x).values()) == {workers[0]}
+                assert cd.halo_transfer(x) == "chunks"
+                y = cd.uniform_filter(x, 3)
+                got = two.compute(y, optimize_graph=False).result(timeout=60)
+                np.testing.assert_allclose(got, sn.uniform_filter(a, 3), rtol=1e-13, atol=1e-13)
