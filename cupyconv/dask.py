@@ -486,8 +486,9 @@ def _pinned(owners: dict, ndim: int) -> dict:
     ``owners[index]``, and no other.  Strict, because the scheduler's work stealing may move a
     task with a mere preference, and then its whole chunk, to another worker (2 x H200: 9 of one
     GPU's 32 filter tasks of 512^3 chunks ran on the other GPU, fetching 512 MB each;
-    notes/dask.md).  The price: a task pinned to a worker that leaves the cluster waits for it
-    (dask's "no-worker" state); distribute the array again on the workers that remain.
+    notes/dask.md).  The price: a task pinned to a worker that leaves the cluster during its
+    compute waits for it (dask's "no-worker" state); graphs built after it left pin to where
+    its chunks went (:func:`chunk_owners`).
     Being layer annotations, the pins reach the scheduler in graphs sent unoptimized
     (``compute(..., optimize_graph=False)``, as :func:`distribute` persists): the optimization,
     run on the scheduler, fuses tasks and drops every annotation.  The scheduler then puts each
@@ -510,7 +511,7 @@ def distribute(x, client=None):
     where the scheduler puts them); an ``x`` already held moves once, chunk by chunk.  Those tasks
     and the filters' tasks on the result are pinned to their workers (:func:`_pinned`; computed
     with ``optimize_graph=False``, since the scheduler's fusion drops the pins): a worker that
-    leaves the cluster stalls them; distribute again on the workers that remain.
+    leaves the cluster while they run stalls them.
     A filter whose halo is thicker than some chunk merges chunks first (:func:`rechunk_for_depth`)
     and so works on a new, unplaced array: give placed arrays chunks at least that thick.
     ``client``: default the default client.  Returns when every chunk is in memory."""
