@@ -147,12 +147,19 @@ def random_volume(size: int, chunk: int, xp):
                          meta=xp.empty((0, 0, 0), dtype=xp.float32))
 
 
-def discard(out):
+def discard(out, to_host: bool = False):
     """``out`` with each chunk reduced to a copy of its first element: computing it runs every
-    chunk and keeps none (a view would keep the whole chunk alive)."""
+    chunk and keeps none (a view would keep the whole chunk alive).  ``to_host``: the copy goes
+    to host memory (CuPy chunks), which waits for the chunk's kernels, so a task's compute time
+    then includes its GPU time."""
     first = (slice(0, 1),) * out.ndim
-    return out.map_blocks(lambda b: b[first].copy(),
-                          chunks=tuple((1,) * len(c) for c in out.chunks), dtype=out.dtype)
+    chunks = tuple((1,) * len(c) for c in out.chunks)
+    if to_host:
+        import numpy
+
+        return out.map_blocks(lambda b: b[first].get(), chunks=chunks, dtype=out.dtype,
+                              meta=numpy.empty((0,) * out.ndim, out.dtype))
+    return out.map_blocks(lambda b: b[first].copy(), chunks=chunks, dtype=out.dtype)
 
 
 def graphs(problem: Problem, volume):

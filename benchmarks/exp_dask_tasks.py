@@ -14,6 +14,7 @@ busy seconds (compute, transfer), its task counts by name prefix and (``--timeli
 
 import argparse
 import collections
+import functools
 import sys
 import time
 from pathlib import Path
@@ -21,16 +22,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dask import discard, graphs, problems, random_volume  # noqa: E402
 from bench_dask_cluster import start_cluster  # noqa: E402
-
-
-def synced_firsts(out):
-    """``out`` with each chunk reduced to its first element copied to the host: the copy waits
-    for the chunk's kernels, so a task's compute time includes its GPU time."""
-    import numpy
-
-    first = (slice(0, 1),) * out.ndim
-    return out.map_blocks(lambda b: b[first].get(), chunks=tuple((1,) * len(c) for c in out.chunks),
-                          dtype=out.dtype, meta=numpy.empty((0,) * out.ndim, out.dtype))
 
 
 def task_prefix(key) -> str:
@@ -116,7 +107,7 @@ def main(argv=None) -> int:
         cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size)
         with cluster, client:
             volume = cd.distribute(random_volume(problem.size, problem.chunk, cupy))
-            reduce = discard if args.unsynced else synced_firsts
+            reduce = functools.partial(discard, to_host=not args.unsynced)
             runs = {"filter": reduce(graphs(problem, volume)["cupyconv"])}
             if args.floor:
                 runs["floor (no filter)"] = reduce(volume)
