@@ -24,8 +24,8 @@ Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat``
 warm-up; for the convolutions minus the best time of the generation-only graph ("net"), the
 volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
 images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) / n.  Writes
-``dask-cluster-<size>[-<protocol>][-rmm-pool][-pinned]-<gpu>-<commit>.json`` and ``.md`` into
-``--out``.  Needs dask[array], distributed, dask-cuda and dask-image: without them it says so
+``dask-cluster-<size>-chunk<chunk>[-<protocol>][-rmm-pool][-pinned]-<gpu>-<commit>.json`` and
+``.md`` into ``--out``.  Needs dask[array], distributed, dask-cuda and dask-image: without them it says so
 and exits with 2.
 """
 
@@ -265,7 +265,8 @@ def main(argv=None) -> int:
                            "pinned": args.pinned},
               "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
     text = markdown(result)
-    stem = (f"dask-cluster-{args.size}" + (f"-{args.protocol}" if args.protocol != "tcp" else "")
+    stem = (f"dask-cluster-{args.size}-chunk{args.chunk}"
+            + (f"-{args.protocol}" if args.protocol != "tcp" else "")
             + ("-rmm-pool" if args.rmm_pool_size else "") + ("-pinned" if args.pinned else ""))
     path = write_results(result, args.out, results_stem(stem, facts["gpu"], result["commit"],
                                                         False), text)
