@@ -25,8 +25,8 @@ warm-up; for the convolutions minus the best time of the generation-only graph (
 volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
 images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) / n.  Writes
 ``dask-cluster-<size>-chunk<chunk>[-<protocol>][-rmm-pool][-pinned]-<gpu>-<commit>.json`` and
-``.md`` into ``--out``.  Needs dask[array], distributed, dask-cuda and dask-image: without them it says so
-and exits with 2.
+``.md`` into ``--out``.  Needs dask[array], distributed, dask-cuda and dask-image: without them
+it says so and exits with 2.
 """
 
 from __future__ import annotations
