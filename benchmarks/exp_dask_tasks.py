@@ -3,7 +3,7 @@ the seconds its tasks computed and received data, by task name, against the wall
 
     python3 benchmarks/exp_dask_tasks.py [--gpus 1,2] [--size 2048] [--chunk 512]
         [--op gaussian_filter] [--protocol ucx] [--rmm-pool-size 8GB] [--unsynced] [--no-fuse]
-        [--floor] [--timeline]
+        [--pinned] [--floor] [--timeline]
 
 Needs as many GPUs as the largest count, distributed and dask-cuda (and distributed-ucxx for
 ``--protocol ucx``).  Runs bench_dask_cluster.py's problem once to warm up, then once inside
@@ -92,6 +92,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-fuse", action="store_true",
                         help="compute with optimization.fuse.active False (keeps the graph's "
                              "layer annotations: placement, priorities)")
+    parser.add_argument("--pinned", action="store_true",
+                        help="compute unoptimized, as bench_dask_cluster.py --pinned: the "
+                             "filter tasks keep their pins to their chunks' workers")
     parser.add_argument("--floor", action="store_true",
                         help="also time the graph of the first step alone (no filter): the "
                              "scheduler's floor for a graph of one task per chunk")
@@ -112,17 +115,18 @@ def main(argv=None) -> int:
             if args.floor:
                 runs["floor (no filter)"] = reduce(volume)
             for label, lazy in runs.items():
-                client.compute(lazy, sync=True)
+                client.compute(lazy, sync=True, optimize_graph=not args.pinned)
                 fusion = {"optimization.fuse.active": False} if args.no_fuse else {}
                 with distributed.get_task_stream(client) as stream, dask.config.set(fusion):
                     t0 = time.time()
-                    future = client.compute(lazy)
+                    future = client.compute(lazy, optimize_graph=not args.pinned)
                     submitted = time.time() - t0
                     future.result()
                     wall = time.time() - t0
                 print(f"{gpus} GPU(s), {problem.label}, {label}, {args.protocol}, "
                       f"{'unsynced' if args.unsynced else 'synced'}, "
                       f"{'no fusion' if args.no_fuse else 'fused'}, "
+                      f"{'pinned, ' if args.pinned else ''}"
                       f"{'rmm pool, ' if args.rmm_pool_size else ''}"
                       f"halos {cd.halo_transfer(volume)}; the client sent the graph in "
                       f"{submitted * 1e3:.1f} ms:", flush=True)
