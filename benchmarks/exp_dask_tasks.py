@@ -2,8 +2,8 @@
 the seconds its tasks computed and received data, by task name, against the wall time.
 
     python3 benchmarks/exp_dask_tasks.py [--gpus 1,2] [--size 2048] [--chunk 512]
-        [--op gaussian_filter] [--protocol ucx] [--rmm-pool-size 8GB] [--unsynced] [--no-fuse]
-        [--pinned] [--floor] [--timeline]
+        [--op gaussian_filter] [--protocol ucx] [--rmm-pool-size 8GB] [--message-bytes-limit 1GB]
+        [--unsynced] [--no-fuse] [--pinned] [--floor] [--timeline]
 
 Needs as many GPUs as the largest count, distributed and dask-cuda (and distributed-ucxx for
 ``--protocol ucx``).  Runs bench_dask_cluster.py's problem once to warm up, then once inside
@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     parser.add_argument("--op", default="gaussian_filter")
     parser.add_argument("--protocol", default="tcp")
     parser.add_argument("--rmm-pool-size", default=None, help="see bench_dask_cluster.py")
+    parser.add_argument("--message-bytes-limit", default=None, help="see bench_dask_cluster.py")
     parser.add_argument("--timeline", action="store_true", help="print each worker's tasks")
     parser.add_argument("--unsynced", action="store_true",
                         help="reduce chunks on the GPU as bench_dask_cluster.py does (a task's "
@@ -107,7 +108,8 @@ def main(argv=None) -> int:
 
     (problem,) = problems((args.op,), args.size, args.chunk)
     for gpus in (int(g) for g in args.gpus.split(",")):
-        cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size)
+        cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size,
+                                        args.message_bytes_limit)
         with cluster, client:
             volume = cd.distribute(random_volume(problem.size, problem.chunk, cupy))
             reduce = functools.partial(discard, to_host=not args.unsynced)
@@ -128,6 +130,8 @@ def main(argv=None) -> int:
                       f"{'no fusion' if args.no_fuse else 'fused'}, "
                       f"{'pinned, ' if args.pinned else ''}"
                       f"{'rmm pool, ' if args.rmm_pool_size else ''}"
+                      + (f"messages up to {args.message_bytes_limit}, "
+                         if args.message_bytes_limit else "") +
                       f"halos {cd.halo_transfer(volume)}; the client sent the graph in "
                       f"{submitted * 1e3:.1f} ms:", flush=True)
                 report(stream.data, t0, wall, args.timeline)

@@ -333,6 +333,20 @@ def _export_slabs(chunk, wanted):
     return out
 
 
+def _export_bundle(wanted, *chunks):
+    """``{(chunk index, slab key): slab}``: :func:`_export_slabs` of each of ``chunks`` for its
+    ``(chunk index, slab keys)`` in ``wanted`` (same order), as one task's result, so that
+    everything one worker reads from another crosses in one message (a worker fetches from a
+    peer one message at a time, each of at most ``distributed.worker.transfer.message-bytes-
+    limit``, 50 MB by default, the first one excepted: with an export per chunk, the slabs of
+    large chunks crossed in one round trip each; notes/dask.md, "Session 26")."""
+    out = {}
+    for (index, slabs), chunk in zip(wanted, chunks):
+        for slab, piece in _export_slabs(chunk, slabs).items():
+            out[(index, slab)] = piece
+    return out
+
+
 def assemble_halo(pieces, cuts, shape):
     """A chunk with its halo in one new array of ``shape``: ``cuts`` holds, per piece, ``(number
     of the input in pieces, source slices, destination slices)``.  The array type is the
@@ -376,7 +390,8 @@ def _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs):
 def _sourced_halo_task(block_fn, cuts, shape, interior, picks, *inputs, **kwargs):
     """:func:`_halo_task` with some pieces from neighbours' slab exports: ``picks`` names, per
     source of the plan (:func:`_block_plan`), its input (by position in ``inputs``) and, for an
-    export, the slab's key in it (None: the input is a whole chunk)."""
+    export, the slab's key in it (:func:`_export_slabs` or :func:`_export_bundle`; None: the
+    input is a whole chunk)."""
     pieces = [inputs[i] if slab is None else inputs[i][slab] for i, slab in picks]
     return _halo_task(block_fn, cuts, shape, interior, *pieces, **kwargs)
 
@@ -473,15 +488,18 @@ def chunk_owners(x) -> dict | None:
     return {tuple(k[1:]): min(who[k], key=lambda w: (counts[w], w)) for k in keys}
 
 
-def _worker_of(owners: dict, ndim: int, key):
+def _worker_of(owners: dict, ndim: int, key, others=None):
     """The worker restriction (a list of one address) of a task key ``(layer, *chunk index)``
-    whose index is in ``owners``, else None (no restriction): a layer annotation."""
+    whose index is in ``owners``, or of a key in ``others`` (key -> address), else None (no
+    restriction): a layer annotation."""
+    if others and key in others:
+        return [others[key]]
     if isinstance(key, tuple) and len(key) == ndim + 1 and key[1:] in owners:
         return [owners[key[1:]]]
     return None
 
 
-def _pinned(owners: dict, ndim: int) -> dict:
+def _pinned(owners: dict, ndim: int, others=None) -> dict:
     """Layer annotations that run each chunk-grid task ``(layer, *index)`` on the worker
     ``owners[index]``, and no other.  Strict, because the scheduler's work stealing may move a
     task with a mere preference, and then its whole chunk, to another worker (2 x H200: 9 of one
@@ -493,8 +511,10 @@ def _pinned(owners: dict, ndim: int) -> dict:
     (``compute(..., optimize_graph=False)``, as :func:`distribute` persists): the optimization,
     run on the scheduler, fuses tasks and drops every annotation.  The scheduler then puts each
     task where most of its inputs' bytes are, which for a placed array's filters is the same
-    worker, but may steal tasks whose compute time is long against moving their inputs."""
-    return {"workers": functools.partial(_worker_of, owners, ndim), "allow_other_workers": False}
+    worker, but may steal tasks whose compute time is long against moving their inputs.
+    ``others``: more keys (not chunk-grid ones) -> the worker each runs on."""
+    return {"workers": functools.partial(_worker_of, owners, ndim, others=others),
+            "allow_other_workers": False}
 
 
 def distribute(x, client=None):
@@ -566,7 +586,8 @@ def halo_transfer(x=None) -> str:
     "slabs" (each chunk also exports its face slabs in one more task, and a filter task reads
     those: a distributed scheduler then moves slabs between workers instead of whole chunks) or,
     for an ``x`` whose chunks a cluster holds (:func:`chunk_owners`) on two or more workers,
-    "placed": whole chunks from neighbours on the task's worker, slabs from the others.
+    "placed": whole chunks from neighbours on the task's worker, slabs from the others (all
+    that one worker reads from another exported in one task, to cross in one message).
     The dask config key ``cupyconv.halo-transfer`` ("auto", "chunks", "slabs"); "auto" (the
     default): "placed" where that holds, else "slabs" while a ``distributed`` client with two or
     more workers is the default scheduler when the graph is built, else "chunks" (a one-worker
@@ -619,10 +640,11 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     off each result (see :func:`_halo_task`); ``trim=False`` keeps
     ``block_fn``'s whole result, whose chunks are ``out_chunks`` (default: the input's).  The
     halo comes from the neighbours' chunks or, on a cluster, their slabs (:func:`halo_transfer`:
-    then one export task more per chunk that a task on another worker reads).  ``kwargs`` pass
-    to ``block_fn``; dask collections among them (e.g. :func:`_shared` weights) are computed
-    once and passed by key.  The layer's name is a token of the input, the function, the halo,
-    the arguments and the halo sources: equal calls give equal graphs."""
+    then one export task more per chunk that a task on another worker reads or, "placed", per
+    pair of workers: all the slabs one worker reads from another, in one message).  ``kwargs``
+    pass to ``block_fn``; dask collections among them (e.g. :func:`_shared` weights) are
+    computed once and passed by key.  The layer's name is a token of the input, the function,
+    the halo, the arguments and the halo sources: equal calls give equal graphs."""
     import dask
     from dask._task_spec import Task, TaskRef
     from dask.array import Array
@@ -648,7 +670,9 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
     axes = [_axis_pieces(x.chunks[ax], reach_t[ax], boundary_t[ax], edge_mode=trim)
             for ax in range(x.ndim)]
     export_name = f"{label}-slabs-{token}"
-    wanted: dict = {}  # chunk index -> the (axis, side, thickness) slabs read from it
+    # placed: one export per pair of workers (_export_bundle); else one per chunk read
+    workers = sorted(set(owners.values())) if transfer == "placed" else []
+    wanted: dict = {}  # export key -> {chunk index: the (axis, side, thickness) slabs read}
     dsk = {}
     for index in itertools.product(*(range(len(c)) for c in x.chunks)):
         remote = functools.partial(_slab_from, transfer, owners, (owners or {}).get(index))
@@ -664,19 +688,32 @@ def _halo_map(x, reach: dict, boundary: dict, block_fn, dtype, meta, out_chunks=
         inputs: dict = {}  # task key read -> its position among this task's inputs
         picks = []
         for which, slab in sources:
+            pick = slab
             if slab is None:
                 ref = (x.name,) + which
+            elif workers:  # (string parts: never taken for a chunk index by _worker_of)
+                ref = (export_name, "from", workers.index(owners[which]),
+                       "to", workers.index(owners[index]))
+                pick = (which, slab)
             else:
-                wanted.setdefault(which, set()).add(slab)
                 ref = (export_name,) + which
-            picks.append((inputs.setdefault(ref, len(inputs)), slab))
+            if slab is not None:
+                wanted.setdefault(ref, {}).setdefault(which, set()).add(slab)
+            picks.append((inputs.setdefault(ref, len(inputs)), pick))
         dsk[key] = Task(key, _sourced_halo_task, block_fn, cuts, shape, interior, tuple(picks),
                         *(TaskRef(ref) for ref in inputs), **kwarg_refs)
-    for j, slab_keys in wanted.items():
-        key = (export_name,) + j
-        dsk[key] = Task(key, _export_slabs, TaskRef((x.name,) + j), tuple(sorted(slab_keys)))
+    exporters = {}  # bundle key -> the worker whose chunks it exports
+    for key, per_chunk in wanted.items():
+        items = tuple((j, tuple(sorted(slabs))) for j, slabs in sorted(per_chunk.items()))
+        if workers:
+            dsk[key] = Task(key, _export_bundle, items,
+                            *(TaskRef((x.name,) + j) for j, _ in items))
+            exporters[key] = workers[key[2]]
+        else:
+            ((j, slab_keys),) = items
+            dsk[key] = Task(key, _export_slabs, TaskRef((x.name,) + j), slab_keys)
     # each task where its chunk lives, also where copies exist elsewhere
-    placement = _pinned(owners, x.ndim) if owners is not None else {}
+    placement = _pinned(owners, x.ndim, exporters) if owners is not None else {}
     with dask.annotate(**placement):
         graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *collections])
     return Array(graph, name, out_chunks, meta=meta)

@@ -103,10 +103,19 @@ def _filters(w):
             "uniform mirror": lambda x: cd.uniform_filter(x, 3, mode="mirror")}
 
 
+def _bundle_ends(key, owners) -> tuple:
+    """(from worker, to worker) of a placed filter's slab export key ``(name, "from", i, "to",
+    j)``, i and j numbering the sorted workers that own chunks."""
+    assert key[1] == "from" and key[3] == "to" and len(key) == 5, key
+    workers = sorted(set(owners.values()))
+    return workers[key[2]], workers[key[4]]
+
+
 def test_filters_on_placed_chunks_move_only_slabs_between_workers(client):
     """On an array placed in boxes, a filter task reads whole chunks of its own worker and slabs
-    of the other's: only chunks on the face between the boxes export slabs (and, with wrap, the
-    faces that wrap around), and results are bit-identical to the whole-array call."""
+    of the other's, all the slabs from one worker in one export task: only chunks on the face
+    between the boxes export slabs (and, with wrap, the faces that wrap around), and results are
+    bit-identical to the whole-array call."""
     x = cd.distribute(_generated((24, 15, 16), (6, 5, 8)))  # no chunk thinner than a halo
     a = x.compute()
     owners = cd.chunk_owners(x)
@@ -119,13 +128,20 @@ def test_filters_on_placed_chunks_move_only_slabs_between_workers(client):
     for label, make in _filters(w).items():
         y = make(x)
         layer = dict(y.dask.layers[y.name])
-        exporters = {k[1:] for k in layer if k[0] != y.name}
-        assert exporters, label
+        exports = {k: t for k, t in layer.items() if k[0] != y.name}
+        assert len(exports) == 2, label  # one each way
+        exporters = set()
+        for key, task in exports.items():
+            src, dst = _bundle_ends(key, owners)
+            assert src != dst, label
+            chunks = {d[1:] for d in task.dependencies}
+            assert all(owners[j] == src for j in chunks), label
+            exporters |= chunks
         for index, task in ((k[1:], t) for k, t in layer.items() if k[0] == y.name):
             chunk_deps = {d[1:] for d in task.dependencies if d[0] == x.name}
-            export_deps = {d[1:] for d in task.dependencies if d[0] != x.name}
+            export_deps = [d for d in task.dependencies if d[0] != x.name]
             assert all(owners[j] == owners[index] for j in chunk_deps), label
-            assert all(owners[j] != owners[index] for j in export_deps), label
+            assert all(_bundle_ends(d, owners)[1] == owners[index] for d in export_deps), label
         if label != "correlate wrap":  # no wrap: only the two box faces export
             assert {j[0] for j in exporters} == {1, 2}, label
         got = y.compute()
@@ -167,8 +183,11 @@ def test_three_workers_cut_two_axes_and_corners_cross(client):
                 layer = dict(y.dask.layers[y.name])
                 for index, task in ((k[1:], t) for k, t in layer.items() if k[0] == y.name):
                     for dep in task.dependencies:
-                        local = owners[dep[1:]] == owners[index]
-                        assert local == (dep[0] == x.name), (index, dep)
+                        if dep[0] == x.name:
+                            assert owners[dep[1:]] == owners[index], (index, dep)
+                        else:
+                            src, dst = _bundle_ends(dep, owners)
+                            assert dst == owners[index] != src, (index, dep)
                 np.testing.assert_array_equal(y.compute(), sn.correlate(a, w, mode="nearest"))
 
 
@@ -196,7 +215,8 @@ def test_placed_filter_tasks_are_pinned_to_their_chunks_workers(client):
     seen = client.run_on_scheduler(restrictions)
     assert {k[0] for k in seen} == set(names)  # filters and exports
     for key, (workers, loose) in seen.items():
-        assert workers == [owners[tuple(key[1:])]] and not loose, key
+        home = owners[tuple(key[1:])] if key[0] == y.name else _bundle_ends(key, owners)[0]
+        assert workers == [home] and not loose, key
     np.testing.assert_array_equal(held.compute(), sn.gaussian_filter(x.compute(), 1.3))
 
 
