@@ -2,24 +2,29 @@
 the halo slabs that cupyconv.dask's filters exchange between GPUs.
 
     python3 benchmarks/exp_dask_comm.py [--protocol tcp] [--sizes 8,64,256] [--repeat 3]
+        [--pieces 1,4] [--rmm-pool-size 16GB]
 
 Needs two GPUs, distributed and dask-cuda (and distributed-ucxx for ``--protocol ucx``).
-Prints, per size in MB, the wall time of a task on worker 1 that reads an array made on worker
-0 (``--repeat`` times; the first includes connecting).
+Prints, per size in MB and number of pieces, the wall time of a task on worker 1 that reads an
+array made on worker 0, or a dict of that many arrays of the size in all (as cupyconv.dask's
+slab exports are), ``--repeat`` times (the first includes connecting); each worker's RMM with a
+pool of ``--rmm-pool-size``.
 """
 
 import argparse
 import time
 
 
-def make(n):
+def make(n, pieces=1):
     import cupy
 
-    return cupy.ones(n, dtype=cupy.float32)
+    if pieces == 1:
+        return cupy.ones(n, dtype=cupy.float32)
+    return {(k, 0): cupy.ones(n // pieces, dtype=cupy.float32) for k in range(pieces)}
 
 
 def touch(a):
-    return float(a[:1].sum())
+    return float(sum(v[:1].sum() for v in a.values()) if isinstance(a, dict) else a[:1].sum())
 
 
 def main(argv=None) -> int:
@@ -27,23 +32,30 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="8,64,256", help="array sizes in MB")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--protocol", default="tcp", help="the cluster's comm: tcp or ucx")
+    parser.add_argument("--pieces", default="1", help="arrays per transfer, e.g. 1,4")
+    parser.add_argument("--rmm-pool-size", default=None, help="each worker's RMM pool")
     args = parser.parse_args(argv)
     import distributed
     from dask_cuda import LocalCUDACluster
 
     with LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", threads_per_worker=1,
                           protocol=args.protocol, dashboard_address=None,
+                          rmm_pool_size=args.rmm_pool_size,
                           silence_logs=40) as cluster, distributed.Client(cluster) as client:
         source, sink = sorted(client.scheduler_info()["workers"])
+        pool = f", RMM pool {args.rmm_pool_size}" if args.rmm_pool_size else ""
         for mb in (int(s) for s in args.sizes.split(",")):
-            for _ in range(args.repeat):
-                made = client.submit(make, mb * 2**20 // 4, workers=[source], pure=False)
-                distributed.wait(made)
-                t = time.perf_counter()
-                client.submit(touch, made, workers=[sink], pure=False).result()
-                dt = time.perf_counter() - t
-                print(f"{mb} MB worker 0 -> worker 1 over {args.protocol}: {dt * 1e3:.1f} ms, "
-                      f"{mb / 1024 / dt:.2f} GB/s", flush=True)
+            for pieces in (int(p) for p in args.pieces.split(",")):
+                for _ in range(args.repeat):
+                    made = client.submit(make, mb * 2**20 // 4, pieces, workers=[source],
+                                         pure=False)
+                    distributed.wait(made)
+                    t = time.perf_counter()
+                    client.submit(touch, made, workers=[sink], pure=False).result()
+                    dt = time.perf_counter() - t
+                    print(f"{mb} MB in {pieces} piece(s) worker 0 -> worker 1 over "
+                          f"{args.protocol}{pool}: {dt * 1e3:.1f} ms, {mb / 1024 / dt:.2f} GB/s",
+                          flush=True)
     return 0
 
 
