@@ -5,7 +5,7 @@ the batched ResNet-50 convolutions, on 1, 2, ... GPUs (one worker per GPU).
     python3 benchmarks/bench_dask_cluster.py [--gpus 1,2] [--size 1024] [--chunk 256]
         [--ops gaussian_filter,correlate] [--images 65536] [--image-chunk 1024]
         [--layers "res2 3x3 64,res3 3x3 128"] [--repeat 3] [--protocol tcp] [--rmm-pool-size 8GB]
-        [--pinned] [--message-bytes-limit 1GB]
+        [--rmm-for-cupy] [--pinned] [--message-bytes-limit 1GB]
         [--out DIR]
 
 The problems are bench_dask.py's: a float32 ``--size``^3 volume generated chunk by chunk on the
@@ -24,7 +24,7 @@ Timing: wall time of ``client.compute`` of the whole graph, best of ``--repeat``
 warm-up; for the convolutions minus the best time of the generation-only graph ("net"), the
 volumes being in memory before.  GB/s = (input read + output written) / time; images/s =
 images / net.  Scaling efficiency of n GPUs = (rate on n / rate on 1) / n.  Writes
-``dask-cluster-<size>-chunk<chunk>[-<protocol>][-rmm-pool][-pinned][-msg<limit>]-<gpu>-
+``dask-cluster-<size>-chunk<chunk>[-<protocol>][-rmm-pool][-cupy][-pinned][-msg<limit>]-<gpu>-
 <commit>.json`` and ``.md`` into ``--out``.  Needs dask[array], distributed, dask-cuda and
 dask-image: without them it says so and exits with 2.
 """
@@ -76,6 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--message-bytes-limit", default=None,
                         help="the workers' largest message of fetched keys, e.g. 1GB "
                              "(default: distributed's, 50MB; see start_cluster)")
+    parser.add_argument("--rmm-for-cupy", action="store_true",
+                        help="CuPy allocates through the workers' RMM (see start_cluster)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     split_choices(parser, args, {"ops": OPS})
@@ -87,7 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_cluster(gpus: int, protocol: str = "tcp", rmm_pool_size: str | None = None,
-                  message_bytes_limit: str | None = None):
+                  message_bytes_limit: str | None = None, rmm_for_cupy: bool = False):
     """(cluster, client): one dask_cuda worker process per GPU 0 .. gpus-1, talking ``protocol``;
     the workers import cupyconv from this checkout (PYTHONPATH).  ``rmm_pool_size`` (e.g.
     "8GB"): each worker's RMM allocates from a pool of that size (UCX receives GPU buffers
@@ -96,7 +98,11 @@ def start_cluster(gpus: int, protocol: str = "tcp", rmm_pool_size: str | None = 
     ``message_bytes_limit`` (e.g. "1GB"): the workers' ``distributed.worker.transfer.
     message-bytes-limit`` (default 50MB): a worker fetches from one peer one message at a time,
     and a message holds keys up to that many bytes, so halo slabs of large chunks otherwise
-    cross in one round trip per export (notes/dask.md, "Session 26")."""
+    cross in one round trip per export (notes/dask.md, "Session 26").  ``rmm_for_cupy``: CuPy
+    allocates through the workers' RMM (dask_cuda's ``rmm_allocator_external_lib_list``), so
+    arrays sent over UCX lie in the few allocations of RMM's pool: CUDA IPC maps each
+    allocation a transfer reads from once, and CuPy's own pool carves arrays out of ever other
+    allocations."""
     import dask
     import distributed
     from dask_cuda import LocalCUDACluster
@@ -110,7 +116,8 @@ def start_cluster(gpus: int, protocol: str = "tcp", rmm_pool_size: str | None = 
                                    CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
                                    threads_per_worker=1, protocol=protocol,
                                    dashboard_address=None, rmm_pool_size=rmm_pool_size,
-                                   silence_logs=40)
+                                   rmm_allocator_external_lib_list=["cupy"] if rmm_for_cupy
+                                   else None, silence_logs=40)
     return cluster, distributed.Client(cluster)
 
 
@@ -211,6 +218,7 @@ def markdown(result: dict) -> str:
              f"(commit {result['commit']})", "",
              f"One worker per GPU (LocalCUDACluster, {s.get('protocol', 'tcp').upper()}"
              f"{', RMM pool ' + s['rmm_pool_size'] if s.get('rmm_pool_size') else ''}"
+             + (", CuPy on RMM" if s.get("rmm_for_cupy") else "")
              + (f", messages up to {s['message_bytes_limit']}"
                 if s.get("message_bytes_limit") else "") + ", one "
              f"thread each); best of "
@@ -260,7 +268,7 @@ def main(argv=None) -> int:
     volume, convs = [], []
     for gpus in args.gpus:
         cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size,
-                                        args.message_bytes_limit)
+                                        args.message_bytes_limit, args.rmm_for_cupy)
         try:
             assert len(client.scheduler_info()["workers"]) == gpus
             progress(f"{gpus} GPU(s): halo transfer {cd.halo_transfer()}")
@@ -280,12 +288,14 @@ def main(argv=None) -> int:
                            "repeat": args.repeat, "protocol": args.protocol,
                            "rmm_pool_size": args.rmm_pool_size,
                            "message_bytes_limit": args.message_bytes_limit,
+                           "rmm_for_cupy": args.rmm_for_cupy,
                            "pinned": args.pinned},
               "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
     text = markdown(result)
     stem = (f"dask-cluster-{args.size}-chunk{args.chunk}"
             + (f"-{args.protocol}" if args.protocol != "tcp" else "")
-            + ("-rmm-pool" if args.rmm_pool_size else "") + ("-pinned" if args.pinned else "")
+            + ("-rmm-pool" if args.rmm_pool_size else "") + ("-cupy" if args.rmm_for_cupy else "")
+            + ("-pinned" if args.pinned else "")
             + (f"-msg{args.message_bytes_limit}" if args.message_bytes_limit else ""))
     path = write_results(result, args.out, results_stem(stem, facts["gpu"], result["commit"],
                                                         False), text)

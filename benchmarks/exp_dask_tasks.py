@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", default="tcp")
     parser.add_argument("--rmm-pool-size", default=None, help="see bench_dask_cluster.py")
     parser.add_argument("--message-bytes-limit", default=None, help="see bench_dask_cluster.py")
+    parser.add_argument("--rmm-for-cupy", action="store_true", help="see bench_dask_cluster.py")
     parser.add_argument("--timeline", action="store_true", help="print each worker's tasks")
     parser.add_argument("--unsynced", action="store_true",
                         help="reduce chunks on the GPU as bench_dask_cluster.py does (a task's "
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
     (problem,) = problems((args.op,), args.size, args.chunk)
     for gpus in (int(g) for g in args.gpus.split(",")):
         cluster, client = start_cluster(gpus, args.protocol, args.rmm_pool_size,
-                                        args.message_bytes_limit)
+                                        args.message_bytes_limit, args.rmm_for_cupy)
         with cluster, client:
             volume = cd.distribute(random_volume(problem.size, problem.chunk, cupy))
             reduce = functools.partial(discard, to_host=not args.unsynced)
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
                       f"{'no fusion' if args.no_fuse else 'fused'}, "
                       f"{'pinned, ' if args.pinned else ''}"
                       f"{'rmm pool, ' if args.rmm_pool_size else ''}"
+                      f"{'cupy on rmm, ' if args.rmm_for_cupy else ''}"
                       + (f"messages up to {args.message_bytes_limit}, "
                          if args.message_bytes_limit else "") +
                       f"halos {cd.halo_transfer(volume)}; the client sent the graph in "
