@@ -534,6 +534,10 @@ def distribute(x, client=None):
     leaves the cluster while they run stalls them.
     A filter whose halo is thicker than some chunk merges chunks first (:func:`rechunk_for_depth`)
     and so works on a new, unplaced array: give placed arrays chunks at least that thick.
+    On GPUs linked by NVLink, give the cluster UCX and CuPy an RMM pool
+    (``LocalCUDACluster(protocol="ucx", rmm_pool_size=..., rmm_allocator_external_lib_list=
+    ["cupy"])``): 2 x H200, a filter's 134 MB of slabs crossed in 65 ms from CuPy's own pool,
+    in 3.4 ms from RMM's (most likely CUDA IPC mapping each new allocation a transfer reads).
     ``client``: default the default client.  Returns when every chunk is in memory."""
     import copy
 
