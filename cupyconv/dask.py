@@ -335,11 +335,13 @@ def _export_slabs(chunk, wanted):
 
 def _export_bundle(wanted, *chunks):
     """``{(chunk index, slab key): slab}``: :func:`_export_slabs` of each of ``chunks`` for its
-    ``(chunk index, slab keys)`` in ``wanted`` (same order), as one task's result, so that
-    everything one worker reads from another crosses in one message (a worker fetches from a
-    peer one message at a time, each of at most ``distributed.worker.transfer.message-bytes-
-    limit``, 50 MB by default, the first one excepted: with an export per chunk, the slabs of
-    large chunks crossed in one round trip each; notes/dask.md, "Session 26")."""
+    ``(chunk index, slab keys)`` in ``wanted`` (same order), as one task's result: everything
+    one worker reads from another is one task for the scheduler (~1 ms of its time each) and
+    crosses in one message, where an export per boundary chunk made as many (a worker fetches
+    from a peer one message at a time, each of at most ``distributed.worker.transfer.
+    message-bytes-limit``, 50 MB by default).  (Measured on 2 x H200: no gain beyond the noise;
+    what made the slabs slow was CuPy's allocator, see :func:`distribute`; notes/dask.md,
+    "Session 26".)"""
     out = {}
     for (index, slabs), chunk in zip(wanted, chunks):
         for slab, piece in _export_slabs(chunk, slabs).items():
