@@ -688,10 +688,9 @@ def test_edge_chunk_takes_the_halo_its_mode_reflects():
 
 def test_no_halo_block_is_the_chunk_and_wide_halos_are_trimmed_by_copy():
     chunk = np.arange(12.0).reshape(3, 4)
-    assert cd.assemble_halo([chunk], ((0, (slice(0, 3), slice(0, 4)),
-                                       (slice(0, 3), slice(0, 4))),), (3, 4)) is chunk
+    assert cd.assemble_halo([chunk], ((0, ((0, 3), (0, 4)), ((0, 3), (0, 4))),), (3, 4)) is chunk
     padded = np.arange(30.0).reshape(5, 6)
-    cuts = ((0, (slice(0, 5), slice(0, 6)), (slice(0, 5), slice(0, 6))),)
+    cuts = ((0, ((0, 5), (0, 6)), ((0, 5), (0, 6))),)
     # the halo doubles the block (30 of 12 elements): copied, so it does not pin the block
     got = cd._halo_task(lambda b: b * 2, cuts, (5, 6), (slice(1, 4), slice(2, 6)), padded[:, :6])
     np.testing.assert_array_equal(got, 2 * padded[1:4, 2:6])
@@ -700,7 +699,7 @@ def test_no_halo_block_is_the_chunk_and_wide_halos_are_trimmed_by_copy():
     assert untrimmed.shape == (5, 6)
     # a thin halo (20 x 20 around 18 x 20: 1.11x) stays a view of the block's result
     big = np.arange(400.0).reshape(20, 20)
-    cuts = ((0, (slice(0, 20), slice(0, 20)), (slice(0, 20), slice(0, 20))),)
+    cuts = ((0, ((0, 20), (0, 20)), ((0, 20), (0, 20))),)
     view = cd._halo_task(lambda b: b * 2, cuts, (20, 20), (slice(1, 19), slice(0, 20)), big)
     np.testing.assert_array_equal(view, 2 * big[1:19])
     assert view.base is not None and view.base.shape == (20, 20)
