@@ -145,10 +145,13 @@ def geometry(layer: Layer, dtype: str, layout: str, batch: int = BATCH) -> ConvG
 
 
 def pass_metrics(ours_ms: float, peer_ms: float, nbytes: int, copy_rate: float) -> dict:
-    """Times, peer / ours, and our rate in GB/s and as a fraction of the copy rate (bytes/s)."""
+    """Times, peer / ours, our rate in GB/s and as a fraction of the copy rate (bytes/s), and
+    the ceiling of peer / ours: the peer's time over that of a kernel moving the pass's bytes
+    at the copy rate (a memory-bound pass, its operands rotated past the L2, gets no faster)."""
     rate = nbytes / (ours_ms * 1e-3)
     return {"ours_ms": ours_ms, "peer_ms": peer_ms, "ratio": measure.ratio(peer_ms, ours_ms),
-            "GBps": rate / 1e9, "frac_copy": rate / copy_rate}
+            "GBps": rate / 1e9, "frac_copy": rate / copy_rate,
+            "ceiling": measure.ratio(peer_ms, nbytes / copy_rate * 1e3)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -277,9 +280,11 @@ def row_line(row: dict) -> str:
 # --------------------------------------------------------------------------- summary, report
 def summary(rows, targets=TARGETS) -> list[dict]:
     """One line per (family, dtype, layout, pass) present in ``rows``: peer / ours over the
-    layers (geometric mean, minimum and its layer, the ratio of use-weighted total times), our
-    fraction of the copy rate on the layers larger than L2 (geometric mean, minimum), the
-    mismatches; on the target lines ``target``: {bar: met?} (None where no layer gives it)."""
+    layers (geometric mean, minimum and its layer, the ratio of use-weighted total times), the
+    geometric mean of its copy-rate ceilings (:func:`pass_metrics`; None for results that
+    predate them), our fraction of the copy rate on the layers larger than L2 (geometric mean,
+    minimum), the mismatches; on the target lines ``target``: {bar: met?} (None where no layer
+    gives it)."""
     out = []
     for family, combos in COMBOS.items():
         for dtype, layout in combos:
@@ -299,6 +304,7 @@ def summary(rows, targets=TARGETS) -> list[dict]:
                         "min_layer": worst[0]["layer"] if worst[0] else None,
                         "weighted": measure.ratio(sum(r["uses"] * p["peer_ms"] for r, p in cells),
                                                   sum(r["uses"] * p["ours_ms"] for r, p in cells)),
+                        "ceiling_geomean": _ceiling_geomean(cells),
                         "over_l2_layers": len(big), "copy_geomean": measure.geomean(big),
                         "copy_min": min(big, default=None),
                         "mismatches": sum(not p["ok"] for _, p in cells), "target": None}
@@ -311,6 +317,12 @@ def summary(rows, targets=TARGETS) -> list[dict]:
     return out
 
 
+def _ceiling_geomean(cells) -> float | None:
+    """Geometric mean of the cells' copy-rate ceilings, or None where one has none."""
+    ceilings = [p.get("ceiling") for _, p in cells]
+    return None if None in ceilings else measure.geomean(ceilings)
+
+
 def _x(v) -> str:
     return "—" if v is None else f"{v:.2f}x"
 
@@ -320,7 +332,8 @@ def _pct(v) -> str:
 
 
 def verdict(line: dict, targets) -> str:
-    """'met', 'missed: <the bars missed>' or '—' (a line without a target)."""
+    """'met', 'missed: <the bars missed>' or '—' (a line without a target); a missed geomean bar
+    above the line's copy-rate ceiling is said to be out of reach."""
     if line["target"] is None:
         return "—"
     shown = {"geomean": ("geomean", _x), "min": ("min", _x), "copy_fraction": ("copy", _pct)}
@@ -328,7 +341,11 @@ def verdict(line: dict, targets) -> str:
               if ok is False]
     unknown = [shown[k][0] for k, ok in line["target"].items() if ok is None]
     text = "missed: " + ", ".join(missed) if missed else "met"
-    return text + (f" ({', '.join(unknown)}: no layer)" if unknown else "")
+    text += f" ({', '.join(unknown)}: no layer)" if unknown else ""
+    ceiling = line.get("ceiling_geomean")
+    if line["target"]["geomean"] is False and ceiling is not None and ceiling < targets["geomean"]:
+        text += f"; geomean {_x(targets['geomean'])} out of reach (ceiling {_x(ceiling)})"
+    return text
 
 
 def markdown(result: dict) -> str:
@@ -342,20 +359,23 @@ def markdown(result: dict) -> str:
         f"{result['cudnn']} (autotuned, TF32 off).  Batch {s['batch']}; x = PyTorch time / "
         "cupyconv time (> 1: cupyconv faster), device time of CUDA-graph replays over operands "
         f"rotated past {s['l2_factor']}x the L2.  Copy rate {bw / 1e12:.2f} TB/s measured in "
-        "the run; % copy = bytes a perfect kernel moves per second over it.",
+        "the run; % copy = bytes a perfect kernel moves per second over it; ceiling = PyTorch "
+        "time / the time of a kernel moving the pass's bytes at the copy rate (the most x a "
+        "memory-bound kernel can reach).",
         f"Targets (depthwise fp32 NCHW, fp32 NHWC, fp16 NHWC): geomean >= "
         f"{_x(targets['geomean'])}, min >= {_x(targets['min'])}, >= "
         f"{_pct(targets['copy_fraction'])} of the copy rate (geomean over the layers larger "
         "than L2).", "",
         "| family | dtype layout | pass | layers | geomean | min (layer) | use-weighted | "
-        "% copy > L2: geomean / min (layers) | mismatches | target |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+        "ceiling geomean | % copy > L2: geomean / min (layers) | mismatches | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
     for line in result["summary"]:
         mark = "**" if line["target"] is not None else ""
         lines.append(
             f"| {line['family']} | {mark}{SHORT[line['dtype']]} {line['layout']}{mark} | "
             f"{line['pass']} | {line['layers']} | {_x(line['geomean'])} | {_x(line['min'])} "
             f"({line['min_layer'] or '—'}) | {_x(line['weighted'])} | "
+            f"{_x(line.get('ceiling_geomean'))} | "
             f"{_pct(line['copy_geomean'])} / {_pct(line['copy_min'])} "
             f"({line['over_l2_layers']}) | {line['mismatches']} | {verdict(line, targets)} |")
     passes = [p for p in PASSES if any(p in r["passes"] for r in result["rows"])]

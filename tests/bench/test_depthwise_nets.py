@@ -117,6 +117,8 @@ def test_pass_metrics(dwn):
     assert m["ratio"] == pytest.approx(2.0)
     assert m["GBps"] == pytest.approx(2000.0)
     assert m["frac_copy"] == pytest.approx(2e12 / 3e12)
+    # 100 MB at 3 TB/s take 0.0333 ms: the peer's 0.1 ms is at most 3x slower
+    assert m["ceiling"] == pytest.approx(3.0)
 
 
 # ---------------------------------------------------------------------------------- options
@@ -268,14 +270,19 @@ def test_summary_lines(dwn):
     assert fwd["copy_geomean"] == pytest.approx(0.8) and fwd["copy_min"] == pytest.approx(0.8)
     assert fwd["mismatches"] == 0
     assert fwd["target"] == {"geomean": False, "min": False, "copy_fraction": True}
+    # ours at 80 % of the copy rate everywhere: each ceiling is its ratio / 0.8
+    assert fwd["ceiling_geomean"] == pytest.approx(fwd["geomean"] / 0.8)
     data = lines[("depthwise", "float32", "NCHW", "backward-data")]
     assert data["mismatches"] == 1 and data["geomean"] == pytest.approx(2 * fwd["geomean"])
     assert data["target"] == {"geomean": True, "min": True, "copy_fraction": True}
     grouped = lines[("grouped", "float16", "NHWC", "forward")]
     assert grouped["target"] is None and grouped["geomean"] == pytest.approx(0.5)
     assert grouped["over_l2_layers"] == 0 and grouped["copy_geomean"] is None
-    assert dwn.verdict(fwd, dwn.TARGETS) == "missed: geomean < 2.00x, min < 1.00x"
-    assert dwn.verdict(data, dwn.TARGETS) == "met"
+    assert dwn.verdict(fwd, dwn.TARGETS) == (
+        "missed: geomean < 2.00x, min < 1.00x; geomean 2.00x out of reach (ceiling 1.64x)")
+    assert dwn.verdict(data, dwn.TARGETS) == "met"  # (ceiling 3.28x)
+    assert dwn.verdict({**fwd, "ceiling_geomean": None}, dwn.TARGETS) == (
+        "missed: geomean < 2.00x, min < 1.00x")  # results from before the ceilings
     assert dwn.verdict(grouped, dwn.TARGETS) == "—"
     assert dwn.verdict({**fwd, "target": {"geomean": True, "min": True, "copy_fraction": None}},
                        dwn.TARGETS) == "met (copy: no layer)"
@@ -285,7 +292,9 @@ def test_markdown_flags_mismatches_targets_and_fallbacks(dwn):
     text = dwn.markdown(_fake_result(dwn))
     assert "| depthwise | **fp32 NCHW** | forward | 3 | 1.31x | 0.50x (dw 5x5 s1 1152ch 7^2) |" \
         in text
-    assert "missed: geomean < 2.00x, min < 1.00x" in text and "| met |" in text
+    assert "missed: geomean < 2.00x, min < 1.00x; geomean 2.00x out of reach" in text
+    assert "| met |" in text
+    assert "| 1.64x | 80 % / 80 % (1) |" in text  # the forward line's ceiling and copy cells
     assert "| grouped | fp16 NHWC | forward | 1 | 0.50x |" in text
     row = next(line for line in text.splitlines() if "| dw 5x5 s1 1152ch 7^2 |" in line)
     assert "**MISMATCH** (backward-data)" in row and "efficientnet_b0 3" in row
