@@ -248,6 +248,16 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def settings_stem(args) -> str:
+    """The results' name before GPU and commit: the volume, the chunks and each non-default
+    cluster setting, so that runs of one volume in other settings do not overwrite each other."""
+    return (f"dask-cluster-{args.size}-chunk{args.chunk}"
+            + (f"-{args.protocol}" if args.protocol != "tcp" else "")
+            + ("-rmm-pool" if args.rmm_pool_size else "") + ("-cupy" if args.rmm_for_cupy else "")
+            + ("-pinned" if args.pinned else "")
+            + (f"-msg{args.message_bytes_limit}" if args.message_bytes_limit else ""))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     require_libraries(("dask.array", "dask_image.ndfilters", "distributed", "dask_cuda"))
@@ -292,13 +302,8 @@ def main(argv=None) -> int:
                            "pinned": args.pinned},
               "volume_rows": volume, "conv_rows": convs, "seconds": time.perf_counter() - t0}
     text = markdown(result)
-    stem = (f"dask-cluster-{args.size}-chunk{args.chunk}"
-            + (f"-{args.protocol}" if args.protocol != "tcp" else "")
-            + ("-rmm-pool" if args.rmm_pool_size else "") + ("-cupy" if args.rmm_for_cupy else "")
-            + ("-pinned" if args.pinned else "")
-            + (f"-msg{args.message_bytes_limit}" if args.message_bytes_limit else ""))
-    path = write_results(result, args.out, results_stem(stem, facts["gpu"], result["commit"],
-                                                        False), text)
+    path = write_results(result, args.out, results_stem(settings_stem(args), facts["gpu"],
+                                                        result["commit"], False), text)
     print(text)
     progress(f"{time.perf_counter() - t0:.0f} s; wrote {path} and .md")
     return 0

@@ -27,8 +27,14 @@ def test_options(bc):
     assert (args.gpus, args.layers, args.images) == ([1, 2, 4], ["res2 3x3 64"], 0)
     assert args.protocol == "tcp" and bc.parse_args(["--protocol", "ucx"]).protocol == "ucx"
     assert (args.pinned, args.rmm_pool_size) == (False, None)
-    args = bc.parse_args(["--pinned", "--rmm-pool-size", "8GB"])
+    assert (args.rmm_for_cupy, args.message_bytes_limit) == (False, None)
+    args = bc.parse_args(["--pinned", "--rmm-pool-size", "8GB", "--rmm-for-cupy",
+                          "--message-bytes-limit", "1GB"])
     assert (args.pinned, args.rmm_pool_size) == (True, "8GB")
+    assert (args.rmm_for_cupy, args.message_bytes_limit) == (True, "1GB")
+    assert bc.settings_stem(args) == "dask-cluster-1024-chunk256-rmm-pool-cupy-pinned-msg1GB"
+    assert bc.settings_stem(bc.parse_args(["--size", "2048", "--chunk", "512", "--protocol",
+                                           "ucx"])) == "dask-cluster-2048-chunk512-ucx"
     for bad in (["--gpus", "0,2"], ["--gpus", ""], ["--ops", "sobel"], ["--layers", "vgg"],
                 ["--protocol", "nvlink"]):
         with pytest.raises(SystemExit):
@@ -54,7 +60,10 @@ def test_efficiency_and_report(bc):
     text = bc.markdown(result)
     assert "H200 x 2 (commit abc1234)" in text and "unoptimized" not in text
     result["settings"].update(pinned=True, rmm_pool_size="8GB", protocol="ucx")
-    assert "UCX, RMM pool 8GB" in bc.markdown(result) and "unoptimized" in bc.markdown(result)
+    assert "UCX, RMM pool 8GB, one" in bc.markdown(result)
+    assert "unoptimized" in bc.markdown(result)
+    result["settings"].update(rmm_for_cupy=True, message_bytes_limit="1GB")
+    assert "UCX, RMM pool 8GB, CuPy on RMM, messages up to 1GB, one thread" in bc.markdown(result)
     assert "| p | 2 | 180.0 | 90% | placed | 40.0 | 60.0 | 90% | 3.00x | 1.0e-07 |" in text
     assert "| p | 1 | 100.0 | 100% | chunks | - | 33.3 | 100% | 3.00x | 1.0e-07 |" in text
     assert "| res2 3x3 64 | 2 | 1500 | 75% |" in text
