@@ -2,8 +2,8 @@
 the seconds its tasks computed and received data, by task name, against the wall time.
 
     python3 benchmarks/exp_dask_tasks.py [--gpus 1,2] [--size 2048] [--chunk 512]
-        [--op gaussian_filter] [--protocol ucx] [--rmm-pool-size 8GB] [--message-bytes-limit 1GB]
-        [--unsynced] [--no-fuse] [--pinned] [--floor] [--timeline]
+        [--op gaussian_filter] [--protocol ucx] [--rmm-pool-size 8GB] [--rmm-for-cupy]
+        [--message-bytes-limit 1GB] [--unsynced] [--no-fuse] [--pinned] [--floor] [--timeline]
 
 Needs as many GPUs as the largest count, distributed and dask-cuda (and distributed-ucxx for
 ``--protocol ucx``).  Runs bench_dask_cluster.py's problem once to warm up, then once inside
@@ -92,8 +92,9 @@ def main(argv=None) -> int:
                         help="reduce chunks on the GPU as bench_dask_cluster.py does (a task's "
                              "compute time is then its kernel launches, not its GPU time)")
     parser.add_argument("--no-fuse", action="store_true",
-                        help="compute with optimization.fuse.active False (keeps the graph's "
-                             "layer annotations: placement, priorities)")
+                        help="compute with optimization.fuse.active False on the client (it "
+                             "does not keep the layer annotations, the scheduler optimizes with "
+                             "its own config: --pinned does)")
     parser.add_argument("--pinned", action="store_true",
                         help="compute unoptimized, as bench_dask_cluster.py --pinned: the "
                              "filter tasks keep their pins to their chunks' workers")
