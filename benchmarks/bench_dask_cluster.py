@@ -97,8 +97,8 @@ def start_cluster(gpus: int, protocol: str = "tcp", rmm_pool_size: str | None = 
     cudaMallocAsync instead made UCX transfers about 10x slower, 2 x H200: notes/dask.md).
     ``message_bytes_limit`` (e.g. "1GB"): the workers' ``distributed.worker.transfer.
     message-bytes-limit`` (default 50MB): a worker fetches from one peer one message at a time,
-    and a message holds keys up to that many bytes, so halo slabs of large chunks otherwise
-    cross in one round trip per export (notes/dask.md, "Session 26").  ``rmm_for_cupy``: CuPy
+    each holding keys up to that many bytes (suspected, and ruled out, as the cause of slow
+    slab transfers: notes/dask.md, "Session 26").  ``rmm_for_cupy``: CuPy
     allocates through the workers' RMM (dask_cuda's ``rmm_allocator_external_lib_list``), so
     arrays sent over UCX lie in the few allocations of RMM's pool: CUDA IPC maps each
     allocation a transfer reads from once, and CuPy's own pool carves arrays out of ever other
@@ -212,16 +212,24 @@ def _rate(gbps) -> str:
 PINNED = "  cupyconv's graphs sent unoptimized: their tasks pinned to their chunks' workers."
 
 
+def _cluster_setup(s: dict) -> str:
+    """The cluster's settings in the report's words, e.g. "UCX, RMM pool 16GB, one thread
+    each" (results written before a setting existed lack its key)."""
+    parts = [s.get("protocol", "tcp").upper()]
+    if s.get("rmm_pool_size"):
+        parts.append(f"RMM pool {s['rmm_pool_size']}")
+    if s.get("rmm_for_cupy"):
+        parts.append("CuPy on RMM")
+    if s.get("message_bytes_limit"):
+        parts.append(f"messages up to {s['message_bytes_limit']}")
+    return ", ".join(parts + ["one thread each"])
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [f"# cupyconv.dask on a dask_cuda cluster, {result['gpu']} x {max(s['gpus'])} "
              f"(commit {result['commit']})", "",
-             f"One worker per GPU (LocalCUDACluster, {s.get('protocol', 'tcp').upper()}"
-             f"{', RMM pool ' + s['rmm_pool_size'] if s.get('rmm_pool_size') else ''}"
-             + (", CuPy on RMM" if s.get("rmm_for_cupy") else "")
-             + (f", messages up to {s['message_bytes_limit']}"
-                if s.get("message_bytes_limit") else "") + ", one "
-             f"thread each); best of "
+             f"One worker per GPU (LocalCUDACluster, {_cluster_setup(s)}); best of "
              f"{s['repeat']} after a warm-up.  Volumes in memory, one box of chunks per worker "
              f"(cupyconv.dask.distribute); 'unplaced': cupyconv.dask on the volume persisted "
              f"where the scheduler put its chunks.{PINNED if s.get('pinned') else ''}"

@@ -12,7 +12,12 @@ pool of ``--rmm-pool-size``.
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_dask_cluster import start_cluster  # noqa: E402
 
 
 def make(n, pieces=1):
@@ -36,12 +41,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rmm-pool-size", default=None, help="each worker's RMM pool")
     args = parser.parse_args(argv)
     import distributed
-    from dask_cuda import LocalCUDACluster
 
-    with LocalCUDACluster(n_workers=2, CUDA_VISIBLE_DEVICES="0,1", threads_per_worker=1,
-                          protocol=args.protocol, dashboard_address=None,
-                          rmm_pool_size=args.rmm_pool_size,
-                          silence_logs=40) as cluster, distributed.Client(cluster) as client:
+    cluster, client = start_cluster(2, args.protocol, args.rmm_pool_size)
+    with cluster, client:
         source, sink = sorted(client.scheduler_info()["workers"])
         pool = f", RMM pool {args.rmm_pool_size}" if args.rmm_pool_size else ""
         for mb in (int(s) for s in args.sizes.split(",")):
