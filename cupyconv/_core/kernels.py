@@ -149,7 +149,7 @@ def load_source(name: str) -> str:
 # block-diagonal weights of merged groups.
 STRIDED_COPY = KernelModule("common/copy.cu", ("strided_copy", "transpose_copy", "unfold_width",
                                                "block_diagonal"))
-DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv",))
+DIRECT_CONV = KernelModule("direct/direct_conv.cu", ("direct_conv", "direct_dgrad"))
 # Grouped direct kernel (grouped_conv.cu): register tiles (TK output channels, TW pixels) per
 # thread; which one runs is the plan's choice (cupyconv._direct.grouped).  One binary per dtype.
 GROUPED_TILES = ((4, 8), (8, 4), (16, 4), (16, 2))

@@ -18,13 +18,23 @@ from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._depthwise.launch import (is_depthwise, run_depthwise_backward_data,
                                         run_depthwise_backward_weight)
 from cupyconv._dispatch.callcache import PreparedCall, prepare
-from cupyconv._gemm.backward import run_backward_data, run_backward_weight
+from cupyconv._direct.launch import repair_merged_data
+from cupyconv._gemm.backward import data_merge, run_backward_data, run_backward_weight
 from cupyconv._gemm.launch import grid_fits
 
 
 def _gemm_fits(geom: ConvGeometry) -> bool:
     # GEMM columns: C/g (backward-data), taps x C/g (backward-weight), one grid row per group
     return grid_fits(geom.in_channels // geom.groups * math.prod(geom.kernel), geom.groups)
+
+
+def _implicit_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
+    """Backward-data on the implicit GEMM; where it merged groups, then the repair pass (as the
+    forward's, ``repair_merged_data``).  Returns whether the bias was added (run_backward_data)."""
+    added = run_backward_data(geom, dy, w, dx, bias)
+    if data_merge(geom, dx.data.device_id)[0] > 1:
+        repair_merged_data(geom, dy, w, bias if added else None, dx)
+    return added
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,7 @@ class BackwardAlgorithm:
 
 BACKWARD: dict[str, BackwardAlgorithm] = {
     "implicit_gemm": BackwardAlgorithm(
-        "implicit_gemm", _gemm_fits, run_backward_data, run_backward_weight,
+        "implicit_gemm", _gemm_fits, _implicit_backward_data, run_backward_weight,
         f"method 'implicit_gemm' runs at most {GRID_YZ_MAX} groups (one launch grid row each)"),
     "depthwise": BackwardAlgorithm(
         "depthwise", is_depthwise, run_depthwise_backward_data, run_depthwise_backward_weight,

@@ -28,7 +28,7 @@ from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.channels_last import applies as channels_last_applies
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
 from cupyconv._direct.grouped import grouped_applicable, grouped_plan, run_grouped
-from cupyconv._direct.launch import run_direct
+from cupyconv._direct.launch import repair_merged_forward, run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._gemm.forward import (forward_merge, gemm_launch_shape, is_pointwise,
                                     run_im2col_gemm, run_implicit_gemm)
@@ -153,6 +153,16 @@ def _gemm_fits(g: ConvGeometry, algorithm: str = "implicit_gemm") -> bool:
     return max(n, k, m if kernel == "gemm" else 0) <= MAX_GEMM_ROWS and grid_fits(n, batch)
 
 
+def run_implicit_gemm_exact(geom: ConvGeometry, x, w, bias, y, *, z=None,
+                            act: int = NO_ACTIVATION) -> None:
+    """The implicit GEMM; where it merged groups (block-diagonal weights), then the repair pass
+    that recomputes the outputs a NaN or inf of another group's input reached through the zero
+    weights (``repair_merged_forward``), so non-finite values propagate as per group."""
+    run_implicit_gemm(geom, x, w, bias, y, z=z, act=act)
+    if forward_merge(geom, y.data.device_id)[0] > 1:
+        repair_merged_forward(geom, x, w, bias, y, z=z, act=act)
+
+
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
     return forward_merge(g, device_id)[1]
 
@@ -181,7 +191,7 @@ def _im2col_cost(g: ConvGeometry, device_id: int) -> float:
 
 
 FORWARD: dict[str, Algorithm] = {
-    "implicit_gemm": Algorithm("implicit_gemm", _gemm_fits, _implicit_cost, run_implicit_gemm,
+    "implicit_gemm": Algorithm("implicit_gemm", _gemm_fits, _implicit_cost, run_implicit_gemm_exact,
                                "tiled GEMM reading x through an implicit im2col view (no buffer); "
                                "groups of few channels merged (block-diagonal weights) where "
                                "that pays", tiled=True),

@@ -36,7 +36,7 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, 
                                     merge_margin, merged_geometry)
 from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, fprop_out_map,
                                    implicit_conv_seconds, launch_conv_wgrad, launch_implicit_conv,
-                                   plan_gemm)
+                                   plan_gemm, repair_seconds)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,8 @@ def data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _data_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    return best_factor(geom, lambda g: data_seconds(g, device_id), LAUNCH_S,  # (as forward_merge)
+    return best_factor(geom, lambda g: data_seconds(g, device_id),  # (as forward_merge)
+                       LAUNCH_S + repair_seconds(geom.dtype, math.prod(geom.input_shape)),
                        merge_margin(geom, device_id))
 
 

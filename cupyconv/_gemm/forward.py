@@ -22,7 +22,7 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, m
                                     merged_geometry, mergeable)
 from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.launch import (LAUNCH_S, ImplicitConv, MatrixView, OutMap, implicit_conv_seconds,
-                                   plan_gemm, run_conv_fprop, run_gemm)
+                                   plan_gemm, repair_seconds, run_conv_fprop, run_gemm)
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:
@@ -139,9 +139,11 @@ def forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 
 @memoized(4096)
 def _forward_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
-    # the expansion is one launch over a few thousand weights (grouped.expand_weight)
+    # the expansion is one launch over a few thousand weights (grouped.expand_weight); the repair
+    # pass reads y once
     level = _grouped_level(geom, device_id)
-    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id), LAUNCH_S,
+    return best_factor(geom, lambda g: level * implicit_seconds(g, device_id),
+                       LAUNCH_S + repair_seconds(geom.dtype, math.prod(geom.output_shape)),
                        merge_margin(geom, device_id))
 
 

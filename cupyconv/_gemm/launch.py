@@ -122,6 +122,17 @@ BANDWIDTH = 3e12
 LAUNCH_S = 8e-6
 MAX_SPLITS = 64  # backward-weight has k = N * pixels in the 10^4-10^5 range and few tiles
 
+
+def repair_seconds(dtype: str, result_elements: int) -> float:
+    """Estimated seconds of the repair pass that follows a pass over merged groups
+    (``_gemm.grouped``; the dispatch layer runs it: ``cupyconv._direct.launch.repair_merged_forward``),
+    one launch reading the pass's result of ``result_elements`` elements.  The forward and
+    backward-data merge estimates add it: a NaN or inf of one group's input must not reach the
+    other groups' outputs through the zero weights between them.  Backward-weight keeps only the
+    diagonal blocks and needs none."""
+    return LAUNCH_S + result_elements * itemsize(dtype) / BANDWIDTH
+
+
 # The Hopper loop's own model (H100, CUDA-graph timings of every tile x split x build on ResNet-50
 # layers and held-out ones, benchmarks/exp_conv_plans.py, benchmarks/notes/gemm.md, "Session 13"): a
 # round of resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices'

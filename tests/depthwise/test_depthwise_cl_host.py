@@ -189,3 +189,53 @@ def test_host_kernels_with_large_grid_plans(case, small_grids):
     assert cl._rounds(plan) == cl.MAX_ROUNDS
     assert cl.wgrad_plan(g, min(vec, 4)).chunks > 1
     _run_passes(g, x, w, b, dy, vec)
+
+
+# Problems whose forward and backward-data passes take the two-row runs (RY = 2, 16-bit at 4
+# channels per thread) and the one-row walk, for the non-finite test below.
+NONFINITE_CASES = [
+    ("float32", 2, 8, (12, 13), 3, dict(padding=1), 4),  # issue 45's case
+    ("float16", 1, 12, (7, 9), 5, dict(padding=2), 4),
+    ("bfloat16", 1, 12, (8, 7), 3, dict(padding=1), 4),
+    ("float32", 1, 8, (9, 10), 3, dict(stride=2, padding=1), 4),
+]
+
+
+def _masks(a):
+    a = np.asarray(a, np.float64)
+    return np.isnan(a), a == np.inf, a == -np.inf
+
+
+@pytest.mark.parametrize("case", NONFINITE_CASES, ids=_case_id)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_host_nonfinite_reaches_only_its_window(case, value):
+    """One NaN or inf in x (forward) or dy (backward-data), at a corner, an edge and an interior
+    pixel, reaches exactly the outputs whose window holds it: the float64 reference's masks.
+    (Two-row runs fed each source row to both rows with a zero tap for the row it is not one of:
+    0 * NaN leaked the value one row further, issue 45.)"""
+    g, x, w, b, dy, _ = _problem(case)
+    opts = dict(stride=g.stride, dilation=g.dilation, groups=g.groups, layout="NHWC",
+                padding=tuple(zip(g.pad_lo, g.pad_hi)))
+    w = np.sign(w) * (0.25 + np.abs(w)).astype(w.dtype)  # (no zero taps: 0 * inf is NaN)
+    wc = np.ascontiguousarray(w)
+    dtype = g.dtype
+    for src, shape in ((x, g.input_shape), (dy, g.output_shape)):
+        for pos in ((0, 0), (0, shape[2] // 2), (shape[1] // 2, shape[2] // 2)):
+            a = src.copy()
+            a[(0,) + pos + (3,)] = value
+            transposed = src is dy
+            out = host_empty(g.input_shape if transposed else g.output_shape, dtype)
+            vec = cl.vector_width(g, _operands(a, out))
+            plan = cl.pass_plan(g, transposed, vec)
+            shape_ = cl.pass_shape(g, plan, transposed, not transposed,
+                                   element_strides(a, True))
+            module = depthwise_cl_module(dtype, plan.kf)
+            host_module(module).launch(module.name_expression("depthwise_cl", dtype,
+                                                              shape_.variant),
+                                       shape_, (a, wc, out if transposed else b, out))
+            ref = (reference.conv_backward_data(a, w, g.input_shape, **opts) if transposed
+                   else reference.conv(a, w, b, **opts))
+            for got, want, what in zip(_masks(out), _masks(ref), ("NaN", "+inf", "-inf")):
+                assert np.array_equal(got, want), (
+                    f"{'backward-data' if transposed else 'forward'}: {what} at "
+                    f"{int(got.sum())} outputs, reference {int(want.sum())} ({value} at {pos})")

@@ -108,6 +108,9 @@ template <typename T> __device__ __forceinline__ T zero() { return T(0); }
 template <> __device__ __forceinline__ __half zero<__half>() { return __float2half(0.0f); }
 template <> __device__ __forceinline__ bf16 zero<bf16>() { return float_to_bf16(0.0f); }
 
+// NaN test of a compute-type value (kernels are compiled without fast-math, so x != x holds).
+template <typename A> __device__ __forceinline__ bool is_nan(const A v) { return v != v; }
+
 template <typename T, typename A> __device__ __forceinline__ T store_as(const A v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __half store_as<__half, float>(const float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ bf16 store_as<bf16, float>(const float v) { return float_to_bf16(v); }

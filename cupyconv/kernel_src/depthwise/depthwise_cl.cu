@@ -110,16 +110,20 @@ struct walk {
 // One source row of a run: window entries j = 0..NJ-1 (source columns f + j, stepping p by ssw;
 // columns past ncols read as zeros) times the taps wk[y][kw] of the NY destination rows it feeds,
 // into acc[y][r].  Which (pixel r, tap kw) pairs meet entry j is fixed at compile time (Walk).
+// Bit y of `feeds` says whether the row is one of destination row y's: rows that are not are
+// skipped, not multiplied by zero taps (a NaN or inf in them must not reach that row).
 template <int KF, int S, int TRANSPOSED, int VEC, int NY, typename T, typename A>
 __device__ __forceinline__ void walk_row(const T* p, cc::index_t ssw, int f, int ncols,
-                                         const A (&wk)[NY][KF][VEC], A (*acc)[DWCL_RX][VEC]) {
+                                         const A (&wk)[NY][KF][VEC], A (*acc)[DWCL_RX][VEC],
+                                         unsigned feeds) {
   typedef walk<KF, S, TRANSPOSED> Walk;
 #pragma unroll
   for (int j = 0; j < Walk::NJ; ++j, p += ssw) {
     A v[VEC];
     load_col<VEC>(p, f + j, ncols, v);
 #pragma unroll
-    for (int y = 0; y < NY; ++y)
+    for (int y = 0; y < NY; ++y) {
+      if (!(feeds >> y & 1u)) continue;
 #pragma unroll
       for (int r = 0; r < DWCL_RX; ++r)
 #pragma unroll
@@ -127,6 +131,7 @@ __device__ __forceinline__ void walk_row(const T* p, cc::index_t ssw, int f, int
           if (Walk::entry(r, kw) == j)
 #pragma unroll
             for (int i = 0; i < VEC; ++i) acc[y][r][i] += v[i] * wk[y][kw][i];
+    }
   }
 }
 
@@ -251,20 +256,17 @@ depthwise_cl(const T* __restrict__ src,
           const T* p = splane + (live ? sh : 0) * ssh + (cc::index_t)f * ssw;
           const int ncols = live ? SWs : 0;
           A wk[RY][K1][VEC];
+          unsigned feeds = 0;
 #pragma unroll
           for (int y = 0; y < RY; ++y) {
             const int kh = TRANSPOSED ? y + KF - 1 - sr : sr - y;
             const bool tap = (unsigned)kh < (unsigned)KF;
+            feeds |= (unsigned)tap << y;
             const A* wrow = wthr + (kd * KH + (tap ? kh : 0)) * KW * cb;
 #pragma unroll
-            for (int kw = 0; kw < KF; ++kw) {
-              dwcl::load_vec<VEC>(wrow + kw * cb, wk[y][kw]);
-              if (!tap)  // (a zero tap: the row is not one of this destination row's)
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) wk[y][kw][i] = A(0);
-            }
+            for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[y][kw]);
           }
-          dwcl::walk_row<K1, S1, TRANSPOSED, VEC>(p, ssw, f, ncols, wk, acc);
+          dwcl::walk_row<K1, S1, TRANSPOSED, VEC>(p, ssw, f, ncols, wk, acc, feeds);
         }
       } else if (KF > 0) {
         // The kernel rows one at a time (unrolling them, so that all KF * NJ loads could be in
@@ -281,7 +283,7 @@ depthwise_cl(const T* __restrict__ src,
 #pragma unroll
           for (int kw = 0; kw < KF; ++kw) dwcl::load_vec<VEC>(wrow + kw * cb, wk[0][kw]);
           dwcl::walk_row<K1, S1, TRANSPOSED, VEC>(srow + (cc::index_t)f * ssw, ssw, f, ncols,
-                                                   wk, acc);
+                                                   wk, acc, 1u);
         }
       } else {
         for (int kh = 0; kh < KH; ++kh) {

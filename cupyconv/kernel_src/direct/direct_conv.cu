@@ -6,6 +6,13 @@
 // which), so consecutive threads write consecutive addresses.  The fused epilogue adds the bias
 // and the residual z (read at y's element offset: z has y's strides) and applies the activation
 // (activation.cuh) before the one store.
+//
+// only_nan != 0: the repair pass after a GEMM over merged groups (block-diagonal weights,
+// cupyconv._gemm.grouped).  There a NaN or inf of one group's input meets the zero weights of the
+// other groups of its merged group and makes their outputs NaN (0 * inf, 0 * NaN); every output
+// so hit is NaN (the epilogue's activations let NaN through), and an output whose inputs are all
+// finite is exact.  So the pass recomputes, skipping taps outside the window, only the outputs
+// that are NaN: each then reads only its own group, as PyTorch's result does.
 #include "common.cuh"
 #include "activation.cuh"
 
@@ -20,7 +27,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
                             cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
                             cc::index_t wsk, cc::index_t wsc, cc::index_t wsd, cc::index_t wsh, cc::index_t wsw,
                             cc::index_t ysn, cc::index_t ysk, cc::index_t ysd, cc::index_t ysh, cc::index_t ysw,
-                            int channels_last) {
+                            int channels_last, int only_nan) {
   typedef typename cc::acc_type<T>::type A;
   const cc::index_t total = (cc::index_t)N * K * OD * OH * OW;
   const int cpg = C / groups, kpg = K / groups;
@@ -30,6 +37,8 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
        idx += (cc::index_t)blockDim.x * gridDim.x) {
     int n, k, od, oh, ow;
     cc::split_activation(idx, K, OD, OH, OW, channels_last, narrow, n, k, od, oh, ow);
+    const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
+    if (only_nan && !cc::is_nan(cc::load_as<A>(y[y_off]))) continue;
     const T* xg = x + n * xsn + (cc::index_t)(k / kpg) * cpg * xsc;
     const T* wk = w + k * wsk;
     A acc = 0;
@@ -51,7 +60,62 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
       }
     }
     if (has_bias) acc += cc::load_as<A>(bias[k]);
-    const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
     y[y_off] = cc::store_as<T>(ep(acc, y_off));
+  }
+}
+
+// Backward-data (a transposed convolution), one dx element per thread: dx[n, c, i] = sum over
+// the taps t and the output channels k of c's group with i = o * S - P + t * Dil for an output
+// position o inside dy, of dy[n, k, o] * w[k, c % Cg, t], plus bias[c] where has_bias.  Strides
+// and shapes as in direct_conv (D, H, W: dx's spatial size, OD, OH, OW: dy's).  Used as the repair
+// pass of backward-data over merged groups (only_nan, as above).
+template <typename T>
+__global__ void direct_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
+                             const T* __restrict__ bias, T* __restrict__ dx, int has_bias,
+                             int N, int C, int K, int groups,
+                             int D, int H, int W, int OD, int OH, int OW,
+                             int KD, int KH, int KW, int SD, int SH, int SW,
+                             int DD, int DH, int DW, int PD, int PH, int PW,
+                             cc::index_t gsn, cc::index_t gsk, cc::index_t gsd, cc::index_t gsh, cc::index_t gsw,
+                             cc::index_t wsk, cc::index_t wsc, cc::index_t wsd, cc::index_t wsh, cc::index_t wsw,
+                             cc::index_t xsn, cc::index_t xsc, cc::index_t xsd, cc::index_t xsh, cc::index_t xsw,
+                             int channels_last, int only_nan) {
+  typedef typename cc::acc_type<T>::type A;
+  const cc::index_t total = (cc::index_t)N * C * D * H * W;
+  const int cpg = C / groups, kpg = K / groups;
+  const bool narrow = total <= 0xffffffffLL;
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x) {
+    int n, c, id, ih, iw;
+    cc::split_activation(idx, C, D, H, W, channels_last, narrow, n, c, id, ih, iw);
+    const cc::index_t x_off = n * xsn + c * xsc + id * xsd + ih * xsh + iw * xsw;
+    if (only_nan && !cc::is_nan(cc::load_as<A>(dx[x_off]))) continue;
+    const int k0 = c / cpg * kpg;
+    const T* wc = w + (cc::index_t)k0 * wsk + (c % cpg) * wsc;
+    const T* gn = dy + n * gsn + (cc::index_t)k0 * gsk;
+    A acc = 0;
+    for (int kd = 0; kd < KD; ++kd) {
+      const int td = id + PD - kd * DD;  // o * S of the output this tap reads, if any
+      if (td < 0 || td % SD) continue;
+      const int od = td / SD;
+      if (od >= OD) continue;
+      for (int kh = 0; kh < KH; ++kh) {
+        const int th = ih + PH - kh * DH;
+        if (th < 0 || th % SH) continue;
+        const int oh = th / SH;
+        if (oh >= OH) continue;
+        for (int kw = 0; kw < KW; ++kw) {
+          const int tw = iw + PW - kw * DW;
+          if (tw < 0 || tw % SW) continue;
+          const int ow = tw / SW;
+          if (ow >= OW) continue;
+          const T* gp = gn + od * gsd + oh * gsh + ow * gsw;
+          const T* wp = wc + kd * wsd + kh * wsh + kw * wsw;
+          for (int k = 0; k < kpg; ++k) acc += cc::load_as<A>(gp[k * gsk]) * cc::load_as<A>(wp[k * wsk]);
+        }
+      }
+    }
+    if (has_bias) acc += cc::load_as<A>(bias[c]);
+    dx[x_off] = cc::store_as<T>(acc);
   }
 }
