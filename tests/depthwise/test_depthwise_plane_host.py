@@ -97,3 +97,31 @@ def test_plane_kernels_read_unaligned_views(case, host_route):
         launch.run_depthwise_backward_weight(g, x, dy, dw)
         ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
         assert rel_error(dw, ref) <= tolerance(g.dtype, ref)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[10], CASES[12]], ids=case_id)
+def test_plane_kernels_nonfinite_masks(case, host_route):
+    """One NaN or inf in x at a corner, an edge and an interior pixel reaches exactly the outputs
+    and weight-gradient taps the float64 reference gives it (backward-weight once multiplied the
+    zero dy of positions past the output's edge by x: 0 * NaN, issue 45)."""
+    import numpy as np
+
+    g, x0, w, b, dy, opts = host_problem(case)
+    w = (np.sign(w) * (0.25 + np.abs(w))).astype(w.dtype)
+    h, wd = g.spatial
+    for pos in ((0, 0), (0, wd // 2), (h // 2, wd // 2), (h - 1, wd - 1)):
+        for value in (np.nan, np.inf):
+            x = x0.copy()
+            x[(0, 0) + pos] = value
+            runs = [("forward", launch.run_depthwise, (x, w, b), g.output_shape,
+                     reference.conv(x, w, b, **opts))]
+            if plane_wgrad_plan(g) is not None:
+                runs.append(("backward-weight", launch.run_depthwise_backward_weight, (x, dy),
+                             g.weight_shape,
+                             reference.conv_backward_weight(x, dy, g.weight_shape, **opts)))
+            for what, run, args, shape, ref in runs:
+                out = host_empty(shape, g.dtype)
+                run(g, *args, out)
+                got, want = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+                assert np.array_equal(np.isnan(got), np.isnan(want)), (what, value, pos)
+                assert np.array_equal(np.isinf(got), np.isinf(want)), (what, value, pos)

@@ -222,15 +222,21 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
     const int oh0 = ch * RY, ow0 = s * 4 * QW - d + 4 * q;
     const T* xp = x + ((cc::index_t)n * C + k / mult) * H * W;
     const T* gp = dy + ((cc::index_t)n * K + k) * OH * OW;
+    // Bit 4 i + j of `live`: output (oh0 + i, ow0 + j) lies inside dy.  Outputs outside take no
+    // part, rather than a zero dy: 0 times a NaN or inf of x would be NaN.  Lanes wholly inside
+    // (all but the edge strips' and the last rows') skip the per-output test.
     A g[RY][4];
+    unsigned live = 0;
 #pragma unroll
     for (int i = 0; i < RY; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int r = oh0 + i, c = ow0 + j;
         const bool in = r < OH && (unsigned)c < (unsigned)OW;
+        live |= (unsigned)in << (4 * i + j);
         g[i][j] = in ? cc::load_as<A>(gp[(cc::index_t)r * OW + c]) : A(0);
       }
+    const bool whole = live == (1u << (4 * RY)) - 1u;
     constexpr int NR = S * (DP_ROWS(T) - 1) + KF;
     fp::walk_rows<T, A, KWB, true, NR, S, E>(xp, S * oh0 - PH, NR, S * ow0 - PW - E, H, W, KF,
                                              cc::BOUNDARY_FILL, cols, A(0),
@@ -239,10 +245,18 @@ depthwise_plane_wgrad(const T* __restrict__ x, const T* __restrict__ dy,
       for (int i = 0; i < RY; ++i) {
         const int kh = r - S * i;
         if (kh >= 0 && kh < KF) {
+          if (whole) {
 #pragma unroll
-          for (int kw = 0; kw < KF; ++kw)
+            for (int kw = 0; kw < KF; ++kw)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cur[E + S * j + kw];
+              for (int j = 0; j < 4; ++j) acc[kh][kw] += g[i][j] * cur[E + S * j + kw];
+          } else {
+#pragma unroll
+            for (int kw = 0; kw < KF; ++kw)
+#pragma unroll
+              for (int j = 0; j < 4; ++j)
+                if (live >> (4 * i + j) & 1u) acc[kh][kw] += g[i][j] * cur[E + S * j + kw];
+          }
         }
       }
     });
