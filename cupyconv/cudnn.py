@@ -34,10 +34,10 @@ Arguments without a cupyconv counterpart:
   atomics: repeated calls give bitwise-equal results).
 
 Errors: every bad argument raises ValueError or TypeError before any kernel is compiled or
-launched, leaving ``y`` / ``gW`` untouched, and the message names the argument as CuPy 13 did
-(``x``, ``W``, ``b``, ``y``, ``gy``, ``gW``, ``pad``, ``d_layout`` ...): the functions run
-cupyconv's passes inside :func:`cupyconv._core.names.spoken_as`, which gives cupyconv's checks
-this module's names.  In ``convolution_backward_data`` that makes ``x`` the gradient of the
+launched, leaving ``y`` / ``gW`` untouched, and the message names the argument as CuPy 13's
+signatures do (``x``, ``W``, ``b``, ``y``, ``gy``, ``gW``, ``pad``, ``d_layout`` ...): the
+functions run cupyconv's passes inside :func:`cupyconv._core.names.spoken_as`, which gives
+cupyconv's checks this module's names.  In ``convolution_backward_data`` that makes ``x`` the gradient of the
 output and ``y`` the gradient of the input (its shape sets the problem); in
 ``convolution_backward_filter``, ``gy`` the gradient of the output and ``gW`` the result.  As in
 CuPy 13 (cuDNN's descriptors), arrays are batched: ``x`` and ``y`` (and ``gy``) have as many
