@@ -14,6 +14,7 @@ from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.geometry import (ConvGeometry, as_int, check_tensor_size, normalize_layout,
                                      normalize_output_padding, normalize_padding, per_dim,
                                      transpose_output_spatial)
+from cupyconv._core.names import arg
 from cupyconv._core.precision import resolve_precision
 from cupyconv._core.program import not_preparable
 from cupyconv._dispatch.backward import backward_method
@@ -24,9 +25,9 @@ __all__ = ["conv_backward_data", "conv_backward_weight", "conv_transpose"]
 
 def _check_dy(dy, geom: ConvGeometry, name: str = "dy") -> None:
     if tuple(dy.shape) != geom.output_shape:
-        raise ValueError(f"{name} must have the convolution's output shape {geom.output_shape} "
-                         f"({geom.layout}, input {geom.input_shape}, weight {geom.weight_shape}), "
-                         f"got {tuple(dy.shape)}")
+        raise ValueError(f"{arg(name)} must have the convolution's output shape "
+                         f"{geom.output_shape} ({geom.layout}, {arg('input')} {geom.input_shape}, "
+                         f"{arg('weight')} {geom.weight_shape}), got {tuple(dy.shape)}")
 
 
 def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride, padding,
@@ -37,7 +38,7 @@ def _gradient_operands(first, second, input_shape, weight_shape, dy, out, stride
         dtype = require_complex_dtype(dict((first, second)))
     else:
         dtype = require_float_dtype(first[1], first[0])
-        require_float_dtype(second[1], second[0], dtype)
+        require_float_dtype(second[1], second[0], dtype, first=first[0])
     geom = ConvGeometry.from_shapes(input_shape, weight_shape, stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, layout=layout, dtype=dtype)
     geom = replace(geom, precision=resolve_precision(precision, dtype))

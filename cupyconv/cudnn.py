@@ -33,6 +33,16 @@ Arguments without a cupyconv counterpart:
 - ``deterministic``: accepted; cupyconv's backward passes are always deterministic (no
   atomics: repeated calls give bitwise-equal results).
 
+Errors: every bad argument raises ValueError or TypeError before any kernel is compiled or
+launched, leaving ``y`` / ``gW`` untouched, and the message names the argument as CuPy 13's
+signatures do (``x``, ``W``, ``b``, ``y``, ``gy``, ``gW``, ``pad``, ``d_layout`` ...): the
+functions run cupyconv's passes inside :func:`cupyconv._core.names.spoken_as`, which gives
+cupyconv's checks this module's names.  In ``convolution_backward_data`` that makes ``x`` the gradient of the
+output and ``y`` the gradient of the input (its shape sets the problem); in
+``convolution_backward_filter``, ``gy`` the gradient of the output and ``gW`` the result.  As in
+CuPy 13 (cuDNN's descriptors), arrays are batched: ``x`` and ``y`` (and ``gy``) have as many
+dims as the filter.
+
 Complex data: the backward functions are gradients in PyTorch's convention, so
 ``convolution_backward_data(W, gy, ...)`` computes the transposed convolution with ``conj(W)``
 and ``convolution_backward_filter(x, gy, ...)`` correlates ``conj(x)``: the adjoints of the
@@ -41,8 +51,9 @@ forward map, which sigpy built from four real calls and explicit conjugates.
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import require_array
+from cupyconv._core.arrays import check_out_disjoint, require_array, same_device
 from cupyconv._core.geometry import as_int
+from cupyconv._core.names import spoken_as
 from cupyconv.backward import conv_backward_data, conv_backward_weight
 from cupyconv.conv import conv
 
@@ -55,6 +66,35 @@ CUDNN_TENSOR_NCHW = 0
 CUDNN_TENSOR_NHWC = 1
 _LAYOUTS = {CUDNN_TENSOR_NCHW: "NCHW", CUDNN_TENSOR_NHWC: "NHWC"}
 _TENSOR_CORE_MODES = {"auto": None, "always": "tf32", "never": "exact"}
+
+# How each function's arguments are named by cupyconv's checks (the parameters of conv,
+# conv_backward_data and conv_backward_weight, and the roles of the shapes in the convolution:
+# input, weight, output) and by CuPy 13.  The functions below hand their arrays to cupyconv's
+# checks under cupyconv's names (require_array(y, "out")); the maps spell them CuPy 13's way.
+_NAMES_ALL = {"padding": "pad", "layout": "d_layout", "bias": "b"}
+_NAMES = {
+    "convolution_forward": {
+        "x": "x", "w": "W", "out": "y", "input": "x", "input_shape": "x.shape", "weight": "W",
+        "weight_shape": "W.shape", "output": "y"},
+    # x: the gradient of the forward output; y: of its input, whose shape sets the problem
+    "convolution_backward_data": {
+        "dy": "x", "w": "W", "out": "y", "input": "y", "input_shape": "y.shape", "weight": "W",
+        "weight_shape": "W.shape", "output": "x"},
+    "convolution_backward_filter": {
+        "x": "x", "dy": "gy", "out": "gW", "input": "x", "input_shape": "x.shape",
+        "weight": "gW", "weight_shape": "gW.shape", "output": "gy"},
+}
+
+
+def _spoken_as(function: str, w_layout: str, d_layout: str):
+    """The names of ``function``'s arguments in error messages.  With ``w_layout != d_layout``
+    the checks see the filter through a view in the data layout: messages that print its shape
+    say so."""
+    names = {**_NAMES_ALL, **_NAMES[function]}
+    if w_layout != d_layout:
+        for role in ("weight", "weight_shape"):
+            names[role] += f" (w_layout {w_layout}, viewed as {d_layout})"
+    return spoken_as(names)
 
 _max_workspace_size = 8 * 1024 * 1024  # CuPy's default; cupyconv sizes its own buffers
 
@@ -102,6 +142,18 @@ def _precision(tensor_core):
     return _TENSOR_CORE_MODES[tensor_core]
 
 
+def _same_ndim(w_name: str, w, arrays: dict) -> None:
+    """CuPy 13's arrays are batched, ``(N, C, *spatial)`` with as many dims as the filter
+    (cupyconv's unbatched form is no part of this API), and the filter has 1-3 spatial dims."""
+    if not 3 <= w.ndim <= 5:
+        raise ValueError(f"{w_name} must have 3, 4 or 5 dims (K, C/groups and 1-3 spatial dims), "
+                         f"got shape {w.shape}")
+    for name, a in arrays.items():
+        if a.ndim != w.ndim:
+            raise ValueError(f"{name} must have as many dims as {w_name} ({w.ndim}: N, C and "
+                             f"{w.ndim - 2} spatial dims), got shape {a.shape}")
+
+
 def _weight_view(w, w_layout: str, d_layout: str):
     """``w`` (an array in ``w_layout``) as a view in the data layout, which cupyconv's weights
     follow: channels moved between dim 1 and the last dim."""
@@ -119,21 +171,31 @@ def _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core):
         groups=groups, layout=d, precision=_precision(tensor_core))
 
 
-def _write(result_fn, target):
-    """Run ``result_fn(out)`` into ``target`` directly where it is a C-contiguous array, else into
-    a new array copied into ``target`` (any strides)."""
+def _write(run, target) -> None:
+    """``run(out)``, the pass writing its result into ``out``: ``target`` itself where it is
+    C-contiguous, else a new C-contiguous array of its shape and dtype (on its device) that is
+    then copied into ``target``.  Either way the pass checks ``out`` against the result's shape
+    and dtype before any work, so a wrong ``target`` of any strides is refused and left as it
+    was."""
     if target.flags.c_contiguous:
-        result_fn(target)
-    else:
-        target[...] = result_fn(None)
+        run(target)
+        return
+    import cupy
+
+    with target.device:
+        out = cupy.empty(target.shape, target.dtype)
+    run(out)
+    target[...] = out
 
 
 def _channel_bias(b, y, layout: str):
     """``b`` (None, or one value per channel of ``y``) as a view that broadcasts over ``y``;
-    checked before any work, as every argument is."""
+    checked before any work, as every argument is: ``y += b`` runs after the pass has written
+    ``y``, so ``b`` must not overlap it."""
     if b is None:
         return None
-    b = require_array(b, "b")
+    same_device({"bias": b, "out": y})
+    check_out_disjoint(y, {"bias": b})
     if b.ndim != 1 or b.shape[0] != (y.shape[-1] if layout == "NHWC" else y.shape[1]):
         raise ValueError(f"b must have one value per channel of y ({y.shape}, {layout}), got "
                          f"shape {b.shape}")
@@ -154,10 +216,14 @@ def convolution_forward(x, W, b, y, pad, stride, dilation, groups, *, auto_tune,
     """
     del auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
-    y = require_array(y, "y")
-    w = _weight_view(require_array(W, "W"), wl, d)
-    b = None if b is None else require_array(b, "b")
-    _write(lambda out: conv(x, w, b, out=out, **options), y)
+    with _spoken_as("convolution_forward", wl, d):  # arguments go in under cupyconv's names
+        y = require_array(y, "out")
+        W = require_array(W, "w")
+        b = None if b is None else require_array(b, "bias")
+        x = require_array(x, "x")
+        _same_ndim("W", W, {"x": x, "y": y})
+        w = _weight_view(W, wl, d)
+        _write(lambda out: conv(x, w, b, out=out, **options), y)
 
 
 def convolution_backward_data(W, x, b, y, pad, stride, dilation, groups, *, deterministic,
@@ -169,12 +235,17 @@ def convolution_backward_data(W, x, b, y, pad, stride, dilation, groups, *, dete
     deconvolution calls it so, with a bias).  Returns None."""
     del deterministic, auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
-    y = require_array(y, "y")
-    w = _weight_view(require_array(W, "W"), wl, d)
-    b = _channel_bias(b, y, d)
-    _write(lambda out: conv_backward_data(x, w, y.shape, out=out, **options), y)
-    if b is not None:
-        y += b
+    with _spoken_as("convolution_backward_data", wl, d):  # (cupyconv's names, see above)
+        y = require_array(y, "out")
+        W = require_array(W, "w")
+        b = None if b is None else require_array(b, "bias")
+        x = require_array(x, "dy")
+        _same_ndim("W", W, {"x": x, "y": y})
+        w = _weight_view(W, wl, d)
+        b = _channel_bias(b, y, d)
+        _write(lambda out: conv_backward_data(x, w, y.shape, out=out, **options), y)
+        if b is not None:
+            y += b
 
 
 def convolution_backward_filter(x, gy, gW, pad, stride, dilation, groups, *, deterministic,
@@ -184,6 +255,11 @@ def convolution_backward_filter(x, gy, gW, pad, stride, dilation, groups, *, det
     with respect to ``W``, written into ``gW`` (in ``w_layout``).  Returns None."""
     del deterministic, auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
-    gw = _weight_view(require_array(gW, "gW"), wl, d)
-    _write(lambda out: conv_backward_weight(x, gy, gw.shape, out=out, **options), gw)
+    with _spoken_as("convolution_backward_filter", wl, d):  # (cupyconv's names, see above)
+        gW = require_array(gW, "out")
+        x = require_array(x, "x")
+        gy = require_array(gy, "dy")
+        _same_ndim("gW", gW, {"x": x, "gy": gy})
+        gw = _weight_view(gW, wl, d)
+        _write(lambda out: conv_backward_weight(x, gy, gw.shape, out=out, **options), gw)
 

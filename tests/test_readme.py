@@ -73,6 +73,10 @@ def test_each_example_runs(line, source):
     if "dask_cuda" in source:  # the multi-GPU recipe's own extras
         pytest.importorskip("dask_cuda")
         pytest.importorskip("distributed")
+    if "import torch" in source:  # PyTorch examples: a peer library, no dependency
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("this PyTorch has no CUDA")
 
     exec(compile(source, f"README.md:{line}", "exec"), {"__name__": "readme_example"})
     cupy.cuda.Device().synchronize()

@@ -1,8 +1,10 @@
 """Checks and views of the CuPy arrays handed to the public functions.
 
 Every check here runs before any kernel is compiled or launched, and raises a ``TypeError`` or
-``ValueError`` that names the argument and the rule.  CuPy is imported lazily so that
-``import cupyconv`` works (and the pure-Python parts are usable) where CuPy is not installed.
+``ValueError`` that names the argument and the rule.  The checks take cupyconv's names for the
+arguments and spell them as the caller does where a message is built (:mod:`._core.names`).
+CuPy is imported lazily so that ``import cupyconv`` works (and the pure-Python parts are usable)
+where CuPy is not installed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
+from cupyconv._core.names import arg
 
 
 def _cupy():
@@ -76,7 +79,7 @@ def gpu_view(a, name: str):
             failure = exc
     if failure is not None:
         kind = f"{type(a).__module__}.{type(a).__name__}"
-        raise TypeError(f"{name} ({kind}) offers a GPU array protocol but could not be viewed as "
+        raise TypeError(f"{arg(name)} ({kind}) offers a GPU array protocol but could not be viewed as "
                         f"a cupy.ndarray without a copy: {failure}") from failure
     return None
 
@@ -91,22 +94,26 @@ def require_array(a, name: str):
     if view is not None:
         return view
     kind = f"{type(a).__module__}.{type(a).__name__}"
+    name = arg(name)
     hint = (f"move it to the GPU first: {name} = cupy.asarray({name})"
             if hasattr(a, "__array__") or isinstance(a, (list, tuple)) else "")
     raise TypeError(f"{name} must be a cupy.ndarray or a GPU array with __cuda_array_interface__ "
                     f"or __dlpack__, got {kind}" + (f"; {hint}" if hint else ""))
 
 
-def require_float_dtype(a, name: str, dtype=None) -> str:
-    """The dtype name of ``a``, which must be a supported float type equal to ``dtype`` if given."""
+def require_float_dtype(a, name: str, dtype=None, first: str | None = None) -> str:
+    """The dtype name of ``a``, which must be a supported float type equal to ``dtype`` if given
+    (the dtype of the call's operand ``first``, named in the message; "the input" without it)."""
     got = a.dtype.name
     if dtype is not None and got == dtype:  # (dtype: checked on the call's first operand)
         return got
+    name = arg(name)
     if got not in DTYPES:
         raise TypeError(f"{name} has dtype {got}; supported dtypes are {', '.join(DTYPES)} "
                         f"(cast with {name}.astype(cupy.float32))")
     if dtype is not None and got != dtype:
-        raise TypeError(f"{name} has dtype {got} but the input has dtype {dtype}: all operands of "
+        which = "the input" if first is None else arg(first, "the input")
+        raise TypeError(f"{name} has dtype {got} but {which} has dtype {dtype}: all operands of "
                         f"one convolution must share a dtype")
     return got
 
@@ -135,7 +142,7 @@ def batched_shape(shape):
 
 
 def same_device(arrays: dict) -> None:
-    devices = {name: a.data.device_id for name, a in arrays.items() if a is not None}
+    devices = {arg(name): a.data.device_id for name, a in arrays.items() if a is not None}
     if len(set(devices.values())) > 1:
         raise ValueError(f"all arrays must be on one GPU, got devices {devices}")
 
@@ -144,10 +151,10 @@ def check_bias(bias, channels: int, dtype: str):
     if bias is None:
         return None
     bias = require_array(bias, "bias")
-    require_float_dtype(bias, "bias", dtype)
+    require_float_dtype(bias, "bias", dtype, first="x")
     if bias.shape != (channels,):
-        raise ValueError(f"bias must have shape ({channels},) (one value per output channel), "
-                         f"got {bias.shape}")
+        raise ValueError(f"{arg('bias')} must have shape ({channels},) (one value per output "
+                         f"channel), got {bias.shape}")
     return bias
 
 
@@ -158,13 +165,14 @@ def check_residual(z, shape: tuple, dtype: str, layout: str):
     if z is None:
         return None
     z = require_array(z, "z")
-    got = z.dtype.name
+    got, name = z.dtype.name, arg("z")
     if got != dtype:
-        raise TypeError(f"z has dtype {got} but the output has dtype {dtype}: the residual is "
-                        f"added to the output in its own dtype (cast with z.astype(cupy.{dtype}))")
+        raise TypeError(f"{name} has dtype {got} but the output has dtype {dtype}: the residual "
+                        f"is added to the output in its own dtype (cast with "
+                        f"{name}.astype(cupy.{dtype}))")
     if z.shape != tuple(shape):
-        raise ValueError(f"z must have the output's shape {tuple(shape)} (layout {layout}), got "
-                         f"{z.shape}")
+        raise ValueError(f"{name} must have the output's shape {tuple(shape)} ({arg('layout')} "
+                         f"{layout}), got {z.shape}")
     return z
 
 
@@ -193,8 +201,11 @@ def check_out_disjoint(out, inputs: dict) -> None:
             continue
         a_lo, a_hi = memory_bounds(a)
         if a_lo < hi and lo < a_hi:
-            raise ValueError(f"out overlaps {name} in memory ({name} is read while out is "
-                             f"written): pass a separate output array, or out=None")
+            name, out_name = arg(name), arg("out")
+            # (out=None is a way out only where the caller's function has it)
+            alternative = ", or out=None" if out_name == "out" else ""
+            raise ValueError(f"{out_name} overlaps {name} in memory ({name} is read while "
+                             f"{out_name} is written): pass a separate output array{alternative}")
 
 
 @memoized(None)
@@ -224,12 +235,13 @@ def prepare_out(out, shape: tuple, dtype: str, inputs: dict | None = None,
         return cupy.empty(shape, dtype=dtype)
     out = require_array(out, "out")
     check_out_disjoint(out, inputs or {})
+    name = arg("out")
     if out.shape != tuple(shape):
-        raise ValueError(f"out must have shape {tuple(shape)}, got {out.shape}")
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {out.shape}")
     if out.dtype.name != dtype:
-        raise TypeError(f"out must have dtype {dtype}, got {out.dtype.name}")
+        raise TypeError(f"{name} must have dtype {dtype}, got {out.dtype.name}")
     if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
+        raise ValueError(f"{name} must be C-contiguous")
     return out
 
 
@@ -239,7 +251,7 @@ def conv_operands(x, w, bias, out, geometry_kwargs: dict, ndim=None, z=None):
     x = require_array(x, "x")
     w = require_array(w, "w")
     dtype = require_float_dtype(x, "x")
-    require_float_dtype(w, "w", dtype)
+    require_float_dtype(w, "w", dtype, first="x")
     geom = ConvGeometry.from_shapes(x.shape, w.shape, dtype=dtype, ndim=ndim, **geometry_kwargs)
     bias = check_bias(bias, geom.out_channels, dtype)
     z = check_residual(z, geom.output_shape, dtype, geom.layout)

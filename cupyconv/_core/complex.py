@@ -23,6 +23,8 @@ float64), so every method, layout and option of the real passes carries over.
 
 from __future__ import annotations
 
+from cupyconv._core.names import arg
+
 COMPLEX_DTYPES = {"complex64": "float32", "complex128": "float64"}
 
 
@@ -34,20 +36,21 @@ def is_complex(a) -> bool:
 def require_complex_dtype(arrays: dict) -> str:
     """The one complex dtype of ``arrays`` ({name: array or None}), first entry first; a
     TypeError naming the argument where one is real or of the other precision."""
-    dtype = None
+    dtype = first = None
     for name, a in arrays.items():
         if a is None:
             continue
         got = a.dtype.name
         if got not in COMPLEX_DTYPES:
+            name = arg(name)
             raise TypeError(f"{name} has dtype {got} but the call is complex: all operands of a "
                             f"complex convolution must share one complex dtype (complex64 or "
                             f"complex128; cast with {name}.astype(cupy.complex64))")
         if dtype is None:
-            dtype = got
+            dtype, first = got, name
         elif got != dtype:
-            raise TypeError(f"{name} has dtype {got} but the input has dtype {dtype}: all "
-                            f"operands of one convolution must share a dtype")
+            raise TypeError(f"{arg(name)} has dtype {got} but {arg(first, 'the input')} has "
+                            f"dtype {dtype}: all operands of one convolution must share a dtype")
     return dtype
 
 

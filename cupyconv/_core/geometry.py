@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cupyconv._core.dtypes import dtype_name, itemsize
+from cupyconv._core.names import arg
 
 LAYOUTS = ("NCHW", "NHWC")
 PADDING_MODES = ("valid", "same", "same_lower")
@@ -50,16 +51,17 @@ class GemmShape(NamedTuple):
 def as_int(v, name: str) -> int:
     # Python and NumPy integers (anything with __index__), but not bool and not float.
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
-        raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+        raise TypeError(f"{arg(name)} must be an integer, got {v!r} ({type(v).__name__})")
     return operator.index(v)
 
 
 def check_extents(name: str, values, where: str = "") -> None:
-    """Raise ValueError unless every int in ``values`` is below :data:`EXTENT_LIMIT` (2**31)."""
+    """Raise ValueError unless every int in ``values`` is below :data:`EXTENT_LIMIT` (2**31).
+    ``name``: an argument's name (spelled as the caller does, :func:`names.arg`) or a phrase."""
     values = tuple(values)
     if any(v >= EXTENT_LIMIT for v in values):
         got = values[0] if len(values) == 1 else values
-        raise ValueError(f"{name} must be < 2**31{where} {_LIMIT_WHY}, got {got!r}")
+        raise ValueError(f"{arg(name)} must be < 2**31{where} {_LIMIT_WHY}, got {got!r}")
 
 
 def check_tensor_size(name: str, shape, dtype=None) -> None:
@@ -89,14 +91,14 @@ def per_dim(value, ndim: int, name: str, minimum: int) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)):
         if len(value) != ndim:
             raise ValueError(
-                f"{name} must be an int or a sequence of {ndim} ints (one per spatial dim), "
+                f"{arg(name)} must be an int or a sequence of {ndim} ints (one per spatial dim), "
                 f"got {len(value)} values: {tuple(value)!r}")
         out = tuple(as_int(v, name) for v in value)
     else:
         out = (as_int(value, name),) * ndim
     for v in out:
         if v < minimum:
-            raise ValueError(f"{name} must be >= {minimum} in every spatial dim, got {out!r}")
+            raise ValueError(f"{arg(name)} must be >= {minimum} in every spatial dim, got {out!r}")
     check_extents(name, out, " in every spatial dim")
     return out
 
@@ -118,8 +120,8 @@ def normalize_padding(padding, spatial, kernel, stride, dilation):
         mode = padding.lower()
         if mode not in PADDING_MODES:
             raise ValueError(
-                f"padding must be an int, a per-dim tuple, per-dim (lo, hi) pairs or one of "
-                f"{PADDING_MODES}, got {padding!r}")
+                f"{arg('padding')} must be an int, a per-dim tuple, per-dim (lo, hi) pairs or one "
+                f"of {PADDING_MODES}, got {padding!r}")
         if mode == "valid":
             zero = (0,) * ndim
             return zero, zero
@@ -134,13 +136,14 @@ def normalize_padding(padding, spatial, kernel, stride, dilation):
     if isinstance(padding, (tuple, list)):
         if len(padding) != ndim:
             raise ValueError(
-                f"padding must have one entry per spatial dim ({ndim}), got {len(padding)}: "
-                f"{tuple(padding)!r}")
+                f"{arg('padding')} must have one entry per spatial dim ({ndim}), got "
+                f"{len(padding)}: {tuple(padding)!r}")
         lo, hi = [], []
         for p in padding:
             if isinstance(p, (tuple, list)):
                 if len(p) != 2:
-                    raise ValueError(f"each padding pair must be (lo, hi), got {tuple(p)!r}")
+                    raise ValueError(f"each {arg('padding')} pair must be (lo, hi), got "
+                                     f"{tuple(p)!r}")
                 a, b = as_int(p[0], "padding"), as_int(p[1], "padding")
             else:
                 a = b = as_int(p, "padding")
@@ -150,10 +153,10 @@ def normalize_padding(padding, spatial, kernel, stride, dilation):
     else:
         lo = hi = (as_int(padding, "padding"),) * ndim
     if min(lo + hi) < 0:
-        raise ValueError(f"padding must be >= 0, got lo={lo}, hi={hi}")
+        raise ValueError(f"{arg('padding')} must be >= 0, got lo={lo}, hi={hi}")
     if max(lo + hi) >= EXTENT_LIMIT:
-        raise ValueError(f"padding must be < 2**31 on every side {_LIMIT_WHY}, got lo={lo}, "
-                         f"hi={hi}")
+        raise ValueError(f"{arg('padding')} must be < 2**31 on every side {_LIMIT_WHY}, got "
+                         f"lo={lo}, hi={hi}")
     return lo, hi
 
 
@@ -207,62 +210,75 @@ class ConvGeometry:
     @classmethod
     def _validate(cls, input_shape, weight_shape, stride, padding, dilation, groups, layout, dtype,
                   ndim) -> "ConvGeometry":
+        # Messages name the arguments and the shapes' roles (input, weight, output) as the caller
+        # does (names.arg): identity for cupyconv's own functions, another API's names inside a
+        # compatibility module.
         layout = normalize_layout(layout)
         input_shape = _shape(input_shape, "input_shape")
         weight_shape = _shape(weight_shape, "weight_shape")
+        inp, wgt, groups_ = arg("input"), arg("weight"), arg("groups")
         nsp = len(input_shape) - 2
         if ndim is not None and nsp != ndim:
             raise ValueError(
-                f"expected a {ndim + 2}-d input (N, C and {ndim} spatial dims) for a {ndim}-d "
+                f"expected a {ndim + 2}-d {inp} (N, C and {ndim} spatial dims) for a {ndim}-d "
                 f"convolution, got shape {input_shape}")
         if not 1 <= nsp <= MAX_SPATIAL_DIMS:
             raise ValueError(
-                f"input must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape {input_shape}")
+                f"{inp} must have 3, 4 or 5 dims (N, C and 1-3 spatial dims), got shape "
+                f"{input_shape}")
         if len(weight_shape) != len(input_shape):
             raise ValueError(
-                f"weight must have as many dims as the input ({len(input_shape)}), got weight shape "
-                f"{weight_shape} for input shape {input_shape}")
+                f"{wgt} must have as many dims as {arg('input', 'the input')} "
+                f"({len(input_shape)}), got {wgt} shape {weight_shape} for {inp} shape "
+                f"{input_shape}")
         for name, shp in (("input_shape", input_shape), ("weight_shape", weight_shape)):
             if min(shp) < 1:
-                raise ValueError(f"every dim of {name} must be >= 1, got {shp}")
+                raise ValueError(f"every dim of {arg(name)} must be >= 1, got {shp}")
         groups = as_int(groups, "groups")
         if groups < 1:
-            raise ValueError(f"groups must be >= 1, got {groups}")
+            raise ValueError(f"{groups_} must be >= 1, got {groups}")
         check_extents("groups", (groups,))
         n, c, spatial = _split(input_shape, layout)
         k, c_per_group, kernel = _split(weight_shape, layout)
         # every dim of both shapes: batch, channels, spatial sizes, kernel extents
-        check_extents("every dim of input_shape (batch, channels, spatial sizes)", input_shape)
-        check_extents("every dim of weight_shape (channels, kernel sizes)", weight_shape)
+        check_extents(f"every dim of {arg('input_shape')} (batch, channels, spatial sizes)",
+                      input_shape)
+        check_extents(f"every dim of {arg('weight_shape')} (channels, kernel sizes)",
+                      weight_shape)
         if c % groups:
-            raise ValueError(f"input channels ({c}) must be divisible by groups ({groups})")
+            raise ValueError(f"{inp} channels ({c}) must be divisible by {groups_} ({groups})")
         if k % groups:
-            raise ValueError(f"output channels ({k}, weight dim 0) must be divisible by groups ({groups})")
+            raise ValueError(f"output channels ({k}, {wgt} dim 0) must be divisible by {groups_} "
+                             f"({groups})")
         if c_per_group != c // groups:
             where = "dim 1" if layout == "NCHW" else "the last dim"
             raise ValueError(
-                f"weight shape {weight_shape} does not fit layout {layout}: {where} must be "
-                f"in_channels / groups = {c} / {groups} = {c // groups}, got {c_per_group}")
+                f"{wgt} shape {weight_shape} does not fit {arg('layout')} {layout}: {where} must "
+                f"be in_channels / {groups_} = {c} / {groups} = {c // groups}, got {c_per_group} "
+                f"({inp} shape {input_shape})")
         stride = per_dim(stride, nsp, "stride", 1)
         dilation = per_dim(dilation, nsp, "dilation", 1)
         lo, hi = normalize_padding(padding, spatial, kernel, stride, dilation)
         geom = cls(n, c, k, groups, spatial, kernel, stride, dilation, lo, hi, layout,
                    None if dtype is None else dtype_name(dtype))
-        check_extents("the dilated kernel extent (kernel - 1) * dilation + 1",
+        dil, pad = arg("dilation"), arg("padding")
+        check_extents(f"the dilated kernel extent (kernel - 1) * {dil} + 1",
                       effective_kernel(kernel, dilation), f" in every spatial dim (kernel "
-                      f"{kernel}, dilation {dilation})")
-        check_extents("the padded input extent (input + padding lo + hi)", geom.padded_spatial,
-                      f" in every spatial dim (input {spatial}, padding lo={lo} hi={hi})")
+                      f"{kernel}, {dil} {dilation})")
+        check_extents(f"the padded {inp} extent ({inp} + {pad} lo + hi)", geom.padded_spatial,
+                      f" in every spatial dim ({inp} spatial size {spatial}, {pad} lo={lo} "
+                      f"hi={hi})")
         for i, (size, ek) in enumerate(zip(geom.padded_spatial, effective_kernel(kernel, dilation))):
             if ek > size:
                 raise ValueError(
-                    f"kernel (dilated extent {ek}) is larger than the padded input ({size}) in spatial "
-                    f"dim {i}: input {spatial}, kernel {kernel}, dilation {dilation}, padding "
-                    f"lo={lo} hi={hi}")
-        check_extents("the output spatial size", geom.out_spatial, " in every spatial dim")
-        for name, shape in (("the input", geom.input_shape), ("the weight", geom.weight_shape),
-                            ("the output", geom.output_shape)):
-            check_tensor_size(name, shape, geom.dtype)
+                    f"kernel (dilated extent {ek}) is larger than the padded {inp} ({size}) in "
+                    f"spatial dim {i}: {inp} spatial size {spatial}, kernel {kernel}, {dil} "
+                    f"{dilation}, {pad} lo={lo} hi={hi}")
+        check_extents(f"{arg('output', 'the output')} spatial size", geom.out_spatial,
+                      " in every spatial dim")
+        for role, shape in (("input", geom.input_shape), ("weight", geom.weight_shape),
+                            ("output", geom.output_shape)):
+            check_tensor_size(arg(role, f"the {role}"), shape, geom.dtype)
         return geom
 
     # ------------------------------------------------------------------ shapes
@@ -372,14 +388,14 @@ _GEOMETRIES: dict = {}
 
 def normalize_layout(layout) -> str:
     if not isinstance(layout, str) or layout.upper() not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS} (channels-first / channels-last for any "
+        raise ValueError(f"{arg('layout')} must be one of {LAYOUTS} (channels-first / channels-last for any "
                          f"number of spatial dims), got {layout!r}")
     return layout.upper()
 
 
 def _shape(shape, name) -> tuple[int, ...]:
     if not isinstance(shape, (tuple, list)):
-        raise TypeError(f"{name} must be a tuple of ints, got {shape!r}")
+        raise TypeError(f"{arg(name)} must be a tuple of ints, got {shape!r}")
     return tuple(as_int(v, name) for v in shape)
 
 

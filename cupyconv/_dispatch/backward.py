@@ -15,6 +15,7 @@ from typing import Callable
 
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import GRID_YZ_MAX
+from cupyconv._core.names import arg
 from cupyconv._depthwise.launch import (is_depthwise, run_depthwise_backward_data,
                                         run_depthwise_backward_weight)
 from cupyconv._dispatch.callcache import PreparedCall, prepare
@@ -71,10 +72,13 @@ def backward_method(geom: ConvGeometry, method) -> BackwardAlgorithm:
     ValueError for unknown or inapplicable methods."""
     if not isinstance(method, str) or method not in BACKWARD_METHODS:
         raise ValueError(f"method must be one of {BACKWARD_METHODS}, got {method!r}")
-    if method == "auto":
-        method = "depthwise" if is_depthwise(geom) else "implicit_gemm"
-    algo = BACKWARD[method]
+    algo = BACKWARD[method if method != "auto" else
+                    "depthwise" if is_depthwise(geom) else "implicit_gemm"]
     if not algo.applicable(geom):
-        raise ValueError(f"{algo.refusal} (got groups={geom.groups}, {geom.in_channels} "
-                         f"channels)")
+        got = f"got {arg('groups')}={geom.groups}, {geom.in_channels} channels"
+        if method == "auto":  # (no method was named: say what no algorithm can run)
+            raise ValueError(f"no backward algorithm runs this problem ({got}): the implicit "
+                             f"GEMM runs at most {GRID_YZ_MAX} groups (one launch grid row "
+                             f"each), the depthwise kernels need as many groups as channels")
+        raise ValueError(f"{algo.refusal} ({got})")
     return algo

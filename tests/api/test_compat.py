@@ -3,6 +3,7 @@ argument errors), complex arithmetic and conjugation rules (on the float64 refer
 standing in for CuPy), the unbatched-input rule, and the routing of other libraries' GPU arrays
 to CuPy views.  The GPU results are in test_gpu_compat.py."""
 
+import contextlib
 import inspect
 import sys
 import types
@@ -14,6 +15,8 @@ import cupyconv
 from cupyconv import cudnn, reference
 from cupyconv._core import arrays
 from cupyconv._core.complex import bias_parts, gauss_product, require_complex_dtype
+
+import cudnn_cases as cc
 
 
 def _rand(rng, shape, complex_=True):
@@ -92,6 +95,162 @@ def test_cudnn_numpy_output_is_refused_with_a_hint():
     with pytest.raises(TypeError, match=r"y must be a cupy.ndarray.*cupy.asarray\(y\)"):
         cudnn.convolution_forward(y, y, None, y, (0, 0), (1, 1), (1, 1), 1, auto_tune=False,
                                   tensor_core="auto")
+
+
+# ------------------------------------------------------------------------------ cudnn: names
+# Issue 45 class 4: every error of cupyconv.cudnn names the argument as CuPy 13 did.  The cases
+# (tests/cudnn_cases.py) run here on NumPy arrays posing as CuPy arrays, with the launch replaced
+# by a sentinel, so every check before it runs as on a GPU; test_gpu_compat.py runs them on one.
+class _Launched(Exception):
+    """Raised where a call would compile or launch its first kernel."""
+
+
+class _FakeGpuArray(np.ndarray):
+    """A NumPy array with what cupyconv's checks read of a cupy.ndarray: ``data.ptr``,
+    ``data.device_id`` and ``device`` (a context)."""
+
+    def __array_finalize__(self, obj):
+        self.device_id = getattr(obj, "device_id", 0)
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0],
+                                     device_id=self.device_id)
+
+    @property
+    def device(self):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """cudnn_cases.Arrays of _FakeGpuArray, with a ``cupy`` module that knows them; kernels are
+    never reached (conv's algorithm choice and the backward passes' prepare raise _Launched)."""
+    import importlib
+
+    from cupyconv._dispatch.backward import BackwardAlgorithm
+
+    conv_module = importlib.import_module("cupyconv.conv")  # (cupyconv.conv is the function)
+
+    current = [0]
+
+    def new(shape, dtype, fill):
+        a = np.full(shape, fill, dtype).view(_FakeGpuArray)
+        a.device_id = current[0]
+        return a
+
+    @contextlib.contextmanager
+    def device(i):
+        current[0], before = i, current[0]
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = _FakeGpuArray
+    fake.moveaxis = np.moveaxis
+    fake.empty = lambda shape, dtype=None: new(shape, dtype, 0)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def launched(*args, **kwargs):
+        raise _Launched
+
+    monkeypatch.setattr(conv_module, "choose", launched)
+    monkeypatch.setattr(BackwardAlgorithm, "prepare_data", launched)
+    monkeypatch.setattr(BackwardAlgorithm, "prepare_weight", launched)
+    return cc.Arrays(new, device, np.asarray)
+
+
+@pytest.mark.parametrize("function", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("layouts", [(0, 0), (1, 1), (1, 0), (0, 1)],
+                         ids=["NCHW", "NHWC", "NHWC-w_NCHW", "NCHW-w_NHWC"])
+def test_cudnn_valid_calls_reach_the_launch(fake_gpu, function, layouts):
+    """The base call of the cases passes every check (so a case fails by its one change), in
+    each data and filter layout."""
+    args = cc.base(function, fake_gpu)
+    d, w = layouts
+    a = fake_gpu
+    if d == 1:  # channels-last data
+        args.update(x=a.zeros((2, 9, 9, 4) if function != "backward_data" else (2, 9, 9, 6)))
+        if function == "forward":
+            args["y"] = a.out((2, 9, 9, 6))
+        elif function == "backward_data":
+            args["y"] = a.out((2, 9, 9, 4))
+        else:
+            args["gy"] = a.zeros((2, 9, 9, 6))
+    if w == 1:  # the filter channels-last: (K, kh, kw, C/groups)
+        args["gW" if function == "backward_filter" else "W"] = (
+            a.out((6, 3, 3, 2)) if function == "backward_filter" else a.zeros((6, 3, 3, 2)))
+    args.update(d_layout=d, w_layout=w)
+    with pytest.raises(_Launched):
+        cc.call(function, args)
+
+
+@pytest.mark.parametrize("case", cc.CASES, ids=[c.id for c in cc.CASES])
+def test_cudnn_errors_name_cupy13_arguments(fake_gpu, case):
+    args = case.arguments(fake_gpu)
+    target = args[cc.OUTPUT[case.function]]
+    before = np.array(target, copy=True)
+    with pytest.raises(case.error) as info:
+        cc.call(case.function, args)
+    cc.check_message(str(info.value), case)
+    assert np.array_equal(np.asarray(target), before, equal_nan=True), "the output was written"
+
+
+def test_cudnn_cases_cover_every_function_and_are_unique():
+    ids = [c.id for c in cc.CASES]
+    assert len(ids) == len(set(ids))
+    assert {c.function for c in cc.CASES} == set(cc.OUTPUT)
+    assert len(cc.CASES) >= 90
+
+
+def test_cudnn_warm_path_overlap_names_cupy13_arguments(fake_gpu):
+    """A warm call (a prepared call's replay) checks only that the output overlaps no input;
+    under the compat module's names that message speaks CuPy 13 too."""
+    from cupyconv._dispatch.callcache import PreparedCall
+
+    fake = sys.modules["cupy"]
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    x, y = fake_gpu.overlapping((2, 6, 9, 9), (2, 4, 9, 9))
+    call = PreparedCall(lambda ops: None, y.shape, y.dtype, 0, ("dy", "w"), recorded=True)
+    with cudnn._spoken_as("convolution_backward_data", "NCHW", "NCHW"):
+        with pytest.raises(ValueError) as info:
+            call((x, fake_gpu.zeros((6, 2, 3, 3))), y)
+    assert str(info.value).startswith("y overlaps x in memory (x is read while y is written)")
+    with pytest.raises(ValueError, match=r"^out overlaps dy .*, or out=None$"):
+        call((x, fake_gpu.zeros((6, 2, 3, 3))), y)   # cupyconv's own names outside
+
+
+def test_argument_names_are_scoped():
+    from cupyconv._core.geometry import ConvGeometry
+    from cupyconv._core.names import arg, spoken_as
+
+    assert arg("padding") == "padding" and arg("input", "the input") == "the input"
+    with spoken_as({"padding": "pad", "input": "x"}):
+        assert arg("padding") == "pad" and arg("input", "the input") == "x"
+        assert arg("stride") == "stride"
+        with spoken_as({"stride": "strides"}):       # the innermost map, whole
+            assert arg("stride") == "strides" and arg("padding") == "padding"
+        with pytest.raises(ValueError, match=r"^pad must be >= 0"):
+            ConvGeometry.from_shapes((1, 2, 5, 5), (3, 2, 3, 3), padding=-1)
+        assert arg("padding") == "pad"
+    assert arg("padding") == "padding"                # reset, after an error too
+    with pytest.raises(ValueError, match=r"^padding must be >= 0"):
+        ConvGeometry.from_shapes((1, 2, 5, 5), (3, 2, 3, 3), padding=-1)
+
+
+def test_argument_names_do_not_leak_across_threads():
+    import threading
+
+    from cupyconv._core.names import arg, spoken_as
+
+    seen = []
+    with spoken_as({"out": "y"}):
+        thread = threading.Thread(target=lambda: seen.append(arg("out")))
+        thread.start()
+        thread.join()
+    assert seen == ["out"]
 
 
 # ------------------------------------------------------------------------------ complex

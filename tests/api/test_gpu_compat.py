@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 import cupyconv
-from cupyconv import cudnn, reference
+from cupyconv import cudnn, jit, reference
 from cupyconv._core.arrays import require_array
 from cupyconv._core.verify import poison, random_array, rel_error
+from cupyconv._dispatch import callcache
+
+import cudnn_cases as cc
 
 pytestmark = pytest.mark.gpu
 
@@ -289,6 +292,83 @@ def test_cudnn_bad_bias_is_refused_before_work():
                                         (1, 1), 1, deterministic=False, auto_tune=False,
                                         tensor_core="auto")
     assert bool(cupy.isnan(gx).all())
+
+
+# ------------------------------------------------------------------------------ cudnn: names
+def _gpu_arrays():
+    import contextlib
+
+    import cupy
+
+    @contextlib.contextmanager
+    def device(i):
+        with cupy.cuda.Device(i):
+            yield
+
+    return cc.Arrays(lambda shape, dtype, fill: cupy.full(shape, fill, dtype), device,
+                     lambda a: a.get() if isinstance(a, cupy.ndarray) else np.asarray(a))
+
+
+@pytest.mark.parametrize("case", cc.CASES, ids=[c.id for c in cc.CASES])
+def test_cudnn_errors_name_cupy13_arguments(case):
+    """Issue 45 class 4: each bad argument of cupyconv.cudnn raises before any kernel is fetched,
+    compiled or launched, with a message in CuPy 13's names (tests/cudnn_cases.py; the same
+    cases run on the CPU in test_compat.py), and the output keeps its contents."""
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < case.gpus:
+        pytest.skip(f"needs {case.gpus} GPUs")
+    a = _gpu_arrays()
+    args = case.arguments(a)
+    target = args[cc.OUTPUT[case.function]]
+    cupy.cuda.Device().synchronize()
+    before = a.to_host(target).copy()
+    stats = jit.cache_info()
+    with pytest.raises(case.error) as info:
+        cc.call(case.function, args)
+    cc.check_message(str(info.value), case)
+    after = jit.cache_info()
+    assert (after["hits"], after["misses"]) == (stats["hits"], stats["misses"]), (
+        "a kernel was fetched before the error")
+    cupy.cuda.Device().synchronize()
+    assert np.array_equal(a.to_host(target), before, equal_nan=True), "the output was written"
+
+
+@pytest.mark.parametrize("function", ["forward", "backward_data", "backward_filter"])
+def test_cudnn_warm_call_overlap_names_cupy13_arguments(function):
+    """The warm path (a prepared call after a valid call like it) checks only the overlap of
+    the output with the inputs: its message names CuPy 13's arguments too.  1x1 filters, as
+    many output as input channels and one pixel for the filter pass: the output has the shape,
+    strides and alignment of an input, and is that input."""
+    import cupy
+
+    a = _gpu_arrays()
+    opts = dict(pad=(0, 0), stride=(1, 1), dilation=None, groups=1, tensor_core="auto",
+                d_layout=0, w_layout=0)
+    if function == "forward":
+        args = dict(x=a.zeros((2, 4, 5, 5)), W=a.zeros((4, 4, 1, 1)), b=None,
+                    y=a.out((2, 4, 5, 5)), **opts)
+        aliased, names = dict(y=args["x"]), ("y", "x")
+    elif function == "backward_data":
+        args = dict(W=a.zeros((4, 4, 1, 1)), x=a.zeros((2, 4, 5, 5)), b=None,
+                    y=a.out((2, 4, 5, 5)), **opts)
+        aliased, names = dict(y=args["x"]), ("y", "x")
+    else:
+        args = dict(x=a.zeros((4, 4, 1, 1)), gy=a.zeros((4, 4, 1, 1)), gW=a.out((4, 4, 1, 1)),
+                    **opts)
+        aliased, names = dict(gW=args["gy"]), ("gW", "gy")
+    assert cc.call(function, args) is None               # valid: prepares the call
+    assert callcache._calls, "the valid call was not remembered: no warm path to test"
+    cupy.cuda.Device().synchronize()
+    source = next(iter(aliased.values()))
+    before = source.get()
+    case = cc.Case(function, "warm-overlap", ValueError, names, lambda _: aliased)
+    with pytest.raises(ValueError) as info:
+        cc.call(function, {**args, **aliased})
+    cc.check_message(str(info.value), case)
+    assert str(info.value).startswith(f"{names[0]} overlaps {names[1]} in memory")
+    cupy.cuda.Device().synchronize()
+    assert np.array_equal(source.get(), before)
 
 
 # ------------------------------------------------------------------------------ interop
