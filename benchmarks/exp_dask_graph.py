@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import scipy.ndimage as sn  # noqa: E402
 
 import cupyconv.dask as cd  # noqa: E402
+from cupyconv.dask.graph import _halo_map  # noqa: E402
 from bench_dask import discard, random_volume  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def graphs(volume, op: str, sigma: float) -> dict:
     else:
         fn = copy_block
         reach = {ax: (radius, radius) for ax in range(volume.ndim)}
-        built = {"one task per chunk (_halo_map)": lambda: cd._halo_map(
+        built = {"one task per chunk (_halo_map)": lambda: _halo_map(
             volume, reach, {}, fn, np.float32, meta, label="copy")}
     # the old route of cupyconv.dask, kept here only for this comparison
     built["map_overlap (old route)"] = lambda: da.map_overlap(

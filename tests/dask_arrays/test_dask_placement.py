@@ -1,7 +1,8 @@
-"""cupyconv.dask on a ``distributed`` cluster, on a CPU (NumPy chunks; in-process workers): the
-chunk grid cut into one box per worker (block_owners), arrays placed that way (distribute), and
-filters on a placed array reading whole chunks from their own worker and slabs from the others
-("placed" halos), bit-identical to the whole-array call."""
+"""cupyconv.dask's placement (``cupyconv/dask/placement.py``), on a CPU (NumPy chunks): how a
+filter task gets its halo (whole chunks or slab exports, bit-identical), and on a ``distributed``
+cluster of in-process workers the chunk grid cut into one box per worker (block_owners), arrays
+placed that way (distribute), and filters on a placed array reading whole chunks from their own
+worker and slabs from the others ("placed" halos), bit-identical to the whole-array call."""
 
 import itertools
 
@@ -12,6 +13,7 @@ pytest.importorskip("dask.array")
 import dask  # noqa: E402
 import dask.array as da  # noqa: E402
 import scipy.ndimage as sn  # noqa: E402
+from dask_cases import SHAPES, dask_of  # noqa: E402
 
 import cupyconv.dask as cd  # noqa: E402
 
@@ -52,6 +54,72 @@ def test_block_owners_cuts_across_the_longest_axis():
     assert all(w == (index[1] >= 3) for index, w in owners.items())
     with pytest.raises(ValueError, match="workers must be >= 1"):
         cd.block_owners((2, 2), 0)
+
+
+# --------------------------------------------------------------------------- halo transfer modes
+def _both_transfers(make):
+    """``make()`` built under halo transfer "chunks" and "slabs", computed: the two results."""
+    import dask
+
+    out = []
+    for transfer in ("chunks", "slabs"):
+        with dask.config.set({"cupyconv.halo-transfer": transfer}):
+            assert cd.halo_transfer() == transfer
+            out.append(make().compute(scheduler="synchronous"))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap", "constant", "mirror"])
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_slab_transfer_equals_chunk_transfer(ndim, mode):
+    """Filter tasks fed by their neighbours' slab exports compute what tasks reading the whole
+    neighbour chunks compute, bit for bit: thin chunks, asymmetric reaches (origins), periodic
+    axes (a two-chunk axis takes both halos from the one neighbour), 'valid' windows."""
+    rng = np.random.default_rng([ndim, 23])
+    a = rng.standard_normal(SHAPES[ndim])
+    x = dask_of(a, ndim)
+    two = da.from_array(a, chunks=tuple((n // 2, n - n // 2) for n in a.shape))
+    w = rng.standard_normal((3,) * ndim)
+    makes = [lambda: cd.gaussian_filter(x, 1.1, mode=mode),
+             lambda: cd.uniform_filter(x, 4, origin=1, mode=mode),
+             lambda: cd.correlate(x, w, mode=mode, origin=-1),
+             lambda: cd.gaussian_filter(two, 0.9, mode=mode),
+             lambda: cd.signal_correlate(x, w, "same")]
+    for make in makes:
+        chunks, slabs = _both_transfers(make)
+        np.testing.assert_array_equal(slabs, chunks)
+
+
+def test_slab_graph_reads_slabs_not_chunks():
+    """Under "slabs" a filter task reads its own chunk and one export per neighbour; an export
+    holds only face slabs as thick as the halo (here 2 of a chunk's 4 rows per face)."""
+    import dask
+
+    a = np.random.default_rng(5).standard_normal((12, 12, 12))
+    x = da.from_array(a, chunks=4)
+    with dask.config.set({"cupyconv.halo-transfer": "slabs"}):
+        y = cd.gaussian_filter(x, 0.5)  # radius 2
+    layer = dict(y.dask.layers[y.name])
+    tasks = {k: t for k, t in layer.items() if k[0] == y.name}
+    exports = {k: t for k, t in layer.items() if k[0] != y.name}
+    assert len(tasks) == y.npartitions == len(exports) == 27
+    middle = tasks[(y.name, 1, 1, 1)].dependencies
+    assert (x.name, 1, 1, 1) in middle and len(middle) == 27
+    assert sum(dep[0] == x.name for dep in middle) == 1  # the rest are exports
+    g = dict(y.__dask_graph__())
+    export = dask.get(g, next(iter(exports)))
+    assert export and all(min(s.shape) == 2 and max(s.shape) == 4 for s in export.values())
+    np.testing.assert_array_equal(y.compute(scheduler="synchronous"),
+                                  sn.gaussian_filter(a, 0.5))
+
+
+def test_halo_transfer_setting():
+    import dask
+
+    assert cd.halo_transfer() == "chunks"  # no distributed client here
+    with dask.config.set({"cupyconv.halo-transfer": "both"}):
+        with pytest.raises(ValueError, match="halo-transfer"):
+            cd.halo_transfer()
 
 
 # --------------------------------------------------------------------------- on a cluster
