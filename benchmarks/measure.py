@@ -1,5 +1,5 @@
 """Measurement shared by the benchmark scripts (bench.py, bench_network.py, bench_host.py,
-bench_precision.py, bench_depthwise.py, bench_depthwise_nets.py, sweep_auto.py).
+bench_precision.py, bench_depthwise.py, bench_depthwise_nets.py, experiments/sweep_auto.py).
 
 - device time per call: ``time_gpu`` (CUDA events around back-to-back calls, median of samples);
 - wall time per call: :func:`wall_ms` (``perf_counter`` around a loop of calls that ends in a

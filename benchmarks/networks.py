@@ -2,7 +2,7 @@
 (224x224 input), in network order.
 
 Pure Python (no GPU, no cupyconv): ``bench_network.py`` runs these layers as one pass,
-``bench_depthwise_nets.py`` and ``sweep_auto.py`` their depthwise and grouped layers (through
+``bench_depthwise_nets.py`` and ``experiments/sweep_auto.py`` their depthwise and grouped layers (through
 :func:`distinct_layers`), and tests/bench/test_networks.py checks the counts, the chaining, the
 multiply-add totals and the parameter counts.
 

@@ -10,8 +10,9 @@ Results of bench_depthwise.py (GB/s of the copy rate, ratios to cuDNN), bench_si
 to CuPy's routines), calibrate_signal.py, bench_network.py (whole-network passes: wall and
 CUDA-graph ms against cuDNN fp32 / TF32 / fp16 NCHW / fp16 channels_last), bench_host.py
 (host µs per warm call against the 15 µs target), and bench_precision.py,
-bench_depthwise_nets.py and sweep_auto.py (through those scripts' own tables) render too.  bench.py's float16 columns and
-wall times, where the run has them, get a table and a column of their own.
+bench_depthwise_nets.py and experiments/sweep_auto.py (through those scripts' own tables) render
+too.  bench.py's float16 columns and wall times, where the run has them, get a table and a
+column of their own.
 Plots (``DIR``, default: next to the JSON): ``<name>-peers.png`` (ratio to each peer per problem)
 and ``<name>-ceilings.png`` (achieved fraction of the FLOP and copy-bandwidth ceilings).
 
@@ -42,7 +43,7 @@ def kind_of(data) -> str | None:
     """Which benchmark wrote ``data``: "bench" (bench.py), "depthwise" (bench_depthwise.py),
     "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
     (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py),
-    "depthwise_nets" (bench_depthwise_nets.py), "auto_sweep" (sweep_auto.py), "ndimage"
+    "depthwise_nets" (bench_depthwise_nets.py), "auto_sweep" (experiments/sweep_auto.py), "ndimage"
     (bench_ndimage.py), "dask" (bench_dask.py), "dask-cluster" (bench_dask_cluster.py), or
     None."""
     if not isinstance(data, dict):
@@ -271,14 +272,15 @@ def _ratio(peer, ours):
 
 def _script_markdown(script: str):
     """A renderer of the results of ``script`` (bench_precision.py, bench_depthwise_nets.py,
-    sweep_auto.py, bench_ndimage.py, bench_dask.py, bench_dask_cluster.py): the tables of that
-    script's own ``markdown``, no plot metrics."""
+    experiments/sweep_auto.py, bench_ndimage.py, bench_dask.py, bench_dask_cluster.py; a path
+    under benchmarks/ without ".py"): the tables of that script's own ``markdown``, no plot
+    metrics."""
 
     def render(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
         import importlib.util
 
         spec = importlib.util.spec_from_file_location(
-            script, Path(__file__).resolve().parent / f"{script}.py")
+            Path(script).name, Path(__file__).resolve().parent / f"{script}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return f"### {name}\n\n" + module.markdown(data), [], []
@@ -295,7 +297,7 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
                 "calibration": _calibration_markdown, "network": _network_markdown,
                 "host": _host_markdown, "precision": _script_markdown("bench_precision"),
                 "depthwise_nets": _script_markdown("bench_depthwise_nets"),
-                "auto_sweep": _script_markdown("sweep_auto"),
+                "auto_sweep": _script_markdown("experiments/sweep_auto"),
                 "ndimage": _script_markdown("bench_ndimage"),
                 "dask": _script_markdown("bench_dask"),
                 "dask-cluster": _script_markdown("bench_dask_cluster")}[kind](data, name)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from cupyconv._core.arrays import prepare_out, require_array, require_float_dtype, same_device
 from cupyconv._core.copy import contiguous
-from cupyconv._core.geometry import check_matrix_product
+from cupyconv._core.limits import check_matrix_product
 from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._core.kernels import MATH_MMA, MATH_TF32
 from cupyconv._core.precision import gemm_math, resolve_precision

@@ -1,5 +1,6 @@
-"""README.md's Python examples run as written: each ```python block is self-contained (it defines
-every name it uses), compiles, and (on a GPU) runs."""
+"""README.md's and docs/*.md's Python examples run as written: each ```python block is
+self-contained (it defines every name it uses), compiles, and (on a GPU) runs.  README.md links
+every docs page, and every page it links exists."""
 
 import ast
 import builtins
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))
 _FENCE = re.compile(r"^( *)```python\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 
 
@@ -43,11 +46,23 @@ def undefined_names(source: str) -> set[str]:
     return loaded - stored - set(dir(builtins))
 
 
-BLOCKS = python_blocks()
+BLOCKS = [(f"{page.relative_to(ROOT)}:{line}", source)
+          for page in PAGES for line, source in python_blocks(page.read_text())]
 
 
 def test_the_readme_has_python_examples():
     assert len(BLOCKS) >= 3
+    assert python_blocks(), "README.md shows no example"
+
+
+def test_the_readme_links_every_docs_page_and_each_link_resolves():
+    text = README.read_text()
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", text))
+    pages = {p.relative_to(ROOT).as_posix() for p in PAGES[1:]}
+    assert pages and linked == pages, (sorted(pages - linked), sorted(linked - pages))
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links {target}"
 
 
 def test_the_block_finder_and_name_check():
@@ -57,15 +72,15 @@ def test_the_block_finder_and_name_check():
     assert undefined_names("f = lambda *s: len(s)\nfor i in range(3):\n    f(i)\n") == set()
 
 
-@pytest.mark.parametrize("line,source", BLOCKS, ids=[f"line{n}" for n, _ in BLOCKS])
-def test_each_example_compiles_and_defines_what_it_uses(line, source):
-    compile(source, f"README.md:{line}", "exec")
-    assert undefined_names(source) == set(), f"README.md line {line}"
+@pytest.mark.parametrize("where,source", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_each_example_compiles_and_defines_what_it_uses(where, source):
+    compile(source, where, "exec")
+    assert undefined_names(source) == set(), where
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("line,source", BLOCKS, ids=[f"line{n}" for n, _ in BLOCKS])
-def test_each_example_runs(line, source):
+@pytest.mark.parametrize("where,source", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_each_example_runs(where, source):
     import cupy
 
     if "import dask" in source or "dask." in source:  # the optional extra cupyconv[dask]
@@ -78,5 +93,5 @@ def test_each_example_runs(line, source):
         if not torch.cuda.is_available():
             pytest.skip("this PyTorch has no CUDA")
 
-    exec(compile(source, f"README.md:{line}", "exec"), {"__name__": "readme_example"})
+    exec(compile(source, where, "exec"), {"__name__": "readme_example"})
     cupy.cuda.Device().synchronize()

@@ -6,7 +6,7 @@ non-blocking CuPy stream with preallocated inputs and ``out=`` outputs (where th
 arrays: the outputs must be the float64 reference of the new values, not of the captured ones.
 Outputs are poisoned (NaN) before each replay, so an element the graph does not write fails.
 One test captures every call into one graph (temporaries of one call reused by the next within
-the capture).  The rules these tests follow are README.md's "CUDA graphs" (section "Views,
+the capture).  The rules these tests follow are docs/api.md's "CUDA graphs" (section "Views,
 streams, sizes").
 """
 

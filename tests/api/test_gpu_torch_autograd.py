@@ -1,10 +1,12 @@
-"""Issue 47 item 4: README's "Use inside PyTorch" recipe, run as written (its ```python block,
-found and executed the way tests/test_readme.py runs every block), against
+"""Issue 47 item 4: the "Use inside PyTorch" recipe (docs/pytorch.md, linked from README.md), run
+as written (its ```python block, found and executed the way tests/test_readme.py runs every block), against
 ``torch.nn.functional.conv2d``'s autograd in float64: forward and both gradients in float64,
 float32 and bfloat16, contiguous and channels-last; channels-last operands reach cupyconv at the
 tensors' own addresses (no copy) as C-contiguous NHWC arrays; every cupyconv call runs on
 PyTorch's current stream, a side stream included (autograd runs backward on its own thread); only
 the gradients asked for are computed.  Skips where PyTorch, CUDA or a GPU is missing."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from test_readme import python_blocks  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 RECIPE = "class CupyconvConv2d(torch.autograd.Function)"
+RECIPE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "pytorch.md"
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 # (x shape, w shape, conv2d options): plain 3x3, and stride + asymmetric padding + dilation +
 # groups (as per-dim tuples, which conv2d and cupyconv both take)
@@ -29,14 +32,15 @@ CASES = [((2, 8, 11, 10), (12, 8, 3, 3), dict(stride=1, padding=1, dilation=1, g
 
 @pytest.fixture(scope="module")
 def recipe():
-    """The namespace of README's recipe block after running it (its own example included)."""
+    """The namespace of the recipe block after running it (its own example included)."""
     if not torch.cuda.is_available():
         pytest.skip("this PyTorch has no CUDA")
-    blocks = [(line, source) for line, source in python_blocks() if RECIPE in source]
-    assert len(blocks) == 1, "README.md must hold one block with the recipe"
+    blocks = [(line, source) for line, source in python_blocks(RECIPE_PAGE.read_text())
+              if RECIPE in source]
+    assert len(blocks) == 1, "docs/pytorch.md must hold one block with the recipe"
     line, source = blocks[0]
     namespace = {"__name__": "readme_example"}
-    exec(compile(source, f"README.md:{line}", "exec"), namespace)
+    exec(compile(source, f"docs/pytorch.md:{line}", "exec"), namespace)
     torch.cuda.synchronize()
     return namespace
 

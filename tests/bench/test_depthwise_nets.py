@@ -16,12 +16,14 @@ H100_L2 = 50 * 2 ** 20
 
 @pytest.fixture(scope="module")
 def mods():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    folders = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
+    sys.path[:0] = folders
     try:
         yield {name: importlib.import_module(name)
                for name in ("measure", "bench_depthwise_nets", "sweep_auto", "report")}
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        for folder in folders:
+            sys.path.remove(folder)
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,8 @@ def test_help_lists_every_operation():
 def test_readme_profile_commands_parse():
     import shlex
 
-    lines = [line.split("#")[0] for line in (ROOT / "README.md").read_text().splitlines()
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = [line.split("#")[0] for page in pages for line in page.read_text().splitlines()
              if line.startswith("python3 -m cupyconv profile ")]
     assert len(lines) >= 6
     for line in lines:

@@ -338,7 +338,7 @@ def test_reference_conv_transpose_names_the_limit():
 
 
 def test_gemm_and_tensor_size_helpers():
-    from cupyconv._core.geometry import check_matrix_product, check_tensor_size
+    from cupyconv._core.limits import check_matrix_product, check_tensor_size
 
     check_matrix_product(BIG - 1, 1, 1, None, "float32")
     for m, n, k, batch, match in ((BIG, 1, 1, None, "m"), (1, BIG, 1, None, "n"),

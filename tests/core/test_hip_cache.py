@@ -173,7 +173,7 @@ def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
 @pytest.mark.parametrize("env", [{}, {"XDG_CACHE_HOME": "xdg"}, {"CUPYCONV_CACHE_DIR": "mine"},
                                  {"CUPYCONV_CACHE_DIR": "mine", "XDG_CACHE_HOME": "xdg"}])
 def test_the_user_cache_directory_is_the_autotuners(tmp_path, monkeypatch, env):
-    from cupyconv._dispatch.tune import cache_dir
+    from cupyconv._dispatch.tune_cache import cache_dir
 
     for name in ("CUPYCONV_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,5 @@
-"""The autotuner's persistent cache and winner selection, on the CPU (fake timers, fake runners)."""
+"""The autotuner's persistent cache (``_dispatch/tune_cache.py``) and winner selection
+(``_dispatch/tune.py``), on the CPU (fake timers, fake runners)."""
 
 import json
 import math
@@ -15,8 +16,10 @@ from cupyconv._gemm import launch as _gemm_launch
 from cupyconv._dispatch import forward as _plan
 from cupyconv._dispatch import choose as _choose
 from cupyconv._dispatch import tune as _tune
+from cupyconv._dispatch import tune_cache as _tune_cache
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._dispatch.tune import Candidate, TuneCache, autotune, forward_candidates, problem_key
+from cupyconv._dispatch.tune import Candidate, autotune, forward_candidates, problem_key
+from cupyconv._dispatch.tune_cache import TuneCache
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ("NVIDIA Fake 9000", "90")
@@ -52,11 +55,11 @@ def fake_measure(times):
 
 def test_cache_dir_override_and_default(monkeypatch, tmp_path):
     monkeypatch.setenv("CUPYCONV_CACHE_DIR", str(tmp_path / "c"))
-    assert _tune.cache_path() == tmp_path / "c" / "tune.json"
+    assert _tune_cache.cache_path() == tmp_path / "c" / "tune.json"
     monkeypatch.delenv("CUPYCONV_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if os.name != "nt":
-        assert _tune.cache_path() == tmp_path / "xdg" / "cupyconv" / "tune.json"
+        assert _tune_cache.cache_path() == tmp_path / "xdg" / "cupyconv" / "tune.json"
 
 
 def test_key_names_device_capability_dtype_layout_and_geometry():
@@ -78,7 +81,7 @@ def test_round_trip_picks_the_fastest_and_reuses_it(tmp_path):
     assert first.best == CANDS[1] and first.ms == 1.0 and not first.cached
     assert len(calls) == 3
     data = json.loads((tmp_path / "tune.json").read_text())
-    assert data["schema"] == _tune.SCHEMA and data["version"] == cupyconv.__version__
+    assert data["schema"] == _tune_cache.SCHEMA and data["version"] == cupyconv.__version__
     assert data["entries"]["k1"]["best"] == {"algorithm": "implicit_gemm",
                                              "tile": [128, 128, 8, 8, 8], "splits": 1}
     # a new process (a new TuneCache on the same file) gets the winner without measuring
@@ -137,7 +140,7 @@ def test_a_corrupt_file_warns_and_is_rebuilt(tmp_path, content):
 
 def test_a_file_from_another_version_is_stale_and_rebuilt(tmp_path):
     path = tmp_path / "tune.json"
-    path.write_text(json.dumps({"schema": _tune.SCHEMA, "version": "0.0.1", "entries": {
+    path.write_text(json.dumps({"schema": _tune_cache.SCHEMA, "version": "0.0.1", "entries": {
         "k": {"best": {"algorithm": "direct"}, "ms": 1.0}}}))
     with pytest.warns(RuntimeWarning, match="0.0.1"):
         assert TuneCache(path).get("k") is None
@@ -145,7 +148,7 @@ def test_a_file_from_another_version_is_stale_and_rebuilt(tmp_path):
     with pytest.warns(RuntimeWarning, match="schema 999"):
         TuneCache(path).put("k2", {"best": CANDS[0].to_json(), "ms": 1.0})
     data = json.loads(path.read_text())
-    assert data["schema"] == _tune.SCHEMA and list(data["entries"]) == ["k2"]
+    assert data["schema"] == _tune_cache.SCHEMA and list(data["entries"]) == ["k2"]
 
 
 def test_an_unwritable_cache_warns_but_tuning_still_answers(tmp_path):
@@ -160,7 +163,7 @@ def test_an_unwritable_cache_warns_but_tuning_still_answers(tmp_path):
 
 _WRITER = """
 import sys
-from cupyconv._dispatch.tune import TuneCache
+from cupyconv._dispatch.tune_cache import TuneCache
 cache = TuneCache(sys.argv[1])
 for i in range(int(sys.argv[3])):
     cache.put(f"{sys.argv[2]}-{i}", {"best": {"algorithm": "direct"}, "ms": float(i)})
@@ -248,7 +251,7 @@ def test_planned_gemm_reports_the_heuristic_plan(fake_sm_count):
 
 # ----------------------------------------------------- robustness: never raise, rebuild
 def _file(entries) -> str:
-    return json.dumps({"schema": _tune.SCHEMA, "version": cupyconv.__version__,
+    return json.dumps({"schema": _tune_cache.SCHEMA, "version": cupyconv.__version__,
                        "entries": entries})
 
 
@@ -268,9 +271,9 @@ CORRUPT_FILES = {
     "top_true": b"true",
     "top_nan": b"NaN",
     "huge_integer": b"1" * 5000,
-    "entries_list": json.dumps({"schema": _tune.SCHEMA, "version": cupyconv.__version__,
+    "entries_list": json.dumps({"schema": _tune_cache.SCHEMA, "version": cupyconv.__version__,
                                 "entries": [GOOD]}).encode(),
-    "entries_missing": json.dumps({"schema": _tune.SCHEMA,
+    "entries_missing": json.dumps({"schema": _tune_cache.SCHEMA,
                                    "version": cupyconv.__version__}).encode(),
 }
 
@@ -293,11 +296,11 @@ def test_any_corrupt_file_warns_naming_it_and_is_rebuilt(tmp_path, name):
         assert cache.get("k")["best"]["tile"] == [128, 128, 8, 8, 8]
         again = autotune("k", CANDS, measure, TuneCache(path))
     assert again.cached and again.best == CANDS[1] and len(calls) == 3
-    assert _tune.parse_cache(path.read_bytes())[1] is None
+    assert _tune_cache.parse_cache(path.read_bytes())[1] is None
 
 
 def test_a_file_larger_than_the_limit_is_corrupt(tmp_path, monkeypatch):
-    monkeypatch.setattr(_tune, "MAX_FILE_BYTES", 64)
+    monkeypatch.setattr(_tune_cache, "MAX_FILE_BYTES", 64)
     path = tmp_path / "tune.json"
     path.write_text(_file({"k": GOOD}))
     with pytest.warns(RuntimeWarning, match="larger than"):
