@@ -12,7 +12,8 @@ from cupyconv._core.kernels import MATH_MMA, MATH_TF32
 from cupyconv._core.precision import gemm_math, resolve_precision
 from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
-from cupyconv._gemm.launch import MAX_GRID_COLUMNS, MatrixView, OutMap, run_gemm
+from cupyconv._gemm.kernel_args import MatrixView, OutMap
+from cupyconv._gemm.launch import MAX_GRID_COLUMNS, run_gemm
 
 __all__ = ["gemm"]
 

@@ -1,6 +1,6 @@
 """Channels-first forward and backward-data on the tensor-core loops: x (dy) read through its
 strides by the register-staged loop against a channels-last copy that feeds the multistage one
-(``cupyconv._gemm.launch.STAGE_CF_X``), on the ResNet-50 layers of the suite, TF32, fp16 and
+(``cupyconv._gemm.staging.STAGE_CF_X``), on the ResNet-50 layers of the suite, TF32, fp16 and
 bf16, with cuDNN at the same precision for scale.
 
     python3 benchmarks/experiments/exp_stage_nchw.py [--repeat 10] [--precision tf32]
@@ -22,7 +22,7 @@ import measure  # noqa: E402
 from bench_precision import LAYERS  # noqa: E402
 from exp_wgrad_nchw import layer_operands  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
-from cupyconv._gemm import launch  # noqa: E402
+from cupyconv._gemm import staging  # noqa: E402
 from measure import time_gpu  # noqa: E402
 
 PRECISIONS = (("tf32", "float32", "tf32"), ("fp16", "float16", "exact"),
@@ -50,10 +50,10 @@ def main(argv=None) -> int:
             for pas in ("forward", "data"):
                 times = {}
                 for stage in (None, True):
-                    launch.STAGE_CF_X = stage
+                    staging.STAGE_CF_X = stage
                     clear_caches()
                     times[stage] = time_gpu(measure.rotating(ours[pas], cops), repeat=args.repeat)
-                launch.STAGE_CF_X = None
+                staging.STAGE_CF_X = None
                 measure.set_cudnn_tf32(torch, precision == "tf32")
                 ref = time_gpu(measure.rotating(peer[pas], tops), repeat=args.repeat)
                 measure.set_cudnn_tf32(torch, False)

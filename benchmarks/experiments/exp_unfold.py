@@ -1,4 +1,4 @@
-"""Width unfolding of few-channel layers (``cupyconv._gemm.launch.UNFOLD_W``): the forward pass
+"""Width unfolding of few-channel layers (``cupyconv._gemm.staging.UNFOLD_W``): the forward pass
 on a channel-padded copy of x (K = taps x channels padded to a 16-byte chunk) against a copy whose
 channels are a kernel row's (tap, channel) columns (K = rows x that row padded once), on the
 tensor-core loops, with cuDNN at the same precision and layout for scale.
@@ -25,7 +25,7 @@ import cupy  # noqa: E402
 import cupyconv  # noqa: E402
 import measure  # noqa: E402
 from cupyconv._core.caches import clear_caches  # noqa: E402
-from cupyconv._gemm import launch  # noqa: E402
+from cupyconv._gemm import staging  # noqa: E402
 from measure import time_gpu  # noqa: E402
 
 PRECISIONS = (("fp16", "float16", "exact"), ("bf16", "bfloat16", "exact"),
@@ -73,13 +73,13 @@ def main(argv=None) -> int:
                     wc = cupy.from_dlpack(w0)
                 times = {}
                 for mode in (None, False, True):
-                    launch.UNFOLD_W = mode
+                    staging.UNFOLD_W = mode
                     clear_caches()
                     times[mode] = time_gpu(measure.rotating(
                         lambda x: cupyconv.conv(x, wc, precision=precision, layout=layout,
                                                 **opts), cops),
                         repeat=args.repeat)
-                launch.UNFOLD_W = None
+                staging.UNFOLD_W = None
                 measure.set_cudnn_tf32(torch, precision == "tf32")
                 torch.backends.cudnn.benchmark = True
                 ref = time_gpu(measure.rotating(lambda x: conv_t(x, w0, **opts),

@@ -313,7 +313,7 @@ CONV_FPROP_VARIANTS = ((0,), (1,))  # channels-last off / on
 # the next slice in registers: uncapped.  The Hopper loop comes in two builds, one resident block
 # per multiprocessor (uncapped, WGMMA_STAGES[1] slices) for long k ranges and two (128 registers,
 # WGMMA_STAGES[2] slices) for short ones, where one block's prologue and epilogue overlap the
-# other's main loop (the plan picks: launch.WGMMA_SHORT_K).
+# other's main loop (the plan picks: _gemm.plans.WGMMA_SHORT_K).
 WGMMA_STAGES = {1: 4, 2: 3}  # two 128x128 blocks of 3 slices fit in 228 KB of shared memory
 
 

@@ -24,6 +24,7 @@ from cupyconv._core.copy import contiguous_vector
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.epilogue import residual_like
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.launch import sm_count
 from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.channels_last import applies as channels_last_applies
 from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
@@ -32,9 +33,9 @@ from cupyconv._direct.launch import repair_merged_forward, run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._gemm.forward import (forward_merge, gemm_launch_shape, is_pointwise,
                                     run_im2col_gemm, run_implicit_gemm)
-from cupyconv._gemm.launch import (BANDWIDTH, LAUNCH_S, MAX_GEMM_ROWS, GemmPlan, dense_plan,
-                                   few_channel_seconds, few_channels, forced_plan, grid_fits,
-                                   plan_gemm, sm_count, with_build)
+from cupyconv._gemm.implicit_cost import few_channel_seconds, few_channels
+from cupyconv._gemm.launch import MAX_GEMM_ROWS, forced_plan, grid_fits
+from cupyconv._gemm.plans import BANDWIDTH, LAUNCH_S, GemmPlan, dense_plan, plan_gemm, with_build
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -79,11 +80,12 @@ class Algorithm:
 
 
 # Cost hints are estimated seconds; only their ratios matter.  The GEMM paths take the planned
-# GEMM time (tile, split-K and wave quantization included, see _gemm.launch.plan_gemm) and add what
-# their operand view costs: the implicit loader's tap decoding (_gemm.launch.implicit_conv_seconds;
-# with the implicit GEMM's group merge, _gemm.forward.forward_merge), or the im2col buffer's round
-# trip through memory; every launch beyond the first adds LAUNCH_S (small problems are bound by
-# launches, not by the GPU).  The grouped direct kernel estimates itself (_direct.grouped).
+# GEMM time (tile, split-K and wave quantization included, see _gemm.plans.plan_gemm) and add what
+# their operand view costs: the implicit loader's tap decoding
+# (_gemm.implicit_cost.implicit_conv_seconds; with the implicit GEMM's group merge,
+# _gemm.forward.forward_merge), or the im2col buffer's round trip through memory; every launch
+# beyond the first adds LAUNCH_S (small problems are bound by launches, not by the GPU).  The
+# grouped direct kernel estimates itself (_direct.grouped).
 _DIRECT_RATE = 1.5e12
 # The direct kernel's thread walks its C/g x taps products one after the other: on a problem of
 # less than a wave of outputs that chain is the time (H100, benchmarks/notes/gemm.md, "Issue 15":

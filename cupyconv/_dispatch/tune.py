@@ -61,7 +61,7 @@ class Candidate:
         return f"{self.algorithm} tile {'x'.join(map(str, self.tile[:3]))} split {self.splits}"
 
     def plan(self):
-        from cupyconv._gemm.launch import GemmPlan
+        from cupyconv._gemm.plans import GemmPlan
 
         return None if self.tile is None else GemmPlan(tuple(self.tile), self.splits, math.nan)
 

@@ -34,9 +34,10 @@ from cupyconv._core.precision import gemm_math
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, forced_factor,
                                     merge_margin, merged_geometry)
-from cupyconv._gemm.launch import (IMPLICIT_FACTOR, LAUNCH_S, ImplicitConv, fprop_out_map,
-                                   implicit_conv_seconds, launch_conv_wgrad, launch_implicit_conv,
-                                   plan_gemm, repair_seconds)
+from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
+from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
+from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv
+from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
 @dataclass(frozen=True)

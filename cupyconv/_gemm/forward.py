@@ -21,8 +21,10 @@ from cupyconv._core.program import scratch
 from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, merge_margin,
                                     merged_geometry, mergeable)
 from cupyconv._gemm.im2col import run_im2col
-from cupyconv._gemm.launch import (LAUNCH_S, ImplicitConv, MatrixView, OutMap, implicit_conv_seconds,
-                                   plan_gemm, repair_seconds, run_conv_fprop, run_gemm)
+from cupyconv._gemm.implicit_cost import implicit_conv_seconds
+from cupyconv._gemm.kernel_args import ImplicitConv, MatrixView, OutMap
+from cupyconv._gemm.launch import run_conv_fprop, run_gemm
+from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
 def is_pointwise(geom: ConvGeometry) -> bool:

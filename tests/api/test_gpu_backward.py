@@ -171,7 +171,9 @@ def test_col2im(case, layout, dtype):
 def test_backward_weight_every_tile_and_split(dtype, tile, splits):
     import cupy
 
-    from cupyconv._gemm.launch import GemmPlan, ImplicitConv, launch_conv_wgrad
+    from cupyconv._gemm.kernel_args import ImplicitConv
+    from cupyconv._gemm.launch import launch_conv_wgrad
+    from cupyconv._gemm.plans import GemmPlan
     from cupyconv._core.geometry import ConvGeometry
 
     rng = rng_for("wgrad-tile", dtype, tile, splits)

@@ -11,7 +11,8 @@ from cupyconv import jit, reference
 from cupyconv._core.kernels import gemm_tiles
 from cupyconv._core.precision import gemm_math
 from cupyconv._dispatch import callcache
-from cupyconv._gemm.launch import GemmPlan, forced_plan
+from cupyconv._gemm.launch import forced_plan
+from cupyconv._gemm.plans import GemmPlan
 
 from gpu_cases import rng_for
 from trust_helpers import poison, rel_error, tolerance, uniform

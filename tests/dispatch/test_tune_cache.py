@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 import cupyconv
+from cupyconv._gemm import implicit_cost as _gemm_implicit_cost
 from cupyconv._gemm import launch as _gemm_launch
+from cupyconv._gemm import plans as _gemm_plans
 from cupyconv._dispatch import forward as _plan
 from cupyconv._dispatch import choose as _choose
 from cupyconv._dispatch import tune as _tune
@@ -36,10 +38,11 @@ def geom(**kw):
 @pytest.fixture
 def fake_sm_count(monkeypatch):
     """132 multiprocessors without a GPU; the plan caches filled under it are dropped after."""
-    monkeypatch.setattr(_gemm_launch, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(_gemm_plans, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(_gemm_implicit_cost, "sm_count", lambda device_id: 132)
     monkeypatch.setattr(_plan, "sm_count", lambda device_id: 132)
     yield
-    for cached in (_gemm_launch.plan_gemm, _plan.heuristic_choice, _choose.tuned_choice):
+    for cached in (_gemm_plans.plan_gemm, _plan.heuristic_choice, _choose.tuned_choice):
         cached.cache_clear()
 
 
@@ -241,7 +244,7 @@ def test_planned_gemm_reports_the_heuristic_plan(fake_sm_count):
     algo = _plan.heuristic_choice(g, "auto", 0)
     kernel, shape, plan = _plan.planned_gemm(g, _plan.FORWARD["implicit_gemm"], 0)
     assert kernel == "conv_fprop" and shape == tuple(g.gemm_forward)
-    assert plan == _gemm_launch.plan_gemm("float32", *shape, 0)
+    assert plan == _gemm_plans.plan_gemm("float32", *shape, 0)
     assert _plan.planned_gemm(g, _plan.FORWARD["direct"], 0) is None
     pw = ConvGeometry.from_shapes((8, 64, 56, 56), (32, 64, 1, 1), dtype="float32")
     assert _plan.planned_gemm(pw, _plan.FORWARD["implicit_gemm"], 0)[:2] == (

@@ -13,7 +13,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import SPLITK_REDUCE
 from cupyconv._core.launch import element_strides
 from cupyconv._gemm.backward import _window_strides, phase_dims, phase_plan, uncovered_rows
-from cupyconv._gemm.launch import fprop_out_map
+from cupyconv._gemm.kernel_args import fprop_out_map
 
 from host_kernels import compiler, host_module
 

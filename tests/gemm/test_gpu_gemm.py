@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import cupyconv
-from cupyconv._gemm.launch import GemmPlan, MatrixView, OutMap, plan_gemm, run_conv_fprop, run_gemm
+from cupyconv._gemm.kernel_args import MatrixView, OutMap
+from cupyconv._gemm.launch import run_conv_fprop, run_gemm
+from cupyconv._gemm.plans import GemmPlan, plan_gemm
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import GEMM_TILES, GEMM_VARIANTS, LONG_K_TILE
 from cupyconv._core.verify import poison, random_array, rel_error, tolerance

@@ -15,7 +15,8 @@ from cupyconv._core.kernels import gemm_tiles
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.verify import poison, random_array, rel_error, tolerance
 from cupyconv._gemm.backward import phase_plan
-from cupyconv._gemm.launch import GemmPlan, forced_plan, record_plans
+from cupyconv._gemm.launch import forced_plan, record_plans
+from cupyconv._gemm.plans import GemmPlan
 
 from gpu_cases import rng_for
 

@@ -17,7 +17,9 @@ from cupyconv._core.kernels import (GEMM_VARIANTS, MATH_MMA, MATH_TF32, MATH_WGM
 from cupyconv._core.precision import gemm_math
 from cupyconv._core.verify import (poison, random_array, rel_error, round_tf32, tf32_tolerance,
                                    tolerance)
-from cupyconv._gemm.launch import GemmPlan, MatrixView, OutMap, forced_plan, record_plans, run_gemm
+from cupyconv._gemm.kernel_args import MatrixView, OutMap
+from cupyconv._gemm.launch import forced_plan, record_plans, run_gemm
+from cupyconv._gemm.plans import GemmPlan
 
 from gpu_cases import CASES, LAYOUTS, case_id, rng_for, shapes
 

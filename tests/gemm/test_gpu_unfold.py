@@ -1,4 +1,4 @@
-"""Width unfolding (``launch.UNFOLD_W``, ``launch._unfolded``) on the GPU: few-channel forward
+"""Width unfolding (``staging.UNFOLD_W``, ``staging._unfolded``) on the GPU: few-channel forward
 and backward-data problems run on the copy of x whose channels are a kernel row's (tap, channel)
 columns, against the float64 reference, over strides, dilations, paddings wider than the kernel,
 1-3 spatial dims, both layouts, both weight paths, views with offsets and negative strides; the
@@ -12,7 +12,7 @@ import pytest
 import cupyconv
 from cupyconv import reference
 from cupyconv._core.verify import poison, random_array, rel_error, round_tf32, tf32_tolerance, tolerance
-from cupyconv._gemm import launch
+from cupyconv._gemm import launch, staging
 
 from gpu_cases import rng_for
 
@@ -63,11 +63,11 @@ def _check(out, ref, dtype, ref_rounded):
 
 @pytest.fixture
 def unfold_forced():
-    launch.UNFOLD_W = True
+    staging.UNFOLD_W = True
     try:
         yield
     finally:
-        launch.UNFOLD_W = None
+        staging.UNFOLD_W = None
 
 
 @pytest.mark.parametrize("dtype,precision", KINDS, ids=lambda v: str(v))
@@ -81,7 +81,7 @@ def test_forward_unfolded(unfold_forced, monkeypatch, case, layout, view, w_copi
 
     n, c, k, sp, ker, opts = case
     if w_copied:  # the channels-first weights' transposed copy instead of the kernel's own read
-        monkeypatch.setattr(launch, "_W_CF_MAX_FLOPS", -1)
+        monkeypatch.setattr(staging, "_W_CF_MAX_FLOPS", -1)
     rng = rng_for("unfold-fwd", _id(case), layout, view, w_copied, dtype)
     x = random_array(rng, (n, c, *sp), dtype)
     w = random_array(rng, (k, c, *ker), dtype)

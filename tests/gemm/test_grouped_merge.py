@@ -14,7 +14,7 @@ from cupyconv._core.dtypes import numpy_dtype
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import STRIDED_COPY
 from cupyconv._dispatch import forward as dispatch
-from cupyconv._gemm import backward, forward, launch
+from cupyconv._gemm import backward, forward, implicit_cost, kernel_args, launch, plans, staging
 from cupyconv._gemm.grouped import (MAX_MERGED_CHANNELS, MERGE_MARGIN, best_factor,
                                     block_diagonal_args, forced_factor, forced_merge,
                                     group_blocks, merge_factors, merge_margin,
@@ -181,11 +181,12 @@ def test_forced_merge_is_checked_and_scoped():
 def modelled_h100(monkeypatch):
     """Plans for a 132-multiprocessor device with Hopper's tensor cores, without a GPU; every
     plan cache filled under it is dropped after."""
-    monkeypatch.setattr(launch, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(plans, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(implicit_cost, "sm_count", lambda device_id: 132)
     monkeypatch.setattr(dispatch, "sm_count", lambda device_id: 132)
     monkeypatch.setattr(precision, "_matrix_dtypes",
                         lambda device_id: frozenset({"float16", "bfloat16", "tf32", "wgmma"}))
-    caches = (launch.plan_gemm, forward._forward_merge, backward._data_merge,
+    caches = (plans.plan_gemm, forward._forward_merge, backward._data_merge,
               backward._weight_merge, dispatch.heuristic_choice)
     for c in caches:
         c.cache_clear()
@@ -281,9 +282,9 @@ def test_channels_first_backward_weight_stages_x_where_measured(modelled_h100, d
     ("NCHW", "bfloat16", "exact", (7, 7, 1), 3, 8),    # channels-first 3 channels: padded to 8
 ])
 def test_implicit_conv_stages_x_where_measured(modelled_h100, layout, dtype, prec, ker, c, want):
-    prob = launch.ImplicitConv(dtype, layout == "NHWC", 4, c, 64, 1, (28, 28, 1), (28, 28, 1),
-                               ker, (1, 1, 1), (1, 1, 1), (1, 1, 0), prec)
-    assert launch.staged_channels(prob, None, 0) == want
+    prob = kernel_args.ImplicitConv(dtype, layout == "NHWC", 4, c, 64, 1, (28, 28, 1),
+                                    (28, 28, 1), ker, (1, 1, 1), (1, 1, 1), (1, 1, 0), prec)
+    assert staging.staged_channels(prob, None, 0) == want
 
 
 @pytest.mark.parametrize("dtype,ker,c,groups,want", [
@@ -295,7 +296,7 @@ def test_implicit_conv_stages_x_where_measured(modelled_h100, layout, dtype, pre
     ("float16", (1, 3, 3), 6, 2, 0),      # groups: the unfolded channels would mix them
 ])
 def test_implicit_conv_unfolds_width_where_k_shrinks(modelled_h100, dtype, ker, c, groups, want):
-    prob = launch.ImplicitConv(dtype, True, 4, c, 64, groups, (1, 28, 28), (1, 28, 28), ker,
-                               (1, 1, 1), (1, 1, 1), (0, 1, 1), "tf32" if dtype == "float32"
-                               else "exact")
-    assert launch.unfolded_channels(prob, launch.staged_channels(prob, None, 0)) == want
+    prob = kernel_args.ImplicitConv(dtype, True, 4, c, 64, groups, (1, 28, 28), (1, 28, 28), ker,
+                                    (1, 1, 1), (1, 1, 1), (0, 1, 1), "tf32" if dtype == "float32"
+                                    else "exact")
+    assert staging.unfolded_channels(prob, staging.staged_channels(prob, None, 0)) == want

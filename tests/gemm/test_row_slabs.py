@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from cupyconv._gemm.launch import ImplicitConv, row_slabs
+from cupyconv._gemm.kernel_args import ImplicitConv
+from cupyconv._gemm.launch import row_slabs
 from cupyconv._core.geometry import ConvGeometry
 
 

@@ -6,7 +6,8 @@ import pytest
 from cupyconv._core.kernels import (GEMM_TILES, MATH_MMA, MATH_SIMT, MATH_TF32, MMA_TILES,
                                     gemm_tiles, mma_smem_bytes)
 from cupyconv._core.precision import PRECISIONS, resolve_precision
-from cupyconv._gemm.launch import GemmPlan, _resolve
+from cupyconv._gemm.launch import _resolve
+from cupyconv._gemm.plans import GemmPlan
 
 
 def test_tiles_per_main_loop():
@@ -54,10 +55,10 @@ def test_hopper_build_follows_the_k_range(monkeypatch):
     enough to pair, one block otherwise; other loops always one; the build's defines and shared
     memory follow."""
     from cupyconv._core.kernels import MATH_WGMMA, WGMMA_STAGES, conv_fprop_module
-    from cupyconv._gemm import launch
-    from cupyconv._gemm.launch import WGMMA_SHORT_K, with_build
+    from cupyconv._gemm import plans
+    from cupyconv._gemm.plans import WGMMA_SHORT_K, with_build
 
-    monkeypatch.setattr(launch, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(plans, "sm_count", lambda device_id: 132)
     tile = MMA_TILES[MATH_WGMMA][0]
     many = 128 * 133  # rows for 133 row tiles: more blocks than multiprocessors
 
@@ -112,14 +113,14 @@ HOPPER_MEASURED_BEST = [
 def test_hopper_plan_picks_what_measured_fastest(monkeypatch, shape, dtype, precision, best):
     from cupyconv._core.caches import clear_caches
     from cupyconv._core.kernels import MATH_WGMMA, MATH_WGMMA_TF32
-    from cupyconv._gemm import launch
+    from cupyconv._gemm import plans
 
-    monkeypatch.setattr(launch, "sm_count", lambda device_id: 132)
-    monkeypatch.setattr(launch, "gemm_math", lambda d, p, device_id: (
+    monkeypatch.setattr(plans, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(plans, "gemm_math", lambda d, p, device_id: (
         MATH_WGMMA_TF32 if d == "float32" else MATH_WGMMA))
     clear_caches()  # (plan_gemm is memoized per device: neither read nor leave a real device's)
     try:
-        plan = launch.plan_gemm(dtype, *shape, 0, precision)
+        plan = plans.plan_gemm(dtype, *shape, 0, precision)
     finally:
         clear_caches()
     assert (plan.tile[:2], plan.splits, plan.blocks) == best
