@@ -1,275 +1,52 @@
-"""Depthwise convolution (groups == input channels): forward, backward-data, backward-weight.
+"""Depthwise convolution (groups == input channels): the launchers of the forward, backward-data
+and backward-weight passes, and the choice of kernel for each.
 
-Launchers for ``kernel_src/depthwise.cu`` and ``depthwise_plane.cu``.  The forward pass (and the
-3x3 backward-weight) of contiguous channels-first problems with unit stride and dilation, and
-those of square 3x3, 5x5, 7x7 filters at stride 2 (backward-weight: 3x3 and 5x5), run on the plane
-kernels (the row walk of the signal API's image filter), except narrow planes at unit stride and
-backward-data at stride 2, which run on the band kernel (:mod:`cupyconv._depthwise.bands`:
-:func:`band_choice`); other channels-first problems run on the tile kernels when their window
-fits in shared memory.  Channels-last problems without a channel multiplier whose activations
-have unit channel stride run on the channels-last kernels
+The forward pass (and the 3x3 backward-weight) of contiguous channels-first problems with unit
+stride and dilation, and those of square 3x3, 5x5, 7x7 filters at stride 2 (backward-weight: 3x3
+and 5x5), run on the plane kernels (the row walk of the signal API's image filter:
+:mod:`cupyconv._depthwise.planes`), except narrow planes at unit stride and backward-data at
+stride 2, which run on the band kernel (:mod:`cupyconv._depthwise.bands`: :func:`band_choice`);
+other channels-first problems run on the tile kernels when their window fits in shared memory
+(:mod:`cupyconv._depthwise.tiles`).  Channels-last problems without a channel multiplier whose
+activations have unit channel stride run on the channels-last kernels
 (:mod:`cupyconv._depthwise.channels_last`), and so does channels-first backward-data with a
 stride in H or W that the band kernel does not take, through channels-last copies
-(:func:`stage_channels_last`).  Everything else
-runs on the gather kernels (one thread per output element, coalesced across channels for
-channels-last).  Shapes, strides, paddings and dilations are runtime arguments: one binary per
-(dtype, kernel family) serves every problem.
+(:func:`stage_channels_last`).  Everything else runs on the gather kernels (one thread per output
+element, coalesced across channels for channels-last).  Shapes, strides, paddings and dilations
+are runtime arguments: one binary per (dtype, kernel family) serves every problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 from cupyconv._core import jit
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
-from cupyconv._core.dtypes import compute_dtype, itemsize
+from cupyconv._core.dtypes import compute_dtype
 from cupyconv._core.epilogue import run_epilogue_pass
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF, DEPTHWISE_PLANE,
-                                    DEPTHWISE_PLANE_WGRAD, DEPTHWISE_WGRAD_GATHER,
-                                    DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS, PLANE_SQUARES,
-                                    PLANE_STRIDE2_KF, PLANE_WGRAD_KF,
-                                    KernelModule, depthwise_gather_module,
-                                    depthwise_plane_stride2_module, depthwise_tile_module,
-                                    depthwise_wgrad_module, plane_rows_per_thread, plane_width)
-from cupyconv._core.launch import (GRID_YZ_MAX, Launch, element_strides, int64s, ints, launch_grid,
-                                   sm_count, spatial_args)
+from cupyconv._core.kernels import (CHUNK_SUM, DEPTHWISE_CL_VECS, DEPTHWISE_KF,
+                                    DEPTHWISE_WGRAD_GATHER, DEPTHWISE_WGRAD_KF, KERNEL_CONSTANTS,
+                                    depthwise_gather_module, depthwise_tile_module,
+                                    depthwise_wgrad_module)
+from cupyconv._core.launch import (Launch, element_strides, int64s, ints, launch_grid, sm_count,
+                                   spatial_args)
 from cupyconv._core.program import scratch
 from cupyconv._depthwise import bands
 from cupyconv._depthwise import channels_last as cl
+from cupyconv._depthwise.applicable import is_depthwise
+from cupyconv._depthwise.planes import (backward_data_twin, contiguous_planes, plane_launch,
+                                        plane_plan, plane_wgrad_launch, plane_wgrad_plan)
+from cupyconv._depthwise.tiles import fixed_kernel, tile_plan, vector_rows, wgrad_plan
 
-# Dynamic shared memory per block: the 48 KB a launch gets without opting in, less room for the
-# kernels' static arrays (zoff: at most 512 B).  A block at exactly 48 KB of windows failed to
-# launch (CUDA_ERROR_INVALID_VALUE) on the GPU.
-SMEM_LIMIT = 48 * 1024 - 1024
-THREADS = KERNEL_CONSTANTS["DW_THREADS"]
-DW_ROWS = KERNEL_CONSTANTS["DW_ROWS"]    # most output rows per thread
-DW_TAPS = KERNEL_CONSTANTS["DW_TAPS"]    # taps per backward-weight pass
-MAX_Z = KERNEL_CONSTANTS["DW_MAX_Z"]     # most planes per block
-STRIP = KERNEL_CONSTANTS["FP_TW"]        # plane kernel: columns per strip
+
 # Backward-weight's chunk sum: at most CHUNK_SUM_SEGMENTS segments of the chunks, each of at
 # least CHUNK_SUM_MIN_PER_SEGMENT chunks (a segment's four partial sums keep four loads in flight).
 CHUNK_SUM_SEGMENTS = KERNEL_CONSTANTS["CHUNK_SUM_SEGMENTS"]
 CHUNK_SUM_MIN_PER_SEGMENT = 4
-_TARGET_BLOCKS = 4 * 132  # backward-weight: enough blocks to fill an H100/H200 a few times over
-
-
-def is_depthwise(geom: ConvGeometry) -> bool:
-    """One input channel per group (a single-channel input counts: its K outputs are a channel
-    multiplier of K)."""
-    return geom.groups == geom.in_channels
-
-
-def _acc_bytes(dtype: str) -> int:
-    """Bytes per element of the compute type (float32 for the 2-byte storage types)."""
-    return itemsize(compute_dtype(dtype))
-
-
-@dataclass(frozen=True)
-class Tiling:
-    """Block shape of a channels-first tile kernel: BX x BY x BZ threads; per plane a BX-wide,
-    BY * vr-tall destination tile; the staged window is at most rows_max x pitch per plane."""
-
-    bx: int
-    by: int
-    bz: int
-    vr: int
-    tiles_h: int
-    tiles_w: int
-    rows_max: int
-    pitch: int
-    smem: int
-    cw: int = 1  # columns per thread (4 for the 3x3 variant)
-
-    @property
-    def tiles(self) -> int:
-        return self.tiles_h * self.tiles_w
-
-    @property
-    def tile_w(self) -> int:
-        return self.bx * self.cw
-
-
-def _window(span: int, k: int, s: int, d: int, transposed: bool) -> int:
-    """Most source rows a destination span of ``span`` rows reads (see tile_extent in the kernel)."""
-    if transposed:
-        return (span - 1 + (k - 1) * d) // s + 2
-    return (span - 1) * s + (k - 1) * d + 1
-
-
-def _tiling(dst_h, dst_w, planes, kh, kw, sh, sw, dh, dw_, dtype, transposed=False,
-            extra_per_thread=0, cw=1) -> Tiling | None:
-    """Tile shape for a (dst_h x dst_w) destination plane, or None if no block fits in shared
-    memory.  Width: at most 32 threads of ``cw`` columns, splitting W evenly (no mostly-idle edge
-    tiles); height: up to DW_ROWS rows per thread; small planes put several planes (BZ) in one
-    block."""
-    bx = math.ceil(math.ceil(dst_w / math.ceil(dst_w / (32 * cw))) / cw)
-    by_max = THREADS // bx
-    rows_per_tile = math.ceil(dst_h / math.ceil(dst_h / (by_max * DW_ROWS)))
-    by = math.ceil(rows_per_tile / min(DW_ROWS, rows_per_tile))
-    vr = math.ceil(rows_per_tile / by)
-    rows_max = _window(by * vr, kh, sh, dh, transposed)
-    # room for the vector staging's shift of up to 3 columns, rows 4-aligned (stage.cuh)
-    pitch = 4 * math.ceil((_window(bx * cw, kw, sw, dw_, transposed) + 3) / 4)
-    per_plane = rows_max * pitch * _acc_bytes(dtype)
-    bz = max(1, min(THREADS // (bx * by), MAX_Z, planes, SMEM_LIMIT // max(per_plane, 1)))
-    smem = bz * per_plane + 4 * math.ceil(bx * by * bz / 4) * extra_per_thread  # red: 4-aligned
-    if smem > SMEM_LIMIT:
-        return None
-    return Tiling(bx, by, bz, vr, math.ceil(dst_h / (by * vr)), math.ceil(dst_w / (bx * cw)),
-                  rows_max, pitch, smem, cw)
-
-
-@memoized(1024)
-def tile_plan(geom: ConvGeometry, transposed: bool) -> Tiling | None:
-    """Tiling of the forward (or, ``transposed``, backward-data) tile kernel; None: use gather."""
-    if geom.channels_last:
-        return None
-    g3 = geom.as_3d()
-    dst = g3["spatial"] if transposed else g3["out_spatial"]
-    chans = geom.in_channels if transposed else geom.out_channels
-    planes = geom.batch * chans * dst[0]
-    cw = 4 if fixed_kernel(geom, DEPTHWISE_KF[1:]) == 3 else 1  # the kernel's CW
-    t = _tiling(dst[1], dst[2], planes, *g3["kernel"][1:], *g3["stride"][1:], *g3["dilation"][1:],
-                geom.dtype, transposed, cw=cw)
-    if t is None or t.tiles > GRID_YZ_MAX or planes >= 2 ** 31:
-        return None
-    return t
-
-
-def fixed_kernel(geom: ConvGeometry, sizes) -> int:
-    """The tile kernels' fixed-size variant for ``geom``: KF when H x W taps are KF x KF (KF in
-    ``sizes``) with unit stride and dilation in H and W, else 0 (the any-shape variant)."""
-    g3 = geom.as_3d()
-    _, kh, kw = g3["kernel"]
-    if kh == kw and kh in sizes and g3["stride"][1:] == (1, 1) and g3["dilation"][1:] == (1, 1):
-        return kh
-    return 0
-
-
-def depthwise_applicable(geom: ConvGeometry) -> bool:
-    """The depthwise kernels run every depthwise problem (the gather kernels have no limits)."""
-    return is_depthwise(geom)
-
-
-@dataclass(frozen=True)
-class PlanePlan:
-    """Work split of the plane kernel (depthwise_plane.cu): items of RY rows x a strip of 4 * qw
-    columns, numbered plane by plane (cpp per plane, strips per row); gw lane groups per warp; a
-    block of `warps` warps takes ipb consecutive items (`rounds` per group) and stages the taps of
-    the at most sp planes they touch; strip columns start at s * 4 * qw - d.  ``stride``: 1, or 2
-    in H and W (square kf filters), where a lane's input window starts ``e`` columns before its
-    first input column (the kernel's E)."""
-
-    kwb: int
-    kf: int
-    qw: int
-    gw: int
-    strips: int
-    cpp: int
-    warps: int
-    rounds: int
-    d: int
-    vec_out: bool
-    itemsize: int  # of the compute type (float32 for float16 and bfloat16)
-    kh: int
-    ry: int  # output rows per item: the kernel's DP_ROWS
-    stride: int = 1
-    e: int = 0
-
-    @property
-    def ipb(self) -> int:
-        return self.rounds * self.warps * self.gw
-
-    @property
-    def sp(self) -> int:
-        return math.ceil(self.ipb / self.cpp) + 1
-
-    @property
-    def smem(self) -> int:
-        """Dynamic shared bytes: taps, biases (padded to 4) and, without vec_out, the buffers."""
-        return (self.sp * self.kh * self.kwb + 4 * math.ceil(self.sp / 4)
-                + (0 if self.vec_out else self.warps * self.ry * STRIP)) * self.itemsize
-
-    def blocks(self, planes: int) -> int:
-        return math.ceil(planes * self.cpp / self.ipb)
-
-    def kernel(self, dtype: str, wgrad: bool = False) -> tuple[KernelModule, tuple[int, ...]]:
-        """(module, template variant) of this plan's forward (or backward-weight) kernel."""
-        if self.stride == 2:
-            return depthwise_plane_stride2_module(dtype, self.kf, wgrad), (self.e,)
-        if wgrad:
-            return DEPTHWISE_PLANE_WGRAD[dtype], (self.kwb, self.kf, 1, 0)
-        return DEPTHWISE_PLANE[dtype], (self.kwb, self.kf, 1, 0)
-
-
-# Work split defaults from benchmarks/sweep_depthwise_plane.py (H100, 3x3, batch 32, ms per
-# launch): float32 (144, 56^2) 4 warps x 2 rounds 0.0602 against 8 x 1 0.0642 and 4 x 1 0.0629;
-# float64 4 x 4 0.1196 against 8 x 1 0.1441; (960, 7^2) and (32, 112^2) within 3 % of their best.
-# Fewer rounds where the grid would be small (fewer blocks than a few waves of resident ones).
-PLANE_WARPS = 4
-PLANE_ROUNDS = {4: 2, 8: 4}  # by itemsize
-PLANE_MIN_BLOCKS = 1024
-
-
-@memoized(2048)
-def plane_plan(geom: ConvGeometry, vec_out: bool = True, warps: int = PLANE_WARPS,
-               rounds: int | None = None, ry: int | None = None) -> PlanePlan | None:
-    """The plane kernel's split for ``geom``'s forward pass, or None where it does not apply:
-    channels-last, a depth extent, dilation in H or W, a stride other than 1 or (2, 2) (2: only
-    square PLANE_STRIDE2_KF filters), or filters wider than the largest width bucket.
-    ``vec_out``: the output base is 16-byte aligned (with d == 0 and OW % 4 == 0 the kernel
-    stores quads directly, else through a shared buffer).  ``warps`` and
-    ``rounds`` (default: PLANE_ROUNDS, fewer on small grids) and ``ry`` (rows per item, with a
-    kernel built for it) are there for sweeps."""
-    if geom.channels_last or geom.dtype not in DEPTHWISE_PLANE or not is_depthwise(geom):
-        return None
-    g3 = geom.as_3d()
-    if (g3["spatial"][0] != 1 or g3["kernel"][0] != 1 or g3["out_spatial"][0] != 1
-            or g3["stride"][1:] not in ((1, 1), (2, 2)) or g3["dilation"][1:] != (1, 1)):
-        return None
-    kh, kw = g3["kernel"][1:]
-    stride = g3["stride"][1]
-    kwb = plane_width(kw)
-    if kwb is None or (stride == 2 and not (kh == kw and kh in PLANE_STRIDE2_KF)):
-        return None
-    oh, ow = g3["out_spatial"][1:]
-    acc_size = _acc_bytes(geom.dtype)  # taps, biases and buffers are in the compute type
-    pw = g3["pad_lo"][2]
-    # stride 1: strips start d columns early so that lane windows start on a multiple of 4;
-    # stride 2: the window starts e = -PW mod 4 columns early instead (e + kw <= kwb + 2 holds
-    # for every square bucket), and strips stay aligned for vector stores.
-    d, e = (-pw % 4, 0) if stride == 1 else (0, -pw % 4)
-    strips = math.ceil((ow + d) / 128)
-    qw = math.ceil(math.ceil((ow + d) / strips) / 4)
-    gw = 32 // qw
-    ry = ry or plane_rows_per_thread(acc_size)
-    cpp = strips * math.ceil(oh / ry)
-    items = geom.batch * geom.out_channels * cpp
-    if items >= 2 ** 31:
-        return None
-    if rounds is None:
-        rounds = PLANE_ROUNDS[acc_size]
-        while rounds > 1 and items < PLANE_MIN_BLOCKS * rounds * warps * gw:
-            rounds //= 2
-    kf = kh if kh == kw and kh in PLANE_SQUARES else 0
-    return PlanePlan(kwb, kf, qw, gw, strips, cpp, warps, rounds, d,
-                     vec_out and d == 0 and ow % 4 == 0, acc_size, kh, ry, stride, e)
-
-
-def contiguous_planes(geom: ConvGeometry, strides: tuple[int, ...], output: bool = False) -> bool:
-    """``strides`` (element_strides of a channels-first activation: the input, or with ``output``
-    the output) lay the (H, W) planes out C-contiguously, one after the other (strides of unit
-    extents do not matter)."""
-    _, h, w = geom.as_3d()["out_spatial" if output else "spatial"]
-    chans = geom.out_channels if output else geom.in_channels
-    lead, chan, _, sh, sw = strides
-    return ((sw == 1 or w == 1) and (sh == w or h == 1) and (chan == h * w or chans == 1)
-            and (lead == chans * h * w or geom.batch == 1))
 
 
 def _common_args(geom: ConvGeometry, strides) -> list:
@@ -278,50 +55,6 @@ def _common_args(geom: ConvGeometry, strides) -> list:
 
 def _strides(a, geom: ConvGeometry) -> tuple[int, ...]:
     return element_strides(a, geom.channels_last)
-
-
-def vector_rows(a, strides: tuple[int, ...]) -> bool:
-    """Can the tile kernels stage ``a``'s rows 4 elements at a time: contiguous rows whose width,
-    every other stride and the base address are multiples of 4 elements (stage_rows4)."""
-    *outer, unit = strides[:1] + strides[2:]  # lead, d, h strides; w stride
-    width = a.shape[-1]
-    return (unit == 1 and width % 4 == 0 and strides[1] % 4 == 0
-            and all(v % 4 == 0 for v in outer) and a.data.ptr % (4 * a.itemsize) == 0)
-
-
-def plane_launch(geom: ConvGeometry, plane: PlanePlan, has_bias: bool, vec_in: bool,
-                 flip: bool = False) -> Launch:
-    """The plane kernel's forward launch under ``plane``; ``vec_in``: x's rows are 16-byte aligned
-    with a multiple of 4 columns (``vector_rows``); ``flip``: correlate with the filter rotated by
-    180 degrees (backward-data through :func:`backward_data_twin`)."""
-    g3 = geom.as_3d()
-    module, variant = plane.kernel(geom.dtype)
-    fn = jit.get_function(module, "depthwise_plane", geom.dtype, variant)
-    planes = geom.batch * geom.out_channels
-    return Launch(fn, (plane.blocks(planes),), (32 * plane.warps,),
-                  ints((has_bias, geom.out_channels, geom.out_channels // geom.in_channels, planes)
-                       + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["kernel"][1:]
-                       + g3["pad_lo"][1:] + (plane.qw, plane.gw, plane.strips, plane.cpp,
-                                             plane.ipb, plane.sp, plane.d, vec_in, plane.vec_out,
-                                             flip)),
-                  plane.smem, packed=True)
-
-
-def backward_data_twin(geom: ConvGeometry) -> ConvGeometry | None:
-    """The forward problem whose output is ``geom``'s backward-data: at unit stride and dilation
-    without a channel multiplier, dx is dy correlated with the filter rotated by 180 degrees,
-    padded K - 1 - pad on each side (the plane kernel's ``flip``).  None where that does not hold
-    (a stride, a dilation, a multiplier: a dx plane gathers several dy planes), for channels-last
-    problems, and for pads beyond K - 1 (a negative twin pad)."""
-    if (geom.channels_last or geom.out_channels != geom.in_channels
-            or any(s != 1 for s in geom.stride) or any(d != 1 for d in geom.dilation)):
-        return None
-    pads = tuple((k - 1 - lo, k - 1 - hi)
-                 for k, lo, hi in zip(geom.kernel, geom.pad_lo, geom.pad_hi))
-    if min(min(p) for p in pads) < 0:
-        return None
-    return ConvGeometry.from_shapes(geom.output_shape, geom.weight_shape, padding=pads,
-                                    groups=geom.groups, layout=geom.layout, dtype=geom.dtype)
 
 
 def band_choice(geom: ConvGeometry, transposed: bool, src_strides: tuple[int, ...]):
@@ -452,77 +185,6 @@ def run_depthwise_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> boo
         else:
             run_pass(geom, dy, w, None, dx, True)
     return False
-
-
-@memoized(1024)
-def wgrad_plan(geom: ConvGeometry) -> tuple[Tiling | None, int, int]:
-    """(tiling or None for the gather kernel, chunks, planes or pixels per chunk)."""
-    g3 = geom.as_3d()
-    k = geom.out_channels
-    od, oh, ow = g3["out_spatial"]
-    kd, kh, kw = g3["kernel"]
-    t = None
-    if not geom.channels_last and kw <= DW_TAPS:
-        planes = geom.batch * od
-        # kernel rows per pass (the fixed-size variant takes all of them in one pass)
-        per_pass = kh if fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:]) else min(kh, max(1, DW_TAPS // kw))
-        cw = 4 if fixed_kernel(geom, DEPTHWISE_WGRAD_KF[1:]) == 3 else 1  # the kernel's CW
-        t = _tiling(oh, ow, planes, per_pass, kw, *g3["stride"][1:], *g3["dilation"][1:],
-                    geom.dtype, extra_per_thread=_acc_bytes(geom.dtype), cw=cw)
-        if t is not None:
-            chunks = max(1, min(planes, math.ceil(_TARGET_BLOCKS / k)))
-            per_chunk = math.ceil(planes / chunks)
-            chunks = math.ceil(planes / per_chunk)
-            if chunks <= GRID_YZ_MAX:
-                # no more planes per block than a chunk holds; shared memory shrinks with them
-                bz = min(t.bz, per_chunk)
-                t = Tiling(t.bx, t.by, bz, t.vr, t.tiles_h, t.tiles_w, t.rows_max, t.pitch,
-                           bz * t.rows_max * t.pitch * _acc_bytes(geom.dtype)
-                           + 4 * math.ceil(t.bx * t.by * bz / 4) * _acc_bytes(geom.dtype), t.cw)
-                return t, chunks, per_chunk
-    pixels = geom.batch * od * oh * ow
-    threads_wanted = 64 * 1024
-    chunks = max(1, min(pixels, math.ceil(threads_wanted / k)))
-    per_chunk = math.ceil(pixels / chunks)
-    return None, math.ceil(pixels / per_chunk), per_chunk
-
-
-# Backward-weight on the plane kernel: rounds per block from the sweep (H100, 3x3, (144, 56^2)
-# batch 32), fewer where the (K, chunks) grid would be small.
-PLANE_WGRAD_ROUNDS = 4
-
-
-@memoized(1024)
-def plane_wgrad_plan(geom: ConvGeometry, rounds: int | None = None):
-    """(plan, chunks) of the plane backward-weight kernel (3x3 and 5x5 filters, PLANE_WGRAD_KF),
-    or None: then the tile or gather kernel.  Block (k, chunk) takes plan.ipb of channel k's
-    batch * plan.cpp items."""
-    plan = plane_plan(geom)
-    if plan is None or plan.kf not in PLANE_WGRAD_KF[plan.stride]:
-        return None
-    items = geom.batch * plan.cpp
-    if rounds is None:
-        rounds = PLANE_WGRAD_ROUNDS
-        groups = plan.warps * plan.gw
-        while rounds > 1 and geom.out_channels * items < PLANE_MIN_BLOCKS * rounds * groups:
-            rounds //= 2
-    plan = dataclasses.replace(plan, rounds=rounds)
-    chunks = math.ceil(items / plan.ipb)
-    return (plan, chunks) if chunks <= GRID_YZ_MAX else None
-
-
-def plane_wgrad_launch(geom: ConvGeometry, plan: PlanePlan, chunks: int, vec_in: bool) -> Launch:
-    """The plane backward-weight launch (partial sums per chunk) under ``plan``."""
-    g3 = geom.as_3d()
-    module, variant = plan.kernel(geom.dtype, wgrad=True)
-    fn = jit.get_function(module, "depthwise_plane_wgrad", geom.dtype, variant)
-    threads = 32 * plan.warps
-    smem = plan.kf ** 2 * (threads + 32) * _acc_bytes(geom.dtype)  # KF x KF per thread, 32 per tap
-    return Launch(fn, (geom.out_channels, chunks), (threads,),
-                  ints((geom.out_channels, geom.out_channels // geom.in_channels, geom.batch)
-                       + g3["spatial"][1:] + g3["out_spatial"][1:] + g3["pad_lo"][1:]
-                       + (plan.qw, plan.gw, plan.strips, plan.cpp, plan.ipb, plan.d, vec_in)),
-                  smem, packed=True)
 
 
 def _chunk_reduce(geom: ConvGeometry, chunks: int) -> Launch:

@@ -21,7 +21,7 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import KERNEL_CONSTANTS, SEPARABLE_KT, separable_module
 from cupyconv._core.launch import (GRID_YZ_MAX, Launch, device_smem_limit, element_strides, int64s,
                                    ints)
-from cupyconv._depthwise.launch import SMEM_LIMIT, fixed_kernel, vector_rows
+from cupyconv._depthwise.tiles import SMEM_LIMIT, fixed_kernel, vector_rows
 
 # The fused kernel's clamp takes these codes (separable.cu): the shared table's, limited to clamps.
 ACTIVATIONS = {name: ALL_ACTIVATIONS[name] for name in (None, "relu", "relu6")}

@@ -16,8 +16,8 @@ from typing import Callable
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import GRID_YZ_MAX
 from cupyconv._core.names import arg
-from cupyconv._depthwise.launch import (is_depthwise, run_depthwise_backward_data,
-                                        run_depthwise_backward_weight)
+from cupyconv._depthwise.applicable import is_depthwise
+from cupyconv._depthwise.launch import run_depthwise_backward_data, run_depthwise_backward_weight
 from cupyconv._dispatch.callcache import PreparedCall, prepare
 from cupyconv._direct.launch import repair_merged_data
 from cupyconv._gemm.backward import data_merge, run_backward_data, run_backward_weight

@@ -27,7 +27,10 @@ from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.launch import sm_count
 from cupyconv._core.precision import gemm_math
 from cupyconv._depthwise.channels_last import applies as channels_last_applies
-from cupyconv._depthwise.launch import depthwise_applicable, plane_plan, run_depthwise, tile_plan
+from cupyconv._depthwise.applicable import depthwise_applicable
+from cupyconv._depthwise.launch import run_depthwise
+from cupyconv._depthwise.planes import plane_plan
+from cupyconv._depthwise.tiles import tile_plan
 from cupyconv._direct.grouped import grouped_applicable, grouped_plan, run_grouped
 from cupyconv._direct.launch import repair_merged_forward, run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from cupyconv._dispatch.backward import backward_method
-from cupyconv._depthwise.launch import (MAX_Z, SMEM_LIMIT, THREADS, _window, contiguous_planes,
-                                 plane_plan, tile_plan, wgrad_plan)
+from cupyconv._depthwise.planes import contiguous_planes, plane_plan
+from cupyconv._depthwise.tiles import MAX_Z, SMEM_LIMIT, THREADS, _window, tile_plan, wgrad_plan
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._depthwise.separable import fused_pays, fused_plan
 

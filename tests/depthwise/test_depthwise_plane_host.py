@@ -11,7 +11,7 @@ import pytest
 from cupyconv import reference
 from cupyconv._core.verify import rel_error, tolerance
 from cupyconv._depthwise import launch
-from cupyconv._depthwise.launch import backward_data_twin, plane_plan, plane_wgrad_plan
+from cupyconv._depthwise.planes import backward_data_twin, plane_plan, plane_wgrad_plan
 
 from host_route import case_id, host_empty, host_problem
 

@@ -13,9 +13,10 @@ import pytest
 import cupyconv
 from cupyconv import reference
 from cupyconv._depthwise import channels_last
-from cupyconv._depthwise.launch import (backward_data_twin, contiguous_planes, plane_launch,
-                                 plane_plan, plane_wgrad_launch, plane_wgrad_plan,
-                                 stage_channels_last, tile_plan, vector_rows, wgrad_plan)
+from cupyconv._depthwise.launch import stage_channels_last
+from cupyconv._depthwise.planes import (backward_data_twin, contiguous_planes, plane_launch,
+                                        plane_plan, plane_wgrad_launch, plane_wgrad_plan)
+from cupyconv._depthwise.tiles import tile_plan, vector_rows, wgrad_plan
 from cupyconv._core.dtypes import HALF_DTYPES, numpy_dtype
 from cupyconv._core.launch import element_strides
 from cupyconv._core.geometry import ConvGeometry
