@@ -28,7 +28,7 @@ THREADS = KERNEL_CONSTANTS["DWB_THREADS"]
 RX = KERNEL_CONSTANTS["DWB_RX"]  # destination columns per item
 # Shared memory a block may take (the 48 KB a launch gets without opting in, less a margin), and
 # the share of it a plan aims at: six blocks (DWB_MIN_BLOCKS) resident per SM.  Measured on an H100
-# (benchmarks/exp_depthwise_bands.py, MobileNetV2 + EfficientNet-B0 depthwise layers, batch 32):
+# (benchmarks/experiments/README.md: exp_depthwise_bands.py, MobileNetV2 + EfficientNet-B0 depthwise layers, batch 32):
 # 36 KB at 6 blocks, against 40 KB at 4, 27 or 16 KB at 8, 24 KB at 4: backward-data geomean
 # over PyTorch 3.03x against 2.85, 3.03, 2.51, 2.44 (fp32); larger targets keep whole 56^2 planes
 # in one block (no halo rows staged twice).

@@ -64,7 +64,7 @@ def walk_variant(geom: ConvGeometry) -> tuple[int, int]:
 
 def max_pass_vec(geom: ConvGeometry) -> int:
     """The most channels per thread of a forward / backward-data launch: 16-bit kernels larger
-    than 3x3 take 4, not 8.  Measured on an H100 (benchmarks/exp_depthwise_cl.py, MobileNetV2 and
+    than 3x3 take 4, not 8.  Measured on an H100 (benchmarks/experiments/README.md: exp_depthwise_cl.py, MobileNetV2 and
     EfficientNet-B0 depthwise layers, fp16 channels-last): 5x5 forward 1.4-1.9x faster at 4
     (e.g. 1152 ch 7^2 0.058 -> 0.037 ms; the 8-wide variants hold 128 registers per thread at
     half the threads), 3x3 at 8 up to 1.45x faster (144 ch 56^2 0.057 -> 0.040 ms)."""

@@ -81,7 +81,7 @@ class PlanePlan:
         return DEPTHWISE_PLANE[dtype], (self.kwb, self.kf, 1, 0)
 
 
-# Work split defaults from benchmarks/sweep_depthwise_plane.py (H100, 3x3, batch 32, ms per
+# Work split defaults from benchmarks/experiments/README.md: sweep_depthwise_plane.py (H100, 3x3, batch 32, ms per
 # launch): float32 (144, 56^2) 4 warps x 2 rounds 0.0602 against 8 x 1 0.0642 and 4 x 1 0.0629;
 # float64 4 x 4 0.1196 against 8 x 1 0.1441; (960, 7^2) and (32, 112^2) within 3 % of their best.
 # Fewer rounds where the grid would be small (fewer blocks than a few waves of resident ones).

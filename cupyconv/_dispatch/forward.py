@@ -105,7 +105,7 @@ _DEPTHWISE_BANDWIDTH = 2.5e12
 _DEPTHWISE_GATHER_BANDWIDTH = 6e11  # gather kernel (channels-last, oversized windows)
 # channels-last kernels (depthwise_cl.cu): an estimate below the tile kernel's, not yet measured
 _DEPTHWISE_CL_BANDWIDTH = 2e12
-# Arithmetic rates of the depthwise kernels (H100, benchmarks/exp_depthwise_rate.py): each output
+# Arithmetic rates of the depthwise kernels (H100, benchmarks/experiments/README.md: exp_depthwise_rate.py): each output
 # chains its taps, so large kernels and channel multipliers (a one-channel input with many
 # filters is "depthwise" too) are bound by them, not by bytes.  Highest rates measured: plane
 # kernel 12 TFLOP/s (7x7), channels-last 5.5 (7x7), tile 0.65-1.1, gather 0.5-1.4 (the top of

@@ -279,7 +279,7 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     _run_backward_weight(geom, x, dy, dw)
 
 
-# Experiment switch for benchmarks/exp_wgrad_nchw.py: None lets stage_nchw_x decide, a bool forces.
+# Experiment switch for benchmarks/experiments/exp_wgrad_nchw.py: None lets stage_nchw_x decide, a bool forces.
 STAGE_NCHW_X: bool | None = None
 
 
@@ -287,7 +287,7 @@ def stage_nchw_x(geom: ConvGeometry, device_id: int) -> bool:
     """Whether channels-first backward-weight copies x to channels-last before the kernel (dy is
     always copied) rather than reading it through its strides (channel stride H*W), which
     defeats the loader's vector and asynchronous copies.  Measured on an H100 (ResNet-50 layers,
-    batch 32, benchmarks/exp_wgrad_nchw.py, the copy a tiled transpose): the copy pays wherever
+    batch 32, benchmarks/experiments/exp_wgrad_nchw.py, the copy a tiled transpose): the copy pays wherever
     the channels split into whole 16-byte chunks -- tensor-core loops 3x3 fp16 0.43-0.56 ->
     0.09-0.40 ms, TF32 0.34-0.51 -> 0.15-0.31 ms, 1x1 TF32 0.30-0.38 -> 0.22-0.27 ms; exact fp32
     3x3 4-17 % -- except a stride-2 1x1 layer on the exact fp32 loop (0.32 -> 0.39 ms: the copy

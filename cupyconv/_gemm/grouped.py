@@ -92,7 +92,7 @@ def forced_factor(geom: ConvGeometry) -> int | None:
 # in the forward and backward-data passes on the tensor-core loops.  F multiplies the
 # multiply-adds, and near the best factor the estimates do not separate the factors reliably: on
 # the H100's ResNeXt-50 sweep (fp16 channels-last, 7 layers x 3 passes,
-# benchmarks/profile_grouped.py, benchmarks/notes/gemm.md, "Session 22") the least estimate took
+# benchmarks/experiments/README.md: profile_grouped.py, benchmarks/notes/gemm.md, "Session 22") the least estimate took
 # F = 32 over F = 16 for 128@56 forward and backward-data (within 2 % by estimate; measured 7-9 %
 # slower); with the margin every forward and backward-data pick is the measured best or within
 # 1 % of it.

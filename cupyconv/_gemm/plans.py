@@ -52,7 +52,7 @@ def repair_seconds(dtype: str, result_elements: int) -> float:
 
 
 # The Hopper loop's own model (H100, CUDA-graph timings of every tile x split x build on ResNet-50
-# layers and held-out ones, benchmarks/exp_conv_plans.py, benchmarks/notes/gemm.md, "Session 13"): a
+# layers and held-out ones, benchmarks/experiments/README.md: exp_conv_plans.py, benchmarks/notes/gemm.md, "Session 13"): a
 # round of resident blocks on a multiprocessor costs a fixed HOPPER_WAVE_S (the first slices'
 # latency, the hand-off and the stores, which no other block's main loop hides with one block per
 # multiprocessor) plus its products at the tile's share of the multiprocessor's rate (MATH_RATE),

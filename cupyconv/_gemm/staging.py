@@ -49,7 +49,7 @@ def fprop_weight(geom: ConvGeometry, w):
     return contiguous(wt), False
 
 
-# Experiment switch for benchmarks/exp_stage_nchw.py: None lets staged_channels decide; True
+# Experiment switch for benchmarks/experiments/exp_stage_nchw.py: None lets staged_channels decide; True
 # (False) stages (never stages) channels-first x with whole chunks on the tensor-core loops.
 STAGE_CF_X: bool | None = None
 
@@ -66,7 +66,7 @@ def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -
     - Channels-first x (padded the same way) with a kernel larger than 1x1: the copy (a tiled
       transpose) costs less than the multistage loop saves: ResNet-50 3x3 layers at batch 32,
       forward fp16 0.13-0.28 -> 0.07-0.11 ms, TF32 0.17-0.20 -> 0.12-0.18 ms, backward-data
-      alike (H100, benchmarks/exp_stage_nchw.py).  1x1 layers read x as it is: a stride-2 1x1
+      alike (H100, benchmarks/experiments/exp_stage_nchw.py).  1x1 layers read x as it is: a stride-2 1x1
       reads a quarter of x, which the copy would move whole (TF32 0.149 -> 0.198 ms), and
       backward-data's 1x1 phases lost (0.08 -> 0.20 ms)."""
     math_kind = plan.math if plan is not None else gemm_math(prob.dtype, prob.precision, device_id)
@@ -88,7 +88,7 @@ def staged_channels(prob: ImplicitConv, plan: GemmPlan | None, device_id: int) -
 # conv1 (3 channels, 7x7) then reads K = 7 x 24 instead of 49 x 8 (fp16: 8-channel chunks):
 # 0.279 -> 0.214 ms at batch 32, a one-channel 80-tap 1-d layer 0.25 -> 0.16 ms, 5x5 and 3x3x3
 # one-channel layers 1.2-1.4x faster; TF32 conv1 (K 7 x 24 against 49 x 4) and VGG's TF32 3x3
-# on 3 channels (no K saved) gain nothing (H100, benchmarks/exp_unfold.py).  Used where it
+# on 3 channels (no K saved) gain nothing (H100, benchmarks/experiments/exp_unfold.py).  Used where it
 # shrinks K by UNFOLD_GAIN or more; UNFOLD_W, the experiment switch, forces it on or off.
 UNFOLD_GAIN = 1.5
 UNFOLD_W: bool | None = None

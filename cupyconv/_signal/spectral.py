@@ -4,7 +4,7 @@ per-call host cost.
 ``cupy.fft.rfftn`` / ``irfftn`` look their plan up in CuPy's plan cache, pad through a copy of
 their own, copy the inverse transform's input (cuFFT's C2R overwrites it) and normalise with a
 separate division: 0.55-0.7 ms of host time per correlation on an H100 host, five times the
-113 µs its kernels take on a 96^3 volume with a 15^3 kernel (``benchmarks/exp_signal_host.py``).
+113 µs its kernels take on a 96^3 volume with a 15^3 kernel (``benchmarks/experiments/README.md: exp_signal_host.py``).
 Here each operand is zero-padded into a buffer of its own and transformed by a plan held per
 thread and device (cuFFT plans are not safe to run from two threads at once: they own their
 work area); one elementwise kernel multiplies the spectra and scales by ``1 / points``, writing

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(256) transpose_copy(
   }
 }
 
-// Width unfolding (cupyconv._gemm.launch._unfolded): out[row, ow, j * C + c] =
+// Width unfolding (cupyconv._gemm.staging._unfolded): out[row, ow, j * C + c] =
 // x[row, ow * SW + j * DW - PW, c] for the KW taps j of each output column ow, zero outside x
 // and in the padding columns [KW * C, width), for every row (n, d, h) of x.  The implicit GEMM
 // of a few-channel layer then reads whole kernel rows as channels (K = KD * KH * width instead

@@ -29,7 +29,7 @@
 #define DW_MIN_BLOCKS(KF) ((KF) == 3 ? 4 : 2)
 // The forward/backward-data tile kernel's budget: 3 blocks (80 registers) for float32 3x3
 // measured 0.067 ms against 0.073 ms at 4 blocks; float16 is best at 4 (0.071 vs 0.079 ms)
-// (benchmarks/sweep_depthwise.py, which overrides this through a module define).
+// (benchmarks/experiments/README.md: sweep_depthwise.py, which overrides this through a module define).
 #ifndef DW_TILE_MIN_BLOCKS
 #define DW_TILE_MIN_BLOCKS(KF, T) ((KF) == 3 ? (sizeof(T) == 4 ? 3 : 4) : 2)
 #endif

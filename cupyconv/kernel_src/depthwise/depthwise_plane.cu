@@ -31,7 +31,7 @@
 // wider windows (and backward-weight 25 sums at 5x5): at 4 blocks (64 registers) ptxas spilled
 // 36-48 bytes at 3x3 and 110-440 at 5x5.  3 blocks (80 registers; 5x5 still spills 40-190 bytes)
 // measured fastest overall, 2 was faster on large 5x5 planes only
-// (benchmarks/exp_depthwise_plane.py, benchmarks/notes/depthwise.md, "Session 19").
+// (benchmarks/experiments/README.md: exp_depthwise_plane.py, benchmarks/notes/depthwise.md, "Session 19").
 // A module define may override it.
 #ifndef DP_MIN_BLOCKS
 #define DP_MIN_BLOCKS(T, KWB, S) (sizeof(T) > 4 ? 2 : (S) > 1 ? 3 : (KWB) <= 8 ? 4 : 3)

@@ -22,7 +22,7 @@
 #error "compile with the defines of cupyconv._core.kernels.KERNEL_CONSTANTS"
 #endif
 #define SEP_WPF 3   // weights per thread prefetched in registers for the next chunk
-// (the two below can be overridden by the module's defines: benchmarks/sweep_separable.py)
+// (the two below can be overridden by the module's defines: benchmarks/experiments/README.md: sweep_separable.py)
 #ifndef SEP_VR
 #define SEP_VR 4    // rows per thread in the 3x3 depthwise step
 #endif
