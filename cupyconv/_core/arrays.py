@@ -13,6 +13,7 @@ import math
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import itemsize
+from cupyconv._core.foreign import ForeignArray, describe
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
 from cupyconv._core.names import arg
@@ -49,32 +50,40 @@ def _dlpack_on_gpu(a) -> bool:
 
 def gpu_view(a, name: str):
     """A CuPy view (no copy) of a GPU array of another library, or None where ``a`` is no such
-    array.  ``__cuda_array_interface__`` (PyTorch, Numba, JAX, ...) goes through
-    ``cupy.asarray``, which also waits on the producer's stream when the interface names one;
-    ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack`` (which hands the producer
-    CuPy's current stream to order against), also where the interface fails.  NumPy arrays (which have
-    ``__dlpack__`` on the CPU) and CPU tensors are not GPU arrays: None."""
+    array.  A PyTorch tensor or an object with ``__cuda_array_interface__`` (Numba, JAX, ...)
+    is viewed from its :func:`~cupyconv._core.foreign.describe` description, the one the
+    call cache keys it by (as ``cupy.asarray`` views it, waiting on the producer's stream where
+    the interface names one).  ``__dlpack__`` of a GPU array goes through ``cupy.from_dlpack``
+    (which hands the producer CuPy's current stream to order against) where the interface is
+    missing, fails, or names a type CuPy reads as a plain void (PyTorch's bfloat16, ``"<V2"``);
+    an interface that DLPack cannot replace goes through ``cupy.asarray``.  NumPy arrays (which
+    have ``__dlpack__`` on the CPU) and CPU tensors are not GPU arrays: None."""
     import numpy
 
     if isinstance(a, numpy.ndarray):
         return None
     cupy = _cupy()
-    failure = None
-    # CAI first (Numba has nothing else); DLPack where CAI is missing or refuses the array
-    # (PyTorch's CAI has no bfloat16, DLPack does)
-    if _class_has(a, "__cuda_array_interface__"):
-        try:
-            # read first: a CPU tensor's property raises AttributeError, and cupy.asarray would
-            # then copy it from the host, which is the NumPy path this function refuses
-            getattr(a, "__cuda_array_interface__")
-            return cupy.asarray(a)
-        except AttributeError:
-            pass
-        except Exception as exc:
-            failure = exc
+    failure, interface = None, False
+    # the interface first (Numba has nothing else); DLPack where it is missing or refuses
+    try:
+        # a CPU tensor's interface property raises AttributeError: never cupy.asarray, which
+        # would copy it from the host (the NumPy path this function refuses)
+        described = describe(a)
+        if described is not None:
+            return described.cupy()
+        interface = _class_has(a, "__cuda_array_interface__")
+    except AttributeError:
+        pass
+    except Exception as exc:
+        failure = exc
     if _class_has(a, "__dlpack__") and _dlpack_on_gpu(a):
         try:
             return cupy.from_dlpack(a)
+        except Exception as exc:
+            failure = exc
+    elif interface:  # readable but not described (e.g. masked): CuPy says what it makes of it
+        try:
+            return cupy.asarray(a)
         except Exception as exc:
             failure = exc
     if failure is not None:
@@ -177,7 +186,10 @@ def check_residual(z, shape: tuple, dtype: str, layout: str):
 
 
 def memory_bounds(a) -> tuple[int, int]:
-    """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides too)."""
+    """``[lo, hi)``: the byte addresses that ``a``'s elements can occupy (negative strides
+    too); ``lo == hi`` for an empty array."""
+    if isinstance(a, ForeignArray):
+        return a.memory_bounds()
     lo = hi = a.data.ptr
     if a.size == 0:
         return lo, lo
@@ -192,15 +204,18 @@ def memory_bounds(a) -> tuple[int, int]:
 def check_out_disjoint(out, inputs: dict) -> None:
     """``out`` must not overlap any input: kernels read inputs while they write ``out`` (tiles of
     other blocks, split-K parts, stride phases), so an aliased call would read half-written
-    results.  Compared by address ranges, which also refuses interleaved views of one buffer."""
+    results.  Compared by address ranges, which also refuses interleaved views of one buffer;
+    an empty array overlaps nothing."""
     if out is None:
         return
     lo, hi = memory_bounds(out)
+    if lo == hi:
+        return
     for name, a in inputs.items():
-        if a is None or a.size == 0 or out.size == 0:
+        if a is None:
             continue
         a_lo, a_hi = memory_bounds(a)
-        if a_lo < hi and lo < a_hi:
+        if a_lo < hi and lo < a_hi and a_lo < a_hi:
             name, out_name = arg(name), arg("out")
             # (out=None is a way out only where the caller's function has it)
             alternative = ", or out=None" if out_name == "out" else ""

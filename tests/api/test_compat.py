@@ -408,10 +408,19 @@ def cupy_spy(monkeypatch):
     return seen
 
 
-def test_cuda_array_interface_goes_through_cupy_asarray(cupy_spy):
+def test_cuda_array_interface_is_viewed_at_its_pointer(cupy_spy, monkeypatch):
+    """Viewed from its description (the one the call cache keys it by), as cupy.asarray would
+    view it (test_foreign.py checks the rest)."""
+    cupy = sys.modules["cupy"]
+    real = cupy.cuda.UnownedMemory
+    monkeypatch.setattr(cupy.cuda, "UnownedMemory",  # (the pointer's device, without a driver)
+                        lambda ptr, size, owner, device_id=-1: real(ptr, size, owner, 0))
     obj = _FakeCAI()
-    assert arrays.require_array(obj, "x") == "view"
-    assert cupy_spy == [("asarray", obj)]
+    obj.__cuda_array_interface__["data"] = (4096, False)
+    view = arrays.require_array(obj, "x")
+    assert type(view) is cupy.ndarray and view.data.ptr == 4096 and view.shape == (2, 3)
+    assert view.dtype == np.float32 and view.strides == (12, 4)
+    assert cupy_spy == []
 
 
 def test_gpu_dlpack_goes_through_from_dlpack(cupy_spy):
