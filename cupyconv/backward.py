@@ -71,12 +71,12 @@ def conv_backward_data(dy, w, input_shape, *, stride=1, padding=0, dilation=1, g
     (``method``: "auto", "implicit_gemm" or "depthwise").  ``out``: C-contiguous array of
     ``input_shape`` to write into.
     """
-    key = call_key("conv_backward_data", (dy, w, out),
-                   (input_shape, stride, padding, dilation, groups, layout, method,
-                    resolve_precision(precision, "float32")))
+    key, ops = call_key("conv_backward_data", (dy, w, out),
+                        (input_shape, stride, padding, dilation, groups, layout, method,
+                         resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
-        return call((dy, w), out)
+        return call(ops[:-1], ops[-1])
     dy, w = require_array(dy, "dy"), require_array(w, "w")
     options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                    layout=layout, method=method, precision=precision)
@@ -110,12 +110,12 @@ def conv_backward_weight(x, dy, weight_shape, *, stride=1, padding=0, dilation=1
     (one dim fewer than ``weight_shape``) are accepted.  Complex: the gradient in PyTorch's
     convention, computed from ``conj(x)`` and ``dy``, from three real passes.
     """
-    key = call_key("conv_backward_weight", (x, dy, out),
-                   (weight_shape, stride, padding, dilation, groups, layout, method,
-                    resolve_precision(precision, "float32")))
+    key, ops = call_key("conv_backward_weight", (x, dy, out),
+                        (weight_shape, stride, padding, dilation, groups, layout, method,
+                         resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
-        return call((x, dy), out)
+        return call(ops[:-1], ops[-1])
     x, dy = require_array(x, "x"), require_array(dy, "dy")
     options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                    layout=layout, method=method, precision=precision)
@@ -211,12 +211,12 @@ def conv_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, di
     :func:`cupyconv.conv`).  Unbatched ``x`` (one dim fewer than ``w``) gives an unbatched
     result; complex inputs give the plain bilinear product (no conjugate), from three real passes.
     """
-    key = call_key("conv_transpose", (x, w, bias, out),
-                   (stride, padding, output_padding, dilation, groups, layout, method,
-                    resolve_precision(precision, "float32")))
+    key, ops = call_key("conv_transpose", (x, w, bias, out),
+                        (stride, padding, output_padding, dilation, groups, layout, method,
+                         resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
-        return call((x, w, bias), out)
+        return call(ops[:-1], ops[-1])
     x = require_array(x, "x")
     w = require_array(w, "w")
     options = dict(stride=stride, padding=padding, output_padding=output_padding,

@@ -23,12 +23,13 @@ def _forward(ndim, x, w, bias, stride, padding, dilation, groups, layout, method
     """The pipeline: a prepared call for a known key; else validate, build the geometry, choose
     the algorithm, run it while recording, and remember the prepared call.  The key holds the
     activation's name and z's array properties; z itself is an operand of the prepared call."""
-    key = call_key("conv", (x, w, bias, z, out),
-                   (ndim, stride, padding, dilation, groups, layout, method, activation,
-                    "tuned" if autotune_enabled() else "", resolve_precision(precision, "float32")))
+    key, ops = call_key("conv", (x, w, bias, z, out),
+                        (ndim, stride, padding, dilation, groups, layout, method, activation,
+                         "tuned" if autotune_enabled() else "",
+                         resolve_precision(precision, "float32")))
     call = lookup(key)
     if call is not None:
-        return call((x, w, bias, z), out)
+        return call(ops[:-1], ops[-1])
     method = check_method(method)
     act = activation_code(activation)
     x, w = require_array(x, "x"), require_array(w, "w")

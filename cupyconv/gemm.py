@@ -41,10 +41,10 @@ def gemm(a, b, out=None, *, precision=None):
     Operands are read through their strides (transposed views need no copy); an operand with no
     unit stride in its last two dims is copied once.
     """
-    key = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
+    key, ops = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
     call = lookup(key)
     if call is not None:
-        return call((a, b), out)
+        return call(ops[:-1], ops[-1])
     a = require_array(a, "a")
     b = require_array(b, "b")
     dtype = require_float_dtype(a, "a")

@@ -33,10 +33,10 @@ def im2col(x, kernel_size, *, stride=1, padding=0, dilation=1, layout="NCHW", ou
         ``y[n] = w.reshape(K, -1) @ col[n]``.  NHWC: ``(N, prod(out_spatial), prod(kernel) * C)``
         with columns ordered ``(*kernel, c)``, so ``y[n] = col[n] @ w.reshape(K, -1).T``.
     """
-    key = call_key("im2col", (x, out), (kernel_size, stride, padding, dilation, layout))
+    key, ops = call_key("im2col", (x, out), (kernel_size, stride, padding, dilation, layout))
     call = lookup(key)
     if call is not None:
-        return call((x,), out)
+        return call(ops[:-1], ops[-1])
     x = require_array(x, "x")
     dtype = require_float_dtype(x, "x")
     geom = _im2col_geometry(x.shape, kernel_size, stride, padding, dilation, layout, dtype)
@@ -70,11 +70,11 @@ def col2im(col, input_shape, kernel_size, *, stride=1, padding=0, dilation=1, la
     thread in a fixed order (no atomics): deterministic; 2-byte types (float16, bfloat16) sum in
     float32.  Returns an array of ``input_shape``.
     """
-    key = call_key("col2im", (col, out),
-                   (input_shape, kernel_size, stride, padding, dilation, layout))
+    key, ops = call_key("col2im", (col, out),
+                        (input_shape, kernel_size, stride, padding, dilation, layout))
     call = lookup(key)
     if call is not None:
-        return call((col,), out)
+        return call(ops[:-1], ops[-1])
     col = require_array(col, "col")
     dtype = require_float_dtype(col, "col")
     geom = _im2col_geometry(input_shape, kernel_size, stride, padding, dilation, layout, dtype)

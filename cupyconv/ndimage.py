@@ -253,10 +253,11 @@ def _device_id() -> int:
 
 def _call_key(name: str, input, options: tuple):
     """The prepared-call key of ``name(input, *options)``, or None where ``input`` is not a CuPy
-    ndarray or an option cannot be keyed by value.  The current device is part of it: the full
-    path allocates and launches there (device copies of weights, the loaded kernels)."""
-    base = call_key("ndimage." + name, (input,), ())
-    if base is None:
+    ndarray (the runners take CuPy arrays) or an option cannot be keyed by value.  The current
+    device is part of it: the full path allocates and launches there (device copies of weights,
+    the loaded kernels)."""
+    base, operands = call_key("ndimage." + name, (input,), ())
+    if base is None or operands[0] is not input:
         return None
     try:
         return base, _device_id(), tuple(map(_frozen, options))

@@ -46,11 +46,11 @@ def separable_conv(x, w_dw, w_pw, bias_dw=None, bias_pw=None, *, stride=1, paddi
     Returns ``(N, K, *out_spatial)`` or ``(N, *out_spatial, K)`` in x's dtype.  Arguments are
     checked before any kernel is compiled or launched.
     """
-    key = call_key("separable_conv", (x, w_dw, w_pw, bias_dw, bias_pw, out),
-                   (stride, padding, dilation, activation, layout, method))
+    key, ops = call_key("separable_conv", (x, w_dw, w_pw, bias_dw, bias_pw, out),
+                        (stride, padding, dilation, activation, layout, method))
     call = lookup(key)
     if call is not None:
-        return call((x, w_dw, w_pw, bias_dw, bias_pw), out)
+        return call(ops[:-1], ops[-1])
     x, w_dw, w_pw = require_array(x, "x"), require_array(w_dw, "w_dw"), require_array(w_pw, "w_pw")
     if is_unbatched(x, w_dw):
         y = separable_conv(x[None], w_dw, w_pw, bias_dw, bias_pw, stride=stride, padding=padding,

@@ -56,10 +56,10 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
     """Validate everything, then run the planned correlation by the chosen method.  A call equal
     to an earlier validated one (arrays' shape, strides, dtype, device, alignment; every option)
     goes straight to its prepared call (:mod:`cupyconv._dispatch.callcache`)."""
-    key = call_key("signal." + func, (in1, in2), (mode, method, boundary, fillvalue, axes))
+    key, ops = call_key("signal." + func, (in1, in2), (mode, method, boundary, fillvalue, axes))
     call = lookup(key)
     if call is not None:
-        return call((in1, in2), None)
+        return call(ops, None)
     mode, method = check_mode(mode), check_method(method)
     check_boundary(boundary)
     axes = axes_key(axes)

@@ -7,12 +7,19 @@ call that passed validation gets that call's :class:`PreparedCall`: check ``out`
 that depends on addresses), allocate the result, replay the recorded launches
 (:mod:`cupyconv._core.program`).  Every other rule that could reject the call depends only on the
 key, so the errors are the same as on the full path.
+
+GPU arrays of other libraries take the warm path too: :func:`call_key` keys them by their
+:func:`~cupyconv._core.foreign.describe` description (a PyTorch tensor from its own attributes,
+another array from one read of its ``__cuda_array_interface__``), the one the full path's CuPy
+view is made from, and hands the prepared call that description in their place (its device
+pointer, no view); the others (DLPack only) are converted once, as the full path converts them.
 """
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import check_out_disjoint
+from cupyconv._core.arrays import check_out_disjoint, gpu_view
 from cupyconv._core.caches import register
+from cupyconv._core.foreign import ForeignArray, describe
 from cupyconv._core.geometry import _freeze
 from cupyconv._core.program import recording, verify, verify_enabled
 from cupyconv._gemm.launch import plan_hooks_active
@@ -25,8 +32,11 @@ _PLAIN = frozenset((int, str, type(None)))
 
 
 def call_key(name: str, arrays: tuple, options: tuple):
-    """The cache key of a call, or None where an argument is not a CuPy array (or None) or an
-    option is unhashable: such calls take the full path, which reports the error."""
+    """``(key, operands)`` of a call: the cache key, or None where an argument is neither None
+    nor a GPU array (or an option is unhashable): such calls take the full path, which reports
+    the error.  ``operands`` are ``arrays`` as a prepared call takes them: CuPy arrays and None
+    as they are, another library's array as its :class:`ForeignArray` (or its CuPy view, where
+    only a conversion describes it)."""
     import cupy
 
     ndarray = cupy.ndarray
@@ -38,7 +48,11 @@ def call_key(name: str, arrays: tuple, options: tuple):
             data = a.data
             parts.append((a.shape, a.strides, a.dtype, data.device_id, data.ptr & 15))
         else:
-            return None
+            return _foreign_call_key(name, arrays, options, ndarray)
+    return _with_options(parts, options), arrays
+
+
+def _with_options(parts: list, options: tuple):
     # plain ints, strings and None as themselves; anything else typed (True must not pass as 1)
     if {*map(type, options)} <= _PLAIN:
         parts.append(options)
@@ -50,6 +64,45 @@ def call_key(name: str, arrays: tuple, options: tuple):
     except TypeError:
         return None
     return key
+
+
+def _foreign_call_key(name: str, arrays: tuple, options: tuple, ndarray):
+    """:func:`call_key` where an argument is not exactly a ``cupy.ndarray``."""
+    parts, operands = [name], []
+    for a in arrays:
+        if a is None:
+            entry = None
+        else:
+            if type(a) is not ndarray:
+                a = _operand(a, ndarray)
+                if a is None:
+                    return None, arrays
+            if isinstance(a, ForeignArray):
+                entry = a.key
+            else:
+                data = a.data
+                entry = (a.shape, a.strides, a.dtype, data.device_id, data.ptr & 15)
+        parts.append(entry)
+        operands.append(a)
+    return _with_options(parts, options), tuple(operands)
+
+
+def _operand(a, ndarray):
+    """``a`` as a prepared call takes it: a CuPy array (a subclass too) as itself, another
+    library's array as its description, else as its CuPy view (DLPack only, ...); None where
+    the full path refuses it (a CPU array, a tensor that requires grad), which says why."""
+    if isinstance(a, ndarray):
+        return a
+    try:
+        described = describe(a)
+    except Exception:  # (the conversion below meets the same error, or takes DLPack)
+        described = None
+    if described is not None:
+        return described
+    try:
+        return gpu_view(a, "array")
+    except Exception:
+        return None
 
 
 def lookup(key):
@@ -74,9 +127,10 @@ def clear() -> None:
 
 
 class PreparedCall:
-    """The warm path of one validated call: ``call(inputs, out)`` checks that ``out`` (when
-    given) overlaps no input, allocates the result otherwise, and replays the call's device work
-    on the device it was prepared for, on the current stream of that device."""
+    """The warm path of one validated call: ``call(inputs, out)`` (the operands of
+    :func:`call_key`) checks that ``out`` (when given) overlaps no input, allocates the result
+    otherwise, and replays the call's device work on the device it was prepared for, on the
+    current stream of that device."""
 
     __slots__ = ("replay", "shape", "dtype", "device", "names", "recorded", "_empty",
                  "_get_device")
@@ -99,7 +153,12 @@ class PreparedCall:
         return self._run(inputs, out)
 
     def _run(self, inputs, out):
-        y = self._empty(self.shape, dtype=self.dtype) if out is None else out
+        if out is None:
+            y = self._empty(self.shape, dtype=self.dtype)
+        else:  # (the result is a CuPy array: a view of a foreign out)
+            y = out.cupy() if isinstance(out, ForeignArray) else out
+        if not self.recorded:  # the full path's run takes CuPy arrays
+            inputs = tuple(a.cupy() if isinstance(a, ForeignArray) else a for a in inputs)
         self.replay(inputs + (y,))
         return y
 

@@ -108,14 +108,14 @@ pytestmark_host = pytest.mark.skipif(compiler() is None, reason="no host C++ com
 
 
 def _numpy_call_key(name, arrays, options):
-    """callcache.call_key for NumPy stand-ins: the same fields."""
+    """callcache.call_key for NumPy stand-ins: the same fields, and the arrays as operands."""
     parts = [name]
     for a in arrays:
         if type(a) is not np.ndarray:
-            return None
+            return None, arrays
         parts.append((a.shape, a.strides, a.dtype, 0, a.ctypes.data & 15))
     parts.append(options)
-    return tuple(parts)
+    return tuple(parts), arrays
 
 
 class Cached(HostRunner):
