@@ -130,6 +130,21 @@ def test_host_target_and_table(bench_modules):
     assert lines[2].split() == ["F.conv2d", "(peer)", "9.0", "—", "—"]
 
 
+def test_foreign_rows_table(bench_modules):
+    bh = bench_modules["bench_host"]
+    rows = [{"op": "conv", "input": "torch", "host_us": 18.0, "cupy_host_us": 16.0,
+             "ratio": 1.125, "meets_target": True},
+            {"op": "conv", "input": "numba", "host_us": 20.0, "cupy_host_us": 16.0,
+             "ratio": 1.25, "meets_target": False},
+            {"op": "conv bf16", "input": "numba", "host_us": None, "cupy_host_us": None,
+             "ratio": None, "meets_target": None}]
+    lines = bh.foreign_table(rows).splitlines()
+    assert lines[0].split() == ["op", "input", "µs", "CuPy", "µs", "ratio", "<=", "1.2"]
+    assert lines[1].split() == ["conv", "torch", "18.0", "16.0", "1.12", "yes"]
+    assert lines[2].split() == ["conv", "numba", "20.0", "16.0", "1.25", "no"]
+    assert lines[3].split() == ["conv", "bf16", "numba", "—"]
+
+
 def test_bench_peer_summary(bench_modules):
     bench = bench_modules["bench"]
     rows = [{"ms": {"auto": 1.0, "cudnn_fp32": 2.0, "cudnn_tf32": 0.5, "im2col_matmul": 4.0},
