@@ -13,11 +13,11 @@ path validated for it.  :func:`describe` makes it without building a CuPy view:
   strides (omitted for a contiguous tensor, so its view has C strides), dtype, device.
   PyTorch's interface is version 2: it names no stream and nothing is synchronized, as with
   ``cupy.asarray``.  bfloat16 is the exception: PyTorch's interface spells it ``"<V2"``, which
-  NumPy and CuPy read as a plain 2-byte void, so bfloat16 tensors have always gone through
-  DLPack (``cupy.from_dlpack`` hands PyTorch CuPy's current stream, and PyTorch orders its
-  current stream before it).  Where the two streams are one, that ordering is empty and the
-  tensor is described here; otherwise :func:`describe` declines and the caller converts it
-  through ``cupy.from_dlpack``, which orders them;
+  NumPy and CuPy read as a plain 2-byte void, so a bfloat16 tensor is taken as DLPack gives it
+  (``cupy.from_dlpack`` hands PyTorch CuPy's current stream, and PyTorch orders its current
+  stream before it).  Where the two streams are one, that ordering is empty and the tensor is
+  described here; otherwise :func:`describe` declines and the caller converts it through
+  ``cupy.from_dlpack``, which orders them;
 - any other object with ``__cuda_array_interface__`` from one read of the dict, taken as
   ``cupy.asarray`` takes it: C strides where ``strides`` is None, the device of the pointer
   (the current device for an empty array), and a version-3 ``stream`` synchronized at once
