@@ -825,14 +825,10 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
     x = _require_dask(input)
     w = _nd._host_weights(weights)
     axes_t = _nd._axes(axes, x.ndim)
-    if w.ndim != len(axes_t):
-        raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")
-    reaches = {}
-    for ax, size, o in zip(axes_t, w.shape, _nd._sequence(origin, len(axes_t), "origin")):
-        o = _nd._origin(o, size, f"origin[{ax}]")  # valid exactly when the mirrored one is
-        if convolution:  # reversed weights, mirrored origin (even sizes shift by one)
-            o = -o - (1 - size % 2)
-        reaches[ax] = filter_reach(size, o)
+    # the correlation each chunk runs: weights and origins per dim (convolution: reversed and
+    # mirrored), as cupyconv.ndimage pairs them with the dims
+    wd, origins = _nd._nd_weights(x.ndim, w, origin, axes, convolution)
+    reaches = {ax: filter_reach(size, o) for ax, (size, o) in enumerate(zip(wd.shape, origins))}
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, name, reaches, _single_mode(mode, axes_t), out, (w,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
@@ -914,9 +910,8 @@ def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, gpu, kwar
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
-    full = [0.0] * x.ndim  # every term filters every axis of ``axes`` (sigma 0 elsewhere)
-    for s, ax in zip(_nd._sequence(sigma, len(axes_t), "sigma"), axes_t):
-        full[ax] = s
+    # every term runs the Gaussian over every dim with these sigmas (0: that dim is not filtered)
+    full = _nd.gaussian_term_sigmas(name, sigma, axes_t, x.ndim)
     radii = _nd._sequence(kwargs.get("radius"), x.ndim, "radius")
     truncate = kwargs.get("truncate", 4.0)
     reaches = {ax: _gaussian_reach(full[ax], truncate, radii[ax]) for ax in range(x.ndim)

@@ -490,27 +490,42 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
 
 
 # --------------------------------------------------------------------------- N-d correlation
-def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, convolution):
-    x = _input(input)
-    w = _host_weights(weights)
-    if w.dtype.kind == "c" and not convolution:
-        w = w.conj()  # as np.correlate: the weights, not the input
-    axes = _axes(axes, x.ndim)
-    if len(axes) < x.ndim:
+def _nd_weights(ndim: int, w: np.ndarray, origin, axes, convolution: bool):
+    """(weights with one dim per dim of the input, origin per dim) of SciPy's correlate/convolve
+    of an ``ndim``-d input, checked in its order.  With ``axes`` naming some dims, the weights
+    have one dim per entry of ``axes`` and get a dim of length 1 at each other dim (so their dims
+    go to the named dims in increasing order), while the origins (a scalar, or one per entry of
+    ``axes``) go to their entry's dim (0 elsewhere); with ``axes`` covering every dim, weights
+    and origins follow the input's dims, whatever the order of ``axes``.  ``convolution``
+    reverses the weights and mirrors each origin (an even length shifts it by one)."""
+    axes = _axes(axes, ndim)
+    origins = _sequence(origin, len(axes), "origin")
+    if len(axes) < ndim:
         if w.ndim != len(axes):
             raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes)})")
-        w = np.expand_dims(w, tuple(ax for ax in range(x.ndim) if ax not in axes))
-    origins = [0] * x.ndim
-    for o, ax in zip(_sequence(origin, len(axes), "origin"), axes):
-        origins[ax] = operator.index(o)
+        w = np.expand_dims(w, tuple(ax for ax in range(ndim) if ax not in axes))
+        by_dim = [0] * ndim
+        for o, ax in zip(origins, axes):
+            by_dim[ax] = o
+        origins = by_dim
+    origins = [operator.index(o) for o in origins]
     wshape = [s for s in w.shape if s > 0]
-    if len(wshape) != x.ndim:
+    if len(wshape) != ndim:
         raise RuntimeError(f"weights.ndim ({len(wshape)}) must match len(axes) ({len(axes)})")
     if convolution:
         w = w[(slice(None, None, -1),) * w.ndim]
         origins = [-o - (1 - s % 2) for o, s in zip(origins, w.shape)]
     for d, (o, s) in enumerate(zip(origins, w.shape)):
         _origin(o, s, f"origin[{d}]")
+    return w, origins
+
+
+def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, convolution):
+    x = _input(input)
+    w = _host_weights(weights)
+    if w.dtype.kind == "c" and not convolution:
+        w = w.conj()  # as np.correlate: the weights, not the input
+    w, origins = _nd_weights(x.ndim, w, origin, axes, convolution)
     if not isinstance(mode, str) and np.iterable(mode):
         raise RuntimeError("A sequence of modes is not supported")
     code = mode_code(mode)
@@ -664,7 +679,7 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
                     *, radius=None, axes=None):
     """N-d Gaussian filter as ``scipy.ndimage.gaussian_filter``: one 1-d pass per axis of ``axes``
     whose sigma exceeds 1e-15; ``sigma``, ``order``, ``mode`` and ``radius`` are scalars or one
-    per axis.  Each pass writes the output dtype, as SciPy's do."""
+    per entry of ``axes``.  Each pass writes the output dtype, as SciPy's do."""
     return _prepared("gaussian_filter", _prepare_gaussian_filter, input, output, sigma, order, mode,
                      cval, truncate, radius, axes)
 
@@ -794,17 +809,34 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     return _prepared("laplace", _prepare_laplace, input, output, mode, cval, axes)
 
 
-def _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs):
-    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: the runner of
-    ``gaussian_filter`` over every axis with sigma (0 outside ``axes``) and the derivative order
-    on ``ax``."""
-    axes_t = _axes(axes, x.ndim)
-    sigmas = _sequence(sigma, len(axes_t), "sigma")
-    if len(axes_t) < x.ndim:
-        full = [0] * x.ndim
-        for s, ax in zip(sigmas, axes_t):
+def gaussian_term_sigmas(name: str, sigma, axes: tuple, ndim: int) -> list:
+    """The per-dim sigmas with which every term of ``gaussian_laplace`` or
+    ``gaussian_gradient_magnitude`` runs ``gaussian_filter`` over all dims, as SciPy passes them
+    (each term differentiates along its entry of ``axes`` and smooths along every dim whose sigma
+    exceeds 1e-15):
+
+    - ``gaussian_laplace``: ``sigma`` is a scalar or one per entry of ``axes``; the dims outside
+      ``axes`` get 0 (no smoothing).  Where ``axes`` covers every dim, the i-th sigma is dim i's,
+      whatever the order of ``axes``.
+    - ``gaussian_gradient_magnitude``: ``sigma`` as given, a scalar or one per dim of the input:
+      the dims outside ``axes`` are smoothed too.
+    """
+    if name == "gaussian_gradient_magnitude":
+        return _sequence(sigma, ndim, "sigma")
+    sigmas = _sequence(sigma, len(axes), "sigma")
+    if len(axes) < ndim:
+        full = [0] * ndim
+        for s, ax in zip(sigmas, axes):
             full[ax] = s
         sigmas = full
+    return sigmas
+
+
+def _gaussian_term(x, sigma, derivative_order, cval, kwargs):
+    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: the runner of
+    ``gaussian_filter`` of ``x`` with ``sigma`` (as :func:`gaussian_term_sigmas` gives it, or a
+    scalar), the derivative order on ``ax`` and 0 on every other dim, ``mode`` on every dim;
+    ``kwargs`` (``truncate``, ``radius``) pass to it, as in SciPy."""
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
@@ -813,29 +845,40 @@ def _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs):
     def term(ax, dtype, m):
         order = [0] * x.ndim
         order[ax] = derivative_order
-        return _prepare_gaussian_filter(x, dtype, sigmas, order, m, cval, truncate, radius,
+        return _prepare_gaussian_filter(x, dtype, sigma, order, m, cval, truncate, radius,
                                         None)[1]
 
     return term
 
 
-def _prepare_gaussian_sum(input, output, sigma, mode, cval, axes, kwargs, derivative_order,
-                          square):
+def _prepare_gaussian_laplace(input, output, sigma, mode, cval, axes, kwargs):
     x = _input(input)
-    term = _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs)
-    return x, _sum_over_axes(x, output, mode, axes, term, square)
+    sigmas = gaussian_term_sigmas("gaussian_laplace", sigma, _axes(axes, x.ndim), x.ndim)
+    term = _gaussian_term(x, sigmas, 2, cval, kwargs)
+    return x, _sum_over_axes(x, output, mode, axes, term, False)
 
 
 def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
     """Laplace of Gaussian: the sum over ``axes`` of Gaussian second derivatives, as
-    ``scipy.ndimage.gaussian_laplace`` (``truncate``/``radius`` pass to the Gaussian)."""
-    return _prepared("gaussian_laplace", _prepare_gaussian_sum, input, output, sigma, mode, cval,
-                     axes, kwargs, 2, False)
+    ``scipy.ndimage.gaussian_laplace``; ``sigma`` is a scalar or one per entry of ``axes`` (the
+    other dims are not smoothed), ``truncate``/``radius`` pass to the Gaussian."""
+    return _prepared("gaussian_laplace", _prepare_gaussian_laplace, input, output, sigma, mode,
+                     cval, axes, kwargs)
+
+
+def _prepare_gaussian_gradient_magnitude(input, output, sigma, mode, cval, axes, kwargs):
+    x = _input(input)
+    # sigma goes to every term's gaussian_filter as given (gaussian_term_sigmas): checked there
+    term = _gaussian_term(x, sigma, 1, cval, kwargs)
+    return x, _sum_over_axes(x, output, mode, axes, term, True)
 
 
 def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
                                 **kwargs):
     """Gradient magnitude with Gaussian derivatives, as ``scipy.ndimage.gaussian_gradient_magnitude``:
-    sqrt of the sum over ``axes`` of squared first derivatives."""
-    return _prepared("gaussian_gradient_magnitude", _prepare_gaussian_sum, input, output, sigma,
-                     mode, cval, axes, kwargs, 1, True)
+    sqrt of the sum over ``axes`` of squared first derivatives.  As in SciPy, each derivative is
+    a ``gaussian_filter`` over every dim of the input: ``sigma`` (a scalar, or one per dim of the
+    input) also smooths the dims outside ``axes``, and each term runs its entry of ``mode`` on
+    every dim."""
+    return _prepared("gaussian_gradient_magnitude", _prepare_gaussian_gradient_magnitude, input,
+                     output, sigma, mode, cval, axes, kwargs)

@@ -213,3 +213,42 @@ def test_fused_sep2d(monkeypatch, mode, dtype):
             check(getattr(cn, name)(xd, **kw), getattr(sn, name)(x, **kw))
         check(cn.gaussian_filter(xd, 5.0, mode=mode), sn.gaussian_filter(x, 5.0, mode=mode))
     assert {len(s) for s in ran} == {2, 3}
+
+
+@pytest.mark.parametrize("shape", [(13, 40), (6, 9, 35), (3, 4, 5, 6)])
+def test_axes_as_scipy(shape):
+    """axes= with per-axis sigma, size, origin and modes (CuPy's TestFilterFastAxes grids, fresh
+    random data): gaussian_gradient_magnitude smooths every dim (SciPy hands its sigma to
+    gaussian_filter as given), gaussian_laplace only the dims of axes."""
+    import cupy
+
+    rng = np.random.default_rng()
+    nd = len(shape)
+    for dtype in ("uint8", "float64"):
+        x = rand(rng, shape, dtype)
+        xd = cupy.asarray(x)
+        for axes in (None, (0, -1), (1,), 0, (nd - 1, 0)):
+            n = nd if axes is None else (1 if np.isscalar(axes) else len(axes))
+            modes = ("reflect", "constant", "mirror", "nearest")[:n]
+            for sigma in (0.5, 3.2):
+                kw = dict(output=np.float64, mode=modes, cval=2.0, axes=axes)
+                for fn in ("gaussian_gradient_magnitude", "gaussian_laplace"):
+                    check(getattr(cn, fn)(xd, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+            kw = dict(output=np.float64, mode=modes, cval=1.5, axes=axes)
+            check(cn.laplace(xd, **kw), sn.laplace(x, **kw))
+            kw = dict(output=np.float64, axes=axes, sigma=(1.5, 2.25, 1.0, 3.0)[:n],
+                      radius=(1, 2, 3, 4)[:n], mode=modes, truncate=2.75)
+            check(cn.gaussian_filter(xd, **kw), sn.gaussian_filter(x, **kw))
+            kw = dict(output=np.float64, axes=axes, size=(3, 5, 3, 5)[:n], origin=(0, 1, 1, 0)[:n],
+                      mode=modes, cval=2)
+            check(cn.uniform_filter(xd, **kw), sn.uniform_filter(x, **kw))
+            w = rng.uniform(-1, 1, (3, 5, 3, 5)[:n])
+            for fn in ("correlate", "convolve"):
+                kw = dict(output=np.float64, axes=axes, origin=(0, 1, 1, 0)[:n], cval=2,
+                          mode="constant")
+                check(getattr(cn, fn)(xd, w, **kw), getattr(sn, fn)(x, w, **kw))
+    x = rand(rng, shape, "float32")
+    xd = cupy.asarray(x)
+    sigma = tuple(rng.uniform(0.5, 2.0, nd))  # one per dim of the input (SciPy's rule)
+    check(cn.gaussian_gradient_magnitude(xd, sigma, axes=(0,), radius=2),
+          sn.gaussian_gradient_magnitude(x, sigma, axes=(0,), radius=2))

@@ -3,6 +3,8 @@ host C++ (host_ndimage.py), against scipy.ndimage on small arrays.  Covers every
 the row / column / direct 1-d kernels and the dense N-d kernel (interior and border paths),
 origins, even and odd sizes, integer truncation and complex data.  Skipped without g++."""
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.ndimage as sn
@@ -467,3 +469,98 @@ def test_sep2d_interior_tiles(host, monkeypatch, mode):
     check(cn.uniform_filter(x, 5, origin=(1, -2), mode=mode),
           sn.uniform_filter(x, 5, origin=(1, -2), mode=mode))
     assert host.launches == ["nd_sep2d", "nd_sep2d"]
+
+
+# --------------------------------------------------------------------------- axes= (SciPy 1.15+)
+AXES_SHAPES = [(4, 5), (6, 4, 5), (3, 4, 5, 6)]
+AXES = [None, (0, -1), (1,), 0, (-1, 0)]
+
+
+def _axes_cases(ndim):
+    """AXES and every dim in reverse order (SciPy then pairs the per-axis correlate weights and
+    origins with the dims in order, as without axes)."""
+    return AXES + [tuple(range(ndim - 1, -1, -1))]
+
+
+def _per_axes(value, axes, ndim):
+    """``value`` (a tuple of one entry per array dim at most) cut to one entry per entry of
+    ``axes``, as CuPy's TestFilterFastAxes cuts its per-axis arguments."""
+    n = ndim if axes is None else (1 if np.isscalar(axes) else len(axes))
+    return value[:n] if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("shape", AXES_SHAPES)
+def test_gaussian_derivatives_with_axes_match_scipy(host, shape):
+    """gaussian_laplace, gaussian_gradient_magnitude and laplace with axes=, per-axis modes and
+    cval (CuPy's TestFilterFastAxesSciPy15 grid): the Laplace smooths along ``axes`` only, the
+    gradient magnitude along every dim (SciPy hands its sigma to gaussian_filter as given)."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(len(shape))
+    for dtype, axes in itertools.product(["uint8", "float64"], _axes_cases(len(shape))):
+        x = rand(rng, shape, dtype)
+        modes = _per_axes(("reflect", "constant", "mirror", "nearest"), axes, len(shape))
+        for sigma, cval in [(0.5, 0), (3.2, 2)]:
+            kw = dict(output=np.float64, mode=modes, cval=cval, axes=axes)
+            for fn in ("gaussian_gradient_magnitude", "gaussian_laplace"):
+                check(getattr(cn, fn)(x, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+        kw = dict(output=np.float64, mode=_per_axes(("wrap", "nearest", "mirror", "constant"),
+                                                    axes, len(shape)), cval=1.5, axes=axes)
+        check(cn.laplace(x, **kw), sn.laplace(x, **kw))
+
+
+def test_gaussian_derivative_sigmas_and_kwargs_with_axes(host):
+    """The sigma forms SciPy takes with axes=: gaussian_laplace one per entry of axes (0 on the
+    other dims), gaussian_gradient_magnitude one per dim of the input; truncate and radius pass
+    to every term's Gaussian; both refuse the other length (RuntimeError) before any launch."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(8)
+    x = rand(rng, (6, 7, 5), "float64")
+    calls = [("gaussian_laplace", (0.8, 1.3), dict(axes=(2, 0))),
+             ("gaussian_laplace", (0.7, 1.0, 1.2), dict(axes=(1, 2, 0), truncate=2.0)),
+             ("gaussian_gradient_magnitude", (0.7, 0.0, 1.2), dict(axes=(1,))),
+             ("gaussian_gradient_magnitude", (0.7, 0.9, 1.2), dict(axes=(2, 0), radius=2)),
+             ("gaussian_gradient_magnitude", 1.1, dict(axes=-1, radius=(1, 2, 3))),
+             ("gaussian_gradient_magnitude", 0.9, dict(axes=(0, 1), mode=("wrap", "reflect"),
+                                                        truncate=1.5))]
+    for fn, sigma, kw in calls:
+        check(getattr(cn, fn)(x, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+    host.launches.clear()
+    for fn, sigma in [("gaussian_laplace", (0.8, 1.3, 1.0)),
+                      ("gaussian_gradient_magnitude", (0.8, 1.3))]:
+        with pytest.raises(RuntimeError) as ref:
+            getattr(sn, fn)(x, sigma, axes=(0, 2))
+        with pytest.raises(RuntimeError, match="sigma"):
+            getattr(cn, fn)(x, sigma, axes=(0, 2))
+        assert "sequence" in str(ref.value)
+    assert host.launches == []
+
+
+@pytest.mark.parametrize("shape", AXES_SHAPES)
+def test_filters_with_axes_match_scipy(host, shape):
+    """The other filters taking axes= (CuPy's TestFilterFastAxes grids): sigma, radius, size,
+    origin and mode given per entry of axes, against SciPy; correlate/convolve's weights and
+    origins go to the dims in increasing order where axes names every dim."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng([len(shape), 1])
+    for dtype, axes in itertools.product(["uint8", "float64"], _axes_cases(len(shape))):
+        x = rand(rng, shape, dtype)
+        nd = len(shape)
+        for sigma, radius in [(1.5, None), ((1.5, 2.25, 1.0, 3.0), 2), (2.25, (1, 2, 3, 4))]:
+            kw = dict(output=np.float64, axes=axes, truncate=2.75,
+                      sigma=_per_axes(sigma, axes, nd), radius=_per_axes(radius, axes, nd),
+                      mode=_per_axes(("reflect", "nearest", "mirror", "constant"), axes, nd))
+            check(cn.gaussian_filter(x, **kw), sn.gaussian_filter(x, **kw))
+        for origin in (0, (0, 1, 1, 0)):
+            kw = dict(output=np.float64, axes=axes, cval=2, origin=_per_axes(origin, axes, nd),
+                      size=_per_axes((3, 5, 3, 5), axes, nd),
+                      mode=_per_axes(("reflect", "constant", "mirror", "wrap"), axes, nd))
+            check(cn.uniform_filter(x, **kw), sn.uniform_filter(x, **kw))
+            axes_t = range(nd) if axes is None else ((axes,) if np.isscalar(axes) else axes)
+            w = rng.uniform(-1, 1, [(3, 5, 3, 5)[a] for a in axes_t])
+            for fn, mode in itertools.product(("correlate", "convolve"), ("reflect", "constant")):
+                kw = dict(output=np.float64, axes=axes, cval=2, mode=mode,
+                          origin=_per_axes(origin, axes, nd))
+                check(getattr(cn, fn)(x, w, **kw), getattr(sn, fn)(x, w, **kw))
