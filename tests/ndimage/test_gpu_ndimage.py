@@ -2,6 +2,8 @@
 ndim 1-3 x origin x even and odd sizes for the 1-d and N-d correlations, and the separable
 filters.  Integers must match exactly (SciPy's truncation and wrap-around)."""
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.ndimage as sn
@@ -252,3 +254,47 @@ def test_axes_as_scipy(shape):
     sigma = tuple(rng.uniform(0.5, 2.0, nd))  # one per dim of the input (SciPy's rule)
     check(cn.gaussian_gradient_magnitude(xd, sigma, axes=(0,), radius=2),
           sn.gaussian_gradient_magnitude(x, sigma, axes=(0,), radius=2))
+
+
+def test_output_and_cval_rules_as_scipy():
+    """SciPy's output rules on the GPU (fresh random data): a real output dtype of complex data
+    is promoted with a UserWarning by the direct filters and refused (RuntimeError) by those that
+    chain passes; a filter that runs no pass copies into any output (complex to real with
+    numpy's ComplexWarning) and takes a complex cval; complex weights of real data refuse a
+    complex cval with SciPy's ValueError before any other check.  Same values, dtypes,
+    exceptions and warning categories as SciPy."""
+    import warnings
+
+    import cupy
+
+    rng = np.random.default_rng()
+    xr, xc = rand(rng, (9, 12), "float32"), rand(rng, (9, 12), "complex64")
+    wc = rng.uniform(-1, 1, 3) * (1 + 1j)
+
+    def outcome(fn, x, args, kw):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            try:
+                result = fn(x, *args, **kw)
+            except Exception as exc:  # noqa: BLE001 - the type is compared
+                result = type(exc)
+        return result, [w.category.__name__ for w in record]
+
+    calls = [("correlate1d", (wc,), {}), ("uniform_filter", (3,), {}), ("sobel", (), {}),
+             ("gaussian_filter", (1.0,), {}), ("laplace", (), {}),
+             ("gaussian_filter", (0,), {"cval": 1j}), ("uniform_filter", (1,), {"cval": 1j}),
+             ("laplace", (), {"axes": ()}), ("gaussian_gradient_magnitude", (1.0,), {})]
+    for x in (xr, xc):
+        for (fn, args, kw), output in itertools.product(calls, [None, np.float32, np.complex64]):
+            kw = dict(kw, output=output)
+            ref, ref_warnings = outcome(getattr(sn, fn), x, args, kw)
+            got, got_warnings = outcome(getattr(cn, fn), cupy.asarray(x), args, kw)
+            assert got_warnings == ref_warnings, (fn, kw, got_warnings, ref_warnings)
+            if isinstance(ref, type):
+                assert got is ref, (fn, kw, got, ref)
+            else:
+                check(got, ref)
+    for fn, w in (("correlate1d", np.array([], complex)), ("convolve1d", np.ones((1, 1)) * 1j),
+                  ("correlate", np.ones(3) * 1j)):
+        with pytest.raises(ValueError, match="cval"):
+            getattr(cn, fn)(cupy.asarray(xr), w, cval=1j)

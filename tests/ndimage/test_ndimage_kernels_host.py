@@ -4,6 +4,7 @@ the row / column / direct 1-d kernels and the dense N-d kernel (interior and bor
 origins, even and odd sizes, integer truncation and complex data.  Skipped without g++."""
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -278,6 +279,35 @@ BAD_CALLS = [
     ("correlate1d", (np.ones(4), [1.0, 1.0]), {"output": "complex64"}),
     ("correlate1d", (np.ones(4), [1.0, 1.0]), {"cval": 1j}),
     ("gaussian_filter", (np.ones((4, 4)), 1.0), {"output": np.complex64}),
+    # SciPy's order of checks, where the candidates raise different types: complex weights of
+    # real data refuse a complex cval first (ValueError) ...
+    ("correlate1d", (np.ones((2, 4)), np.ones((1, 1)) * 1j), {"cval": 1j}),
+    ("correlate1d", (np.ones((2, 4)), [1j, 2.0]), {"cval": 1j, "mode": "bogus"}),
+    ("convolve1d", (np.ones((2, 4)), np.array([], complex)), {"cval": 1j}),
+    ("convolve1d", (np.ones((2, 4)), np.ones((2, 2)) * 1j), {"cval": 1j}),
+    ("correlate", (np.ones((4, 4)), np.ones(3) * 1j), {"cval": 1j}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3)) * 1j), {"cval": 1j, "mode": ["reflect"] * 2}),
+    ("convolve", (np.ones((4, 4)), np.ones((3, 3)) * 1j), {"cval": 1j, "origin": 5.0}),
+    # ... real data refuses it as the C routine parses it (TypeError), after the pass's mode
+    ("sobel", (np.ones((4, 4)),), {"cval": 1j, "mode": "bogus"}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"cval": 1j, "mode": ("reflect", "bogus")}),
+    ("uniform_filter1d", (np.ones((4, 4)), 0), {"cval": 1j}),
+    ("laplace", (np.ones((4, 4)),), {"cval": 1j, "mode": ("bogus", "reflect")}),
+    # origins and sizes: the range first (ValueError), then an integer (TypeError)
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 5.0}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3))), {"origin": 5.0}),
+    ("uniform_filter1d", (np.ones((4, 4)), 2.5), {"origin": 5}),
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 1.0}),
+    ("uniform_filter1d", (np.ones((4, 4)), 3.0), {}),
+    ("convolve1d", (np.ones(5), 2.0), {}),  # 0-d weights: SciPy's IndexError
+    # complex data with a real output: the filters that chain passes refuse it (RuntimeError)
+    ("gaussian_filter", (np.ones((4, 4)) * 1j, 1.0), {"output": np.float64}),
+    ("sobel", (np.ones((4, 4)) * 1j,), {"output": np.float32}),
+    ("prewitt", (np.ones((4, 4)) * 1j,), {"output": "float64"}),
+    ("laplace", (np.ones((4, 4)) * 1j,), {"output": np.float64}),
+    ("gaussian_laplace", (np.ones((4, 4)) * 1j, 1.0), {"output": np.float64}),
+    ("gaussian_gradient_magnitude", (np.ones((4, 4)) * 1j, 1.0), {"output": int}),
+    ("uniform_filter", (np.ones((4, 4)), 3), {"output": np.complex128}),
 ]
 
 
@@ -285,11 +315,68 @@ BAD_CALLS = [
 def test_errors_match_scipy_before_any_launch(host, fn, args, kwargs):
     import cupyconv.ndimage as cn
 
-    with pytest.raises(Exception) as ref:
-        getattr(sn, fn)(*args, **kwargs)
-    with pytest.raises(type(ref.value)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception) as ref:
+            getattr(sn, fn)(*args, **kwargs)
+    with pytest.raises(type(ref.value)) as got:
         getattr(cn, fn)(*args, **kwargs)
+    assert type(got.value) is type(ref.value)
+    if "cval" in str(ref.value):  # the same check failed, not another of the same type
+        assert "cval" in str(got.value)
     assert host.launches == []
+
+
+def _outcome(fn, args, kwargs):
+    """(result or exception type, warning categories) of one call."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the type is compared
+            result = type(exc)
+    return result, [w.category for w in record]
+
+
+def test_complex_data_output_rules_match_scipy(host):
+    """SciPy's output rules, call by call: correlate1d/correlate/convolve(1d),
+    gaussian_filter1d and the uniform filters resolve a real output dtype of complex data by
+    promoting it with a UserWarning; gaussian_filter, sobel, prewitt and the Laplace/gradient
+    filters hand a real output to their passes, which refuse complex data (RuntimeError);
+    real data never goes to a complex output through a pass (RuntimeError), but a filter that
+    runs no pass copies the input into any output dtype (complex to real: ComplexWarning), and
+    takes any cval.  Same results, dtypes, exceptions and warnings as SciPy."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(4)
+    xr, xu = rand(rng, (4, 5), "float64"), rand(rng, (4, 5), "uint8")
+    xc = rand(rng, (4, 5), "complex128")
+    w1, w1c = np.array([0.5, -1.0, 2.0]), np.array([1 + 1j, 2.0, -0.5j])
+    w2, w2c = rng.uniform(-1, 1, (3, 2)), rng.uniform(-1, 1, (3, 2)) * (1 - 2j)
+    outputs = [None, np.float64, np.float32, np.uint8, np.complex64, np.dtype("float64"),
+               "float64", "complex128", int, complex]
+    calls = []
+    for x in (xr, xu, xc):
+        for w, v in ((w1, w2), (w1c, w2c)):
+            calls += [("correlate1d", (x, w), {}), ("convolve1d", (x, w), {"axis": 0}),
+                      ("correlate", (x, v), {}), ("convolve", (x, v), {})]
+        calls += [("uniform_filter", (x, 3), {}), ("uniform_filter", (x, 1), {"cval": 1j}),
+                  ("uniform_filter1d", (x, 3), {}), ("gaussian_filter1d", (x, 1.0), {}),
+                  ("gaussian_filter", (x, 1.0), {}), ("gaussian_filter", (x, 0), {"cval": 1j}),
+                  ("sobel", (x,), {}), ("prewitt", (x,), {"axis": 0}), ("laplace", (x,), {}),
+                  ("laplace", (x,), {"axes": (), "cval": 1j}),
+                  ("gaussian_laplace", (x, 1.0), {}), ("gaussian_gradient_magnitude", (x, 1.0), {}),
+                  ("gaussian_gradient_magnitude", (x, 1.0), {"axes": ()})]
+    for (fn, args, kw), output in itertools.product(calls, outputs):
+        kw = dict(kw, output=output)
+        ref, ref_warnings = _outcome(getattr(sn, fn), args, kw)
+        got, got_warnings = _outcome(getattr(cn, fn), args, kw)
+        assert got_warnings == ref_warnings, (fn, kw, got_warnings, ref_warnings)
+        if isinstance(ref, type):
+            assert got is ref, (fn, kw, got, ref)
+        else:
+            with np.errstate(invalid="ignore"):
+                check(got, ref)
 
 
 def test_numpy_input_refused():
