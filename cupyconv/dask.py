@@ -829,7 +829,7 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
     # mirrored), as cupyconv.ndimage pairs them with the dims
     wd, origins = _nd._nd_weights(x.ndim, w, origin, axes, convolution)
     reaches = {ax: filter_reach(size, operator.index(o))
-               for ax, (size, o) in enumerate(zip(wd.shape, origins))}
+               for ax, (size, o) in enumerate(zip(wd.shape, origins)) if wd.size}
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, name, reaches, _single_mode(mode, axes_t), out, (w,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)

@@ -472,6 +472,17 @@ def _chain_runner(x, chain: list, out_arr, out_dtype):
                    out_dtype)
 
 
+def _zeros_runner(out_arr, out_dtype):
+    """``run(x)`` of a filter without taps (weights with a dim of length 0): every output is an
+    empty sum, 0, as in SciPy."""
+    def run(x):
+        result, direct = _result_buffers(x, out_arr, out_dtype)
+        result[...] = 0
+        return _finish(result, out_arr, direct)
+
+    return run
+
+
 def _correlate1d_runner(x, w, axis, out_arr, out_dtype, mode, cval, origin):
     """The runner of SciPy's correlate1d after its output is resolved: ``w`` is the host
     weights, already conjugated or reversed as the caller needs.  Checked in SciPy's order: a
@@ -541,8 +552,10 @@ def _nd_weights(ndim: int, w: np.ndarray, origin, axes, convolution: bool):
     go to the named dims in increasing order), while the origins (a scalar, or one per entry of
     ``axes``) go to their entry's dim (0 elsewhere); with ``axes`` covering every dim, weights
     and origins follow the input's dims, whatever the order of ``axes``.  ``convolution``
-    reverses the weights and mirrors each origin (an even length shifts it by one).  The origins
-    are range-checked as given (SciPy's C routine refuses non-integers later: the caller's)."""
+    reverses the weights and mirrors each origin (an even length shifts it by one).  Dims of
+    length 0 do not count (such weights have no taps: every output is an empty sum, 0, in SciPy),
+    and the origins are range-checked, as given, against the dims of nonzero length in order, as
+    SciPy pairs them (SciPy's C routine refuses non-integers later: the caller's)."""
     axes = _axes(axes, ndim)
     origins = _sequence(origin, len(axes), "origin")
     if len(axes) < ndim:
@@ -559,7 +572,7 @@ def _nd_weights(ndim: int, w: np.ndarray, origin, axes, convolution: bool):
     if convolution:
         w = w[(slice(None, None, -1),) * w.ndim]
         origins = [-o - (1 - s % 2) for o, s in zip(origins, w.shape)]
-    for d, (o, s) in enumerate(zip(origins, w.shape)):
+    for d, (o, s) in enumerate(zip(origins, wshape)):
         _check_origin(o, s, f"origin[{d}]")
     return w, origins
 
@@ -587,6 +600,8 @@ def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, conv
     code = mode_code(mode)
     origins = [operator.index(o) for o in origins]  # (SciPy's C routine takes integers)
     cval = _kernel_checks(x, out_dtype, complex_weights, cval)
+    if w.size == 0:
+        return x, _zeros_runner(out_arr, out_dtype)
     taps = w.astype(np.complex128 if complex_data else np.float64)
     left = [s // 2 + o for s, o in zip(w.shape, origins)]
 

@@ -157,6 +157,8 @@ def test_correlate_over_some_axes():
         for fn in ("correlate", "convolve"):
             kw = dict(mode="wrap", axes=axes, origin=origin)
             assert_same(getattr(cd, fn)(dask_of(a, 3), w3, **kw), getattr(sn, fn)(a, w3, **kw))
+    w0 = np.ones((0,) + SHAPES[3])  # no taps: zeros, as in SciPy
+    assert_same(cd.correlate(dask_of(a, 3), w0, origin=1), sn.correlate(a, w0, origin=1))
 
 
 @pytest.mark.parametrize("mode", MODES)

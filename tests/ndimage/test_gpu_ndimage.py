@@ -298,3 +298,22 @@ def test_output_and_cval_rules_as_scipy():
                   ("correlate", np.ones(3) * 1j)):
         with pytest.raises(ValueError, match="cval"):
             getattr(cn, fn)(cupy.asarray(xr), w, cval=1j)
+
+
+def test_weights_with_a_zero_length_dim_as_scipy():
+    """Weights with a dim of length 0 (CuPy's TestSpecialWeightCases): zeros of the output dtype
+    where the other dims match the input's (also into a caller's output array), else SciPy's
+    RuntimeError."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for shape, dtype in itertools.product([(3, 3), (3, 4, 5)], ["uint8", "float64"]):
+        x = rand(rng, shape, dtype)
+        for fn in ("correlate", "convolve"):
+            w = np.ones((0,) + shape)
+            check(getattr(cn, fn)(cupy.asarray(x), w, origin=-1), getattr(sn, fn)(x, w, origin=-1))
+            out = cupy.full(shape, 7, np.float32)
+            assert getattr(cn, fn)(cupy.asarray(x), w, output=out) is out
+            check(out, sn.correlate(x, w, output=np.float32))
+            with pytest.raises(RuntimeError):
+                getattr(cn, fn)(cupy.asarray(x), np.ones((0,) + shape[1:]))

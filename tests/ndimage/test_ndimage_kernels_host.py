@@ -327,6 +327,31 @@ def test_errors_match_scipy_before_any_launch(host, fn, args, kwargs):
     assert host.launches == []
 
 
+
+def test_weights_with_a_zero_length_dim_match_scipy(host):
+    """Weights with a dim of length 0 (CuPy's TestSpecialWeightCases): SciPy does not count such
+    dims, checks the origins against the others in order, and returns zeros (an empty sum, in
+    the output dtype) where the remaining dims match the input's; else its RuntimeError.  No
+    kernel runs."""
+    import cupyconv.ndimage as cn
+
+    for shape, dtype in itertools.product([(3, 3), (3, 4, 5)], ["uint8", "float64", "complex64"]):
+        x = rand(np.random.default_rng(len(shape)), shape, dtype)
+        for wshape in [(0,) + shape, (0, 0) + shape, (0,) + shape[1:], shape[:1] + (0,) + shape[1:],
+                       shape[:-1] + (0,)]:
+            for wdtype, fn in itertools.product([float, complex], ["correlate", "convolve"]):
+                w = np.ones(wshape, wdtype)
+                for kw in [{}, {"origin": 1}, {"origin": -1}, {"mode": "constant", "cval": 2},
+                           {"output": np.float32}, {"axes": (0,)}, {"mode": "bogus"}]:
+                    ref, _ = _outcome(getattr(sn, fn), (x, w), kw)
+                    got, _ = _outcome(getattr(cn, fn), (x, w), kw)
+                    if isinstance(ref, type):
+                        assert got is ref, (fn, wshape, kw, got, ref)
+                    else:
+                        check(got, ref)
+                        assert not ref.any()
+    assert host.launches == []
+
 def _outcome(fn, args, kwargs):
     """(result or exception type, warning categories) of one call."""
     with warnings.catch_warnings(record=True) as record:
