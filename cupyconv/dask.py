@@ -869,9 +869,9 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     """:func:`cupyconv.ndimage.uniform_filter` of a dask array."""
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
-    n = len(axes_t)
-    sizes, origins = _nd._sequence(size, n, "size"), _nd._sequence(origin, n, "origin")
-    reaches = {ax: _uniform_reach(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
+    # the passes cupyconv.ndimage runs (sizes above 1, truncated to integers, as SciPy)
+    reaches = {ax: _uniform_reach(s, o)
+               for ax, s, o, _ in _nd.uniform_axes(size, origin, mode, axes, x.ndim)}
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter", reaches, _modes_along(mode, axes_t), out, (size,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)

@@ -791,22 +791,32 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
                      cval, origin)
 
 
-def _prepare_uniform_filter(input, output, size, mode, cval, origin, axes):
-    x = _input(input)
-    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
-    axes = _axes(axes, x.ndim)
+def uniform_axes(size, origin, mode, axes, ndim: int) -> list:
+    """(axis, size, origin, mode) of each pass of SciPy's uniform_filter: ``size``, ``origin``
+    and ``mode`` are scalars or one per entry of ``axes``; only axes whose size exceeds 1 are
+    filtered, each with ``int(size)`` (a float size is truncated, as SciPy does)."""
+    axes = _axes(axes, ndim)
     n = len(axes)
     sizes, origins = _sequence(size, n, "size"), _sequence(origin, n, "origin")
     modes = _sequence(mode, n, "mode")
     kept = [(ax, s, o, m) for ax, s, o, m in zip(axes, sizes, origins, modes) if s > 1]
-    chain = [_uniform_pass(x, out_dtype, ax, s, o, m, cval) for ax, s, o, m in kept]
+    return [(ax, int(s), o, m) for ax, s, o, m in kept]
+
+
+def _prepare_uniform_filter(input, output, size, mode, cval, origin, axes):
+    x = _input(input)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    chain = [_uniform_pass(x, out_dtype, ax, s, o, m, cval)
+             for ax, s, o, m in uniform_axes(size, origin, mode, axes, x.ndim)]
     return x, _chain_runner(x, chain, out_arr, out_dtype)
 
 
 def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """N-d moving average, one 1-d pass per axis of ``axes`` whose size exceeds 1, as
     ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per entry of
-    ``axes``."""
+    ``axes``.  A float size is truncated to an integer, as SciPy does (3.0 filters with 3, 2.5
+    with 2; sizes of at most 1 leave their axis alone); ``uniform_filter1d`` takes integers only,
+    as SciPy's."""
     return _prepared("uniform_filter", _prepare_uniform_filter, input, output, size, mode, cval,
                      origin, axes)
 

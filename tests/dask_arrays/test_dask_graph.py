@@ -186,6 +186,14 @@ def test_separable_filters(ndim, mode):
                 sn.gaussian_gradient_magnitude(a, 0.7, **kw))
 
 
+def test_uniform_filter_float_and_small_sizes():
+    """Sizes as SciPy takes them: floats truncated, sizes of at most 1 leave their axis alone."""
+    a = np.random.default_rng(7).standard_normal(SHAPES[2])
+    x = dask_of(a, 2)
+    for size in (3.0, 2.5, (4.0, 0), (1, 5.5), 0):
+        assert_same(cd.uniform_filter(x, size), sn.uniform_filter(a, size), exact=False)
+
+
 def test_per_axis_modes_and_sigmas():
     a = np.random.default_rng(5).standard_normal(SHAPES[2])
     x = dask_of(a, 2)
@@ -282,7 +290,7 @@ def test_bad_arguments_fail_before_compute():
     with pytest.raises(RuntimeError, match="boundary mode"):
         cd.gaussian_filter(x, 1.0, mode="bogus")
     with pytest.raises(RuntimeError, match="size"):
-        cd.uniform_filter(x, 0)
+        cd.uniform_filter1d(x, 0)  # (uniform_filter leaves axes of size 0 alone, as SciPy)
     with pytest.raises(ValueError, match="Radius"):
         cd.gaussian_filter(x, 1.0, radius=-1)
     with pytest.raises(RuntimeError, match="weights.ndim"):

@@ -317,3 +317,15 @@ def test_weights_with_a_zero_length_dim_as_scipy():
             check(out, sn.correlate(x, w, output=np.float32))
             with pytest.raises(RuntimeError):
                 getattr(cn, fn)(cupy.asarray(x), np.ones((0,) + shape[1:]))
+
+
+def test_uniform_filter_float_sizes_as_scipy():
+    """Float sizes truncated as SciPy does (3.0 -> 3, 2.5 -> 2; at most 1: the axis is left)."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for dtype in ("uint8", "float32", "complex64"):
+        x = rand(rng, (13, 40), dtype)
+        for size in (3.0, 2.5, (4.0, 1.5), np.float32(5.0)):
+            check(cn.uniform_filter(cupy.asarray(x), size, mode="wrap"),
+                  sn.uniform_filter(x, size, mode="wrap"), dtype == "uint8")

@@ -352,6 +352,37 @@ def test_weights_with_a_zero_length_dim_match_scipy(host):
                         assert not ref.any()
     assert host.launches == []
 
+
+def test_uniform_filter_float_sizes_match_scipy(host):
+    """uniform_filter takes SciPy's sizes: a float is truncated (3.0 filters with 3, 2.5 with 2),
+    sizes of at most 1 (NaN too) leave their axis alone, an infinite one is SciPy's
+    OverflowError and a string its TypeError, before any launch; uniform_filter1d wants an
+    integer (TypeError), as SciPy's."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(2)
+    for x in (rand(rng, (6, 7), "float64"), rand(rng, (5, 6), "uint8"),
+              rand(rng, (4, 5), "complex128")):
+        for size in (3.0, 2.5, 1.5, 0.5, np.float32(4.0), np.nan, (3.0, 2), (2.9, 1.0)):
+            for kw in ({}, {"origin": -1, "mode": "constant", "cval": 2.0}, {"axes": (1,)}):
+                if kw.get("axes") and isinstance(size, tuple):
+                    continue
+                ref, _ = _outcome(sn.uniform_filter, (x, size), kw)
+                got, _ = _outcome(cn.uniform_filter, (x, size), kw)
+                if isinstance(ref, type):  # (origin -1 is out of range for a size below 2)
+                    assert got is ref, (size, kw, got, ref)
+                else:
+                    check(got, ref)
+    host.launches.clear()
+    for size, kw in ((np.inf, {}), ("3", {}), (2.5, {"origin": 1}), (3.0, {"origin": 1.0})):
+        ref, _ = _outcome(sn.uniform_filter, (np.ones((4, 4)), size), kw)
+        got, _ = _outcome(cn.uniform_filter, (np.ones((4, 4)), size), kw)
+        assert isinstance(ref, type) and got is ref, (size, kw, got, ref)
+    ref, _ = _outcome(sn.uniform_filter1d, (np.ones((4, 4)), 3.0), {})
+    got, _ = _outcome(cn.uniform_filter1d, (np.ones((4, 4)), 3.0), {})
+    assert ref is got is TypeError
+    assert host.launches == []
+
 def _outcome(fn, args, kwargs):
     """(result or exception type, warning categories) of one call."""
     with warnings.catch_warnings(record=True) as record:
