@@ -329,3 +329,33 @@ def test_uniform_filter_float_sizes_as_scipy():
         for size in (3.0, 2.5, (4.0, 1.5), np.float32(5.0)):
             check(cn.uniform_filter(cupy.asarray(x), size, mode="wrap"),
                   sn.uniform_filter(x, size, mode="wrap"), dtype == "uint8")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64",
+                                   "int64"])
+def test_integer_outputs_cast_as_scipy(dtype):
+    """Integer outputs as SciPy's x86-64 casts give them (GPU conversions saturate): sobel and
+    prewitt differences wrap in the output dtype between passes (uint64: near 2^64, then sums
+    out of range give 0), uint64 values from 2^63 up survive, values out of range and NaN give
+    x86's integer indefinite; every kernel (rows, columns, fused pairs, dense)."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for shape in ((13, 40), (6, 9, 35)):
+        x = rng.integers(0, 256 if dtype[0] == "u" else 128, shape).astype(dtype)
+        xd = cupy.asarray(x)
+        for fn, axis in itertools.product(("sobel", "prewitt"), range(len(shape))):
+            for mode in ("reflect", "constant"):
+                kw = dict(mode=mode, cval=300.5)
+                check(getattr(cn, fn)(xd, axis, **kw), getattr(sn, fn)(x, axis, **kw))
+        for w, cval in itertools.product(([1e10], [-1e10], [3e19], [-3e19], [1.0, -5e9]),
+                                         (0.0, np.nan)):
+            kw = dict(mode="constant", cval=cval)
+            check(cn.correlate1d(xd, w, axis=0, **kw), sn.correlate1d(x, w, axis=0, **kw))
+            check(cn.correlate1d(xd, w, **kw), sn.correlate1d(x, w, **kw))
+        w2 = rng.uniform(-3, 3, (3, 3)) * 1e9
+        check(cn.correlate(xd, w2, axes=(0, 1)), sn.correlate(x, w2, axes=(0, 1)))
+    if dtype == "uint64":
+        big = (rng.integers(0, 2 ** 40, 64).astype(np.uint64) << np.uint64(23)) | np.uint64(2 ** 63)
+        for w in ([1.0], [1.0, 1.0], [-1.0, 0.0, 1.0]):
+            check(cn.correlate1d(cupy.asarray(big), w), sn.correlate1d(big, w))

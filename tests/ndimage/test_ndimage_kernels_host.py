@@ -248,6 +248,32 @@ def test_separable_filters(host):
     check(out, sn.gaussian_filter(x, 1.0, output=np.float32))
 
 
+INT_DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_outputs_cast_as_scipy(host, dtype):
+    """Integer outputs get SciPy's C cast of its double sums as on x86-64 (nd::from_double):
+    sobel/prewitt differences wrap in the output dtype between passes (uint64 ones read back
+    near 2^64, whose sums leave the range: 0), values from 2^63 up stay in uint64, values out of
+    range and NaN give x86's integer indefinite (its low bits in narrow types)."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(INT_DTYPES.index(dtype))
+    x = rng.integers(0, 120, (6, 7)).astype(dtype)
+    for fn, axis in itertools.product(("sobel", "prewitt"), (0, 1)):
+        check(getattr(cn, fn)(x, axis), getattr(sn, fn)(x, axis))
+        check(getattr(cn, fn)(x, axis, mode="constant", cval=300.5),
+              getattr(sn, fn)(x, axis, mode="constant", cval=300.5))
+    for w, cval in itertools.product(([1e10], [-1e10], [3e19], [-3e19], [1.0, -5e9], [0.5, -2.75]),
+                                     (0.0, np.nan, -3.5)):
+        kw = dict(mode="constant", cval=cval)
+        check(cn.correlate1d(x, w, **kw), sn.correlate1d(x, w, **kw))
+    if dtype == "uint64":
+        big = np.array([2 ** 63 + 2 ** 12, 2 ** 64 - 2 ** 12, 5, 2 ** 63], np.uint64)
+        for w in ([1.0], [1.0, 1.0], [-1.0, 0.0, 1.0]):
+            check(cn.correlate1d(big, w), sn.correlate1d(big, w))
+
 BAD_CALLS = [
     ("correlate1d", (np.ones(5), [1.0, 2.0]), {"mode": "bogus"}),
     ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 2}),
