@@ -87,7 +87,9 @@ def fft_dtype(dtype) -> np.dtype:
 
 
 def fftconvolve_dtype(dtype1, dtype2) -> np.dtype:
-    """dtype of ``fftconvolve`` results: integers and bool come back as float64, float16 as float32."""
+    """dtype of ``fftconvolve`` results, and the precision of every FFT path of SciPy: each
+    operand transformed in its ``scipy.fft`` type (integers and bool as float64, float16 as
+    float32), the product promoted."""
     return np.result_type(fft_dtype(dtype1), fft_dtype(dtype2))
 
 
@@ -210,6 +212,8 @@ class FilterPlan:
     conj_out: bool
     boundary: str
     result_dtype: np.dtype
+    # the precision of the FFT path, SciPy's (:func:`fftconvolve_dtype` of the operands)
+    fft_dtype: np.dtype
     # 'same' with a batch axis where in1 has length 1 and in2 more keeps in1's length, taking
     # in2's centre entry (SciPy's ``_centered``): (axis, index) pairs selecting it.
     kernel_select: tuple[tuple[int, int], ...] = ()
@@ -303,13 +307,16 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
         pad_lo.append(n2 - 1 - off)
         out_shape.append(n)
     # The FFT functions return floats, except where no axis needs a transform: SciPy then returns
-    # the plain product, in the operands' own promoted type.
-    result = fftconvolve_dtype(d1, d2) if frequency and axes else result_dtype(d1, d2)
+    # the plain product, in the operands' own promoted type.  correlate/convolve by FFT transform
+    # in the same floats and cast to their result dtype (float32 x uint16: float64 transforms).
+    transform = fftconvolve_dtype(d1, d2)
+    result = transform if frequency and axes else result_dtype(d1, d2)
     check_tensor_size(f"the result of {func}", out_shape, result)
     return FilterPlan(func=func, mode=mode, shape_a=sa, shape_g=sg, axes=axes, swapped=swapped,
                       flip_kernel=not correlating, conj_kernel=correlating, pad_lo=tuple(pad_lo),
                       out_shape=tuple(out_shape), reverse_out=reverse_out, conj_out=conj_out,
-                      boundary=boundary, result_dtype=result, kernel_select=tuple(select))
+                      boundary=boundary, result_dtype=result, fft_dtype=transform,
+                      kernel_select=tuple(select))
 
 
 def _direct_extents(plan: FilterPlan) -> dict:

@@ -107,6 +107,45 @@ def test_cupy_fft_paths(func, dtype):
         compare(func, (a, b, mode), kwargs, tolerance(dtype, FFT_TOLS))
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("func", ["convolve", "correlate"])
+def test_fft_precision_of_mixed_dtypes(func, mode):
+    """method='fft' of a single-precision operand with an integer or bool one (float32 x uint16
+    -> float32, as in SciPy's test_convolve_method) transforms in double, as SciPy does, and casts
+    the result: within 2 ulps of the exact sum in every element, and of SciPy's result within
+    SciPy's own fft-to-direct tolerance (fresh random data, 1-d to 3-d)."""
+    rng = np.random.default_rng()
+    singles, others = ["float32", "complex64", "float16"], ["bool", "int8", "uint8", "int16",
+                                                           "uint16"]
+    pairs = [(a, b) for a in singles for b in others] + [(b, a) for a in singles for b in others]
+    for (d1, d2), (s1, s2) in itertools.product(pairs, [((100,), (37,)), ((9, 12), (4, 3)),
+                                                        ((5, 6, 7), (3, 2, 4))]):
+        a = rng.choice([0, 1], s1) if d1 in others else rng.standard_normal(s1) * (
+            1 + 0.5j if d1 == "complex64" else 1)
+        b = rng.choice([0, 1], s2) if d2 in others else rng.standard_normal(s2) * (
+            1 + 0.5j if d2 == "complex64" else 1)
+        a, b = a.astype(d1), b.astype(d2)
+        got = cupy_get(getattr(cs, func)(*gpu(a, b), mode=mode, method="fft"))
+        wide = [v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for v in (a, b)]
+        exact = getattr(signal, func)(*wide, mode=mode, method="direct")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = getattr(signal, func)(a, b, mode=mode, method="fft")
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (d1, d2, s1)
+        expected = exact.astype(ref.dtype)
+        ulp = np.spacing(np.maximum(np.abs(expected.real), np.abs(expected.imag)))
+        assert (np.abs(got - expected) <= 2 * ulp + 1e-12 * np.abs(exact).max()).all(), (d1, d2)
+        tol = dict(rtol=1e-3, atol=1e-3) if "float16" in (d1, d2) else dict(rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got, ref, **tol)
+
+
+def cupy_get(z):
+    import cupy
+
+    assert isinstance(z, cupy.ndarray) and z.flags.c_contiguous
+    return cupy.asnumpy(z)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_cupy_fftconvolve_fast_shapes(dtype):
     """Axes of length 1 broadcast (no transform), 0-d operands, axes= with broadcasting."""
