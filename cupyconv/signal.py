@@ -64,13 +64,13 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
     check_boundary(boundary)
     axes = axes_key(axes)
     two_d = func in ("correlate2d", "convolve2d")
-    if two_d:
-        check_fillvalue(fillvalue, np.dtype(np.complex128))  # shape and type now, dtype below
     in1, in2 = _operands(in1, in2)
     if in1.ndim == in2.ndim == 0 and func in ("correlate", "convolve"):
         return in1 * (in2.conj() if func == "correlate" else in2)
     plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, func, mode, boundary, axes)
-    fill = check_fillvalue(fillvalue, plan.result_dtype)
+    # SciPy reads fillvalue only where it fills (boundary 'fill'), after the 2-d and boundary
+    # checks and before refusing a result dtype: cast to the result dtype by its rule
+    fill = check_fillvalue(fillvalue if plan.boundary == "fill" else 0, plan.result_dtype)
     compute = compute_dtype(plan.result_dtype)
     if two_d and method == "auto" and plan.result_dtype in NUMPY_LOOP_DTYPES:
         method = "direct"  # SciPy's 2-d functions have only direct loops: refused below
@@ -176,8 +176,10 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0, *, method="
         How ``in1`` extends past its edges: ``fillvalue``, periodic, or mirrored (edge repeated);
         aliases 'pad', 'circular', 'symmetric'.  Applied while the kernel stages its tiles.
     fillvalue : scalar
-        Value outside ``in1`` for ``boundary='fill'``, cast to the output dtype by SciPy's rule
-        (``ValueError`` where it does not convert: e.g. -1 for unsigned inputs, 1j for real).
+        Value outside ``in1`` for ``boundary='fill'`` (other boundaries ignore it, as SciPy),
+        cast to the output dtype by SciPy's rule: None is NaN for float results, a numeric string
+        parses; ``ValueError`` where it does not convert (e.g. -1 for unsigned inputs, 1j for
+        real, 'a'), ``TypeError`` for an object that is no number.
     method : {'auto', 'direct', 'fft'} (cupyconv extension)
         Every boundary mode is exact on both paths.
     """

@@ -130,11 +130,14 @@ _FILL_CAST_ERRORS = (TypeError, ValueError, OverflowError)
 
 def check_fillvalue(fillvalue, result: np.dtype):
     """``fillvalue`` as a NumPy scalar of the result dtype, by SciPy's rule for
-    ``correlate2d``/``convolve2d``: an array must cast safely to the result dtype; a Python or
-    NumPy scalar (or a list) converts as ``numpy.array(fillvalue, dtype)`` does, so an integer out
-    of the result type's range, a NaN or negative float for an unsigned or integer result, or a
-    complex value for a real result raises ``ValueError`` ("could not cast fillvalue").  Then
-    it must hold exactly one element."""
+    ``correlate2d``/``convolve2d`` (which read it only for boundary 'fill'): an array must cast
+    safely to the result dtype; a Python or NumPy scalar (or a list, or a string) converts as
+    ``numpy.array(fillvalue, dtype)`` does, so None is NaN for float results.  Where that fails,
+    SciPy tries complex: what is no number then (``'a'``, an object) raises that conversion's
+    ``ValueError``/``TypeError``, anything else (an integer out of the result type's range, a NaN
+    or None for an integer result, a negative value for an unsigned one, a complex value for a
+    real one) ``ValueError`` ("could not cast fillvalue").  Then it must hold exactly one
+    element."""
     result = np.dtype(result)
     try:
         if isinstance(fillvalue, np.ndarray):
@@ -146,7 +149,10 @@ def check_fillvalue(fillvalue, result: np.dtype):
                 warnings.simplefilter("ignore")  # NumPy scalars cast like C, as in SciPy
                 fv = np.array(fillvalue, dtype=result)
     except _FILL_CAST_ERRORS:
-        np.asarray(fillvalue, dtype=np.complex128)  # not a number at all: NumPy's own error
+        try:
+            np.asarray(fillvalue, dtype=np.complex128)
+        except _FILL_CAST_ERRORS as exc:  # not a number at all (SciPy: this conversion's error)
+            raise type(exc)(f"fillvalue {fillvalue!r} is not a number: {exc}") from None
         raise ValueError(f"fillvalue {fillvalue!r}: could not cast `fillvalue` directly to the "
                          f"output type {result.name} (SciPy's rule: it must convert to the "
                          f"result dtype without overflow)") from None

@@ -411,6 +411,32 @@ def test_scipy_convolve2d_fillvalue_errors_and_consistency():
         check_values(cs.correlate2d(*gpu(np.array(p), np.array(q))), [[expected]])
 
 
+@pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
+def test_fillvalue_as_scipy(func):
+    """fillvalue read as SciPy reads it (fresh random data): only for boundary 'fill', None is
+    NaN for float results, strings parse, a string that is no number raises ValueError naming
+    fillvalue; the same results, dtypes and exception types as SciPy."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for dtype in ("float64", "float32", "int64", "uint8", "complex128"):
+        a, b = sample(rng, (7, 9), dtype), sample(rng, (3, 2), dtype)
+        for fv, boundary, mode in itertools.product(["a", None, "1.5", 2.5, [3], object()],
+                                                    ["fill", "wrap", "symm"], MODES):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    ref = getattr(signal, func)(a, b, mode, boundary, fv)
+                except (TypeError, ValueError) as exc:
+                    with pytest.raises(type(exc), match="fillvalue|not available|direct"):
+                        getattr(cs, func)(*gpu(a, b), mode, boundary, fv)
+                    continue
+            got = cupy.asnumpy(getattr(cs, func)(*gpu(a, b), mode, boundary, fv))
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                       err_msg=f"{func} {fv!r} {boundary} {mode} {dtype}")
+
+
 AXES_1D = [None, 0, (0,), -1, (-1,)]
 AXES_ROWS = [1, (1,), -1, (-1,)]
 

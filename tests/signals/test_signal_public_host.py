@@ -1,0 +1,74 @@
+"""cupyconv.signal's public functions end to end on the CPU (host_signal.py: NumPy for CuPy, the
+direct kernels' NumPy models, the FFT path on NumPy's transforms), against scipy.signal: the
+argument rules whose order and outcome depend on the operands (fillvalue, the dtypes
+method='direct' takes, choose_conv_method of operands it cannot plan)."""
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from scipy import signal
+
+from host_signal import HostSignal, host
+
+import cupyconv.signal as cs
+
+
+@pytest.fixture
+def public(monkeypatch):
+    return HostSignal(monkeypatch)
+
+
+def outcome(fn, *args, **kwargs):
+    """The result of a call, or the exception it raised (warnings ignored)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - compared with SciPy's
+            return exc
+
+
+def same_outcome(ref, got, what):
+    """Both raised the same exception type, or both returned the same dtype, shape and values."""
+    if isinstance(ref, Exception) or isinstance(got, Exception):
+        assert type(got) is type(ref), (what, ref, got)
+        return
+    got = np.asarray(got)
+    assert got.dtype == ref.dtype and got.shape == ref.shape, (what, got.dtype, ref.dtype)
+    np.testing.assert_allclose(got.astype(np.complex128), ref.astype(np.complex128), rtol=1e-6,
+                               atol=1e-6, equal_nan=True, err_msg=str(what))
+
+
+FILLVALUES = ["a", None, "1", b"1", 1.5, np.float64(1.5), np.array(1.5), np.array([1.5]), 1j,
+              np.nan, -1, 300, 2 ** 70, object(), np.array([1]), np.array(1, np.uint8), [1, 2],
+              [], (1,), True]
+
+
+@pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
+def test_fillvalue_as_scipy(public, func):
+    """fillvalue as SciPy reads it: only for boundary 'fill', converted to the result dtype
+    (None is NaN for floats, strings parse; an array casts safely), what is no number at all
+    ('a', an object) raising that conversion's ValueError/TypeError naming fillvalue, anything
+    else out of the dtype SciPy's "could not cast" ValueError; checked after the 2-d and boundary
+    rules and before a result dtype is refused (bool, float16).  No kernel runs on an error."""
+    a, b = np.arange(12.0).reshape(3, 4), np.array([[1.0, 2.0], [0.5, -1.0]])
+    dtypes = ["float64", "float32", "int64", "uint8", "complex128", "float16", "bool"]
+    for fv, dtype in itertools.product(FILLVALUES, dtypes):
+        for boundary, mode in itertools.product(["fill", "wrap", "symm"], ["full", "same", "valid"]):
+            x, y = a.astype(dtype), b.astype(dtype)
+            public.kernels.clear()
+            ref = outcome(getattr(signal, func), x, y, mode, boundary, fv)
+            got = outcome(getattr(cs, func), host(x), host(y), mode, boundary, fv)
+            what = (func, repr(fv), dtype, boundary, mode)
+            same_outcome(ref, got, what)
+            if isinstance(ref, Exception):
+                assert public.kernels == [], what
+                if "not available" not in str(ref):  # (the dtype rule names method='direct')
+                    assert "fillvalue" in str(got), what
+    for shape in ((3,), (2, 2, 2)):  # the 2-d rule first: ValueError, whatever the fillvalue
+        ref = outcome(getattr(signal, func), np.ones(shape), np.ones(shape), fillvalue=object())
+        got = outcome(getattr(cs, func), host(np.ones(shape)), host(np.ones(shape)),
+                      fillvalue=object())
+        assert type(ref) is type(got) is ValueError
