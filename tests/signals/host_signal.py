@@ -1,8 +1,9 @@
 """Run cupyconv.signal's public functions on the CPU: NumPy stands in for CuPy (arrays are
 :class:`HostArray` views), the direct kernels are the NumPy models of their contract
-(test_signal_host.py) and the FFT path runs through its ``cupy.fft`` fallback on NumPy's
-transforms.  Prepared calls are off (every call takes the full path).  Kernel requests are
-counted, so validation tests can check that nothing ran before an error."""
+(test_signal_host.py; real 'same' volumes too, not nd_dense_tile) and the FFT path runs through
+its ``cupy.fft`` fallback on NumPy's transforms.  Prepared calls are off (every call takes the
+full path).  Kernel requests are counted, so validation tests can check that nothing ran before
+an error."""
 
 from __future__ import annotations
 
@@ -61,3 +62,6 @@ class HostSignal:
         # (the lean plane path records its launches for the prepared call: here it just runs)
         monkeypatch.setattr(cs, "prepare", lambda run_full, names, inputs, y: run_full(inputs, y))
         monkeypatch.setattr(cs, "same_device", lambda arrays: None)
+        # real 'same' volumes stay on filter_direct's model (their nd_dense_tile route:
+        # test_signal_host.py's host_dense_tile)
+        monkeypatch.setattr(cs, "use_dense_volume", lambda plan, compute: False)

@@ -705,3 +705,19 @@ def test_numpy_loop_dtypes_direct_in_1d(dtype):
         compare(func, (a, b, mode), {"method": "direct"}, 1e-3)
         if len(s1) == 2:  # the 2-d functions have no FFT path in SciPy: refused under 'auto'
             compare(func + "2d", (a, b, mode), {}, 1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bool"])
+def test_numpy_loop_dtypes_direct_mixed(dtype):
+    """method='direct' with a float16 or bool operand and another dtype (fresh random data):
+    SciPy's dtype and values where its NumPy 1-d loops or its N-d loops take the promoted dtype,
+    its ValueError where the N-d loops refuse it (bool x bool, float16 results beyond 1-d)."""
+    rng = np.random.default_rng()
+    shapes = [((10,), (3,)), ((3,), (10,)), ((5, 6), (2, 3)), ((4, 3, 5), (2, 2, 2))]
+    for other, func, (s1, s2), mode in itertools.product(
+            ["bool", "int8", "uint8", "float16", "float32", "complex64"], ["convolve", "correlate"],
+            shapes, MODES):
+        for d1, d2 in ((dtype, other), (other, dtype)):
+            a, b = sample(rng, s1, d1), sample(rng, s2, d2)
+            compare(func, (a, b, mode), {"method": "direct"},
+                    1e-2 if "float16" in (d1, d2) else 1e-5)

@@ -72,3 +72,36 @@ def test_fillvalue_as_scipy(public, func):
         got = outcome(getattr(cs, func), host(np.ones(shape)), host(np.ones(shape)),
                       fillvalue=object())
         assert type(ref) is type(got) is ValueError
+
+
+NUMPY_LOOP_KINDS = ["bool", "float16"]
+OTHER_KINDS = ["bool", "int8", "uint8", "float16", "float32", "complex64"]
+
+
+def sample(rng, shape, dtype):
+    a = rng.integers(0, 2, shape) if np.dtype(dtype).kind in "biu" else rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", NUMPY_LOOP_KINDS)
+@pytest.mark.parametrize("func", ["convolve", "correlate"])
+def test_direct_float16_and_bool_as_scipy(public, func, dtype):
+    """method='direct' with a float16 or bool operand and any other: SciPy's result dtype and
+    values where its NumPy 1-d loops take the operands (1-d; 'same' only where in1 is the
+    longer), its ValueError where its N-d loops refuse the result dtype (bool x bool, float16),
+    and the N-d result where the promotion leaves them (bool x int8 -> int8, float16 x float32)."""
+    rng = np.random.default_rng([len(func), NUMPY_LOOP_KINDS.index(dtype)])
+    shapes = [((10,), (3,)), ((3,), (10,)), ((10,), (10,)), ((5, 6), (2, 3)), ((4, 3, 5), (2, 2, 2))]
+    for other, (s1, s2), mode in itertools.product(OTHER_KINDS, shapes, ["full", "same", "valid"]):
+        for d1, d2 in ((dtype, other), (other, dtype)):
+            a, b = sample(rng, s1, d1), sample(rng, s2, d2)
+            public.kernels.clear()
+            ref = outcome(getattr(signal, func), a, b, mode, method="direct")
+            got = outcome(getattr(cs, func), host(a), host(b), mode, method="direct")
+            if not isinstance(ref, Exception) and ref.dtype == np.float16:
+                ref, got = ref.astype(np.float64), np.asarray(got).astype(np.float64)
+                np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)
+                continue
+            same_outcome(ref, got, (d1, d2, s1, s2, mode))
+            if isinstance(ref, Exception):
+                assert public.kernels == []
