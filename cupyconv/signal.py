@@ -34,7 +34,7 @@ from cupyconv._signal.fft import fft_work_dtype, overlap_add_blocks, run_fft
 from cupyconv._signal.plan import (NUMPY_LOOP_DTYPES, axes_key, check_boundary,
                                    check_direct_dtype, check_direct_sizes, check_fillvalue,
                                    check_method, check_mode, compute_dtype, direct_fits,
-                                   numpy_direct_path, plan_filter)
+                                   numpy_direct_path, plan_filter, scipy_fft_faster)
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve", "oaconvolve",
            "choose_conv_method"]
@@ -232,13 +232,28 @@ def oaconvolve(in1, in2, mode="full", axes=None):
     return _frequency("oaconvolve", in1, in2, mode, axes, overlap_add=True)
 
 
+def _scipy_choice(in1, in2, mode: str) -> str:
+    """SciPy's choose_conv_method answer for operands we cannot plan: its magnitude test where an
+    operand is integer (a device reduction each), its bool rule, then its CPU cost model."""
+    if in1.dtype.kind in "iu" or in2.dtype.kind in "iu":
+        bound = int(abs(in1).max()) * int(abs(in2).max()) * min(in1.size, in2.size)
+        if bound > 2 ** 52 - 1:  # an FFT in float64 could round the integer sums
+            return "direct"
+    if in1.dtype.kind == in2.dtype.kind == "b":
+        return "direct"
+    return "fft" if scipy_fft_faster(in1.shape, in2.shape, mode) else "direct"
+
+
 def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
     """'direct' or 'fft', whichever :func:`convolve` should use for these inputs.
 
     With ``measure=True`` both methods are timed on the GPU (CUDA/HIP events, median after
     warm-up) and ``(method, {'direct': seconds, 'fft': seconds})`` is returned, as in SciPy.
-    Operands of different dimensionality, or a 0-d one, get 'direct' as in SciPy (``convolve``
-    multiplies two 0-d operands and refuses the others; timing those raises its ``ValueError``).
+    Operands that ``convolve`` refuses (different dimensionality, or one 0-d) get SciPy's own
+    answer, as SciPy does not refuse them here: 'direct' where an integer operand's magnitudes
+    could exceed a float64's integers (SciPy's test on the data) or both are bool, else its CPU
+    cost model's verdict (:func:`cupyconv._signal.plan.scipy_fft_faster`); timing them raises
+    ``convolve``'s ``ValueError``.  Two 0-d operands get 'direct' (``convolve`` multiplies them).
     """
     mode = check_mode(mode)
     axes = axes_key(axes)
@@ -253,7 +268,7 @@ def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
     if in1.ndim != in2.ndim or in1.ndim == 0 or in2.ndim == 0:
         if measure:
             convolve(in1, in2, mode)  # SciPy times convolve, which refuses these operands
-        return "direct"
+        return _scipy_choice(in1, in2, mode)
     plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, "convolve", mode, "fill", axes)
     if not measure:
         return choose(plan, compute_dtype(plan.result_dtype))

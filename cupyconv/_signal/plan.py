@@ -164,6 +164,47 @@ def check_fillvalue(fillvalue, result: np.dtype):
     return fv.reshape(())[()]
 
 
+
+# --------------------------------------------------------------------------- SciPy's CPU model
+# The cost model of SciPy's choose_conv_method (fitted by SciPy on CPUs: seconds per FFT and per
+# direct operation, and an offset, by mode; scipy.signal._signaltools._fftconv_faster), used only
+# where our own model cannot answer: operands that convolve refuses, which SciPy still judges.
+_SCIPY_1D = {"full": (1.7649070e-9, 2.1414831e-10), "valid": (1.89095737e-9, 2.1364985e-10),
+             "same": (3.2646654e-9, 2.8478277e-10)}
+_SCIPY_1D_SAME_LONGER_IN2 = (3.21635404e-9, 1.1773253e-8, -1e-5)
+_SCIPY_ND = {"full": (1.99817e-9, 1.66174e-8), "valid": (1.85927e-9, 2.11242e-8),
+             "same": (2.04735e-9, 1.55367e-8)}
+
+
+def scipy_fft_faster(shape1, shape2, mode: str) -> bool:
+    """Whether SciPy's CPU cost model takes the FFT for operands of these shapes (its
+    choose_conv_method after its integer and bool tests).  SciPy counts operations on the shapes
+    zipped (so operands of different dimensionality are judged on their leading dims) and, for a
+    1-d ``in1``, on the first dim of ``in2``: a 0-d ``in2`` there is SciPy's IndexError."""
+    s1, s2 = tuple(shape1), tuple(shape2)
+    full = [n + k - 1 for n, k in zip(s1, s2)]
+    if len(s1) == 1:
+        if not s2:
+            raise IndexError("in2 is 0-d and in1 1-d: SciPy's choose_conv_method reads in2's "
+                             "first dim (IndexError); convolve refuses these operands")
+        n, k = s1[0], s2[0]
+        direct = {"full": n * k,
+                  "valid": (k - n + 1) * n if k >= n else (n - k + 1) * k,
+                  "same": n * k if n < k else n * k - (k // 2) * ((k + 1) // 2)}[mode]
+        per_fft, per_direct, offset = _SCIPY_1D[mode] + (-1e-3,)
+        if mode == "same" and math.prod(s2) > n:
+            per_fft, per_direct, offset = _SCIPY_1D_SAME_LONGER_IN2
+    else:
+        p1, p2 = math.prod(s1), math.prod(s2)
+        out = {"full": full, "valid": [abs(n - k) + 1 for n, k in zip(s1, s2)], "same": s1}[mode]
+        direct = p1 * p2 if mode == "same" else min(p1, p2) * math.prod(out)
+        per_fft, per_direct, offset = _SCIPY_ND[mode] + (-1e-4,)
+    points = math.prod(full)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fft = 3 * points * np.log(points)  # (NaN for 0 points: never faster, as in SciPy)
+    return bool(per_fft * fft < per_direct * direct + offset)
+
+
 # --------------------------------------------------------------------------- axes
 def axes_key(axes):
     """``axes`` as None or a tuple of ints (any sign), hashable, by ``scipy.fft``'s rule: a

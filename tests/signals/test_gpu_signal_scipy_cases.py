@@ -721,3 +721,27 @@ def test_numpy_loop_dtypes_direct_mixed(dtype):
             a, b = sample(rng, s1, d1), sample(rng, s2, d2)
             compare(func, (a, b, mode), {"method": "direct"},
                     1e-2 if "float16" in (d1, d2) else 1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_choose_conv_method_unplannable_as_scipy(mode):
+    """Operands convolve refuses (different dimensionality, a 0-d one): SciPy's answer from the
+    data (integer magnitudes, read on the GPU) and its CPU cost model ('fft' for (300, 400) with
+    (300,) in 'full'), SciPy's IndexError for a 1-d in1 with a 0-d in2."""
+    import cupy
+
+    rng = np.random.default_rng()
+    shapes = [((3, 4, 5), (1, 2)), ((), (5,)), ((5,), ()), ((300, 400), (300,)),
+              ((3000,), (30, 30)), ((2000,), (3, 4000)), ((64, 64, 64), (9, 9))]
+    for (s1, s2), dtype, scale in itertools.product(shapes, ["float32", "bool", "int64", "uint16"],
+                                                    [1, 2 ** 30]):
+        a = (rng.integers(0, 3, s1) * scale).astype(dtype)
+        b = (rng.integers(0, 3, s2) * scale).astype(dtype)
+        try:
+            ref = signal.choose_conv_method(a, b, mode)
+        except IndexError:
+            with pytest.raises(IndexError):
+                cs.choose_conv_method(cupy.asarray(a), cupy.asarray(b), mode)
+            continue
+        assert cs.choose_conv_method(cupy.asarray(a), cupy.asarray(b), mode) == ref, \
+            (s1, s2, dtype, scale)

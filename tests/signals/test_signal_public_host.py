@@ -105,3 +105,31 @@ def test_direct_float16_and_bool_as_scipy(public, func, dtype):
             same_outcome(ref, got, (d1, d2, s1, s2, mode))
             if isinstance(ref, Exception):
                 assert public.kernels == []
+
+
+UNPLANNABLE = [((3, 4, 5), (1, 2)), ((), (5,)), ((5,), ()), ((30, 40), (30,)), ((300, 400), (300,)),
+               ((3000,), (30, 30)), ((2000,), (3, 4000)), ((1, 2), (3, 4, 5)), ((5, 3), ()),
+               ((64, 64, 64), (9, 9)), ((7,), (2, 7))]
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+def test_choose_conv_method_of_unplannable_operands_as_scipy(public, mode):
+    """Operands convolve refuses (different dimensionality, a 0-d one) get SciPy's answer:
+    'direct' for integers whose magnitudes could exceed a float64's integers and for bool x bool,
+    else SciPy's CPU cost model on the zipped shapes, 'fft' included; SciPy's IndexError for a
+    1-d in1 with a 0-d in2."""
+    rng = np.random.default_rng(5)
+    for (s1, s2), dtype in itertools.product(UNPLANNABLE, ["float64", "complex64", "bool", "int16",
+                                                           "uint8", "int64"]):
+        for scale in (1, 2 ** 40):
+            if scale > 1 and np.dtype(dtype).kind not in "iu":
+                continue
+            a = (rng.integers(0, 3, s1) * scale).astype(dtype)
+            b = (rng.integers(0, 3, s2) * scale).astype(dtype)
+            ref = outcome(signal.choose_conv_method, a, b, mode)
+            got = outcome(cs.choose_conv_method, host(a), host(b), mode)
+            if isinstance(ref, Exception):
+                assert type(got) is type(ref), (s1, s2, dtype, ref, got)
+            else:
+                assert got == ref, (s1, s2, dtype, scale, ref, got)
+    assert public.kernels == []
