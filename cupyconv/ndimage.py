@@ -169,8 +169,8 @@ def _axis(axis, ndim: int) -> int:
 
 def _check_origin(origin, lenw: int, name: str = "origin") -> None:
     """SciPy's range rule for the origin of a filter of ``lenw`` taps (ValueError), checked on
-    the value as given: a float is refused (TypeError) only where SciPy's C routine parses it,
-    :func:`_pass`."""
+    the value as given: a non-integer is refused (TypeError) later, where SciPy's C routine
+    parses it (:func:`_pass`, the N-d filters' own check)."""
     if origin < -(lenw // 2) or origin > (lenw - 1) // 2:
         raise ValueError(f"Invalid {name} {origin}: it must satisfy -(len(weights) // 2) <= "
                          f"{name} <= (len(weights) - 1) // 2 = {(lenw - 1) // 2} for a filter of "
