@@ -96,8 +96,11 @@ def _user_stacklevel() -> int:
 
 
 def _resolve_output(output, x, complex_output: bool):
-    """(the caller's output array or None, the output dtype): SciPy's rules for ``output`` as
-    None, a dtype (or type, or dtype name) or an array of the input's shape."""
+    """(the caller's output array or None, the output dtype): SciPy's ``_get_output`` for
+    ``output`` as None, a dtype (or type, or dtype name) or an array of the input's shape; where
+    ``complex_output``, a real dtype is promoted to complex with a warning and a real dtype name
+    or array is refused.  Whether a pass may write that dtype is :func:`_pass`'s rule: a filter
+    that runs none copies its input into any of them, as SciPy does."""
     if output is None:
         dtype = default_output_dtype(x.dtype.name, complex_output)
         arr = None
@@ -123,10 +126,6 @@ def _resolve_output(output, x, complex_output: bool):
         if complex_output and arr.dtype.kind != "c":
             raise RuntimeError("output must have complex dtype")
         dtype = arr.dtype
-    if dtype.kind == "c" and not complex_output and x.dtype.kind != "c":
-        # SciPy's kernels do not write real results into complex arrays
-        raise RuntimeError(f"array type {dtype} not supported: a real input filtered with real "
-                           f"weights has a real output")
     if dtype.name not in ND_CTYPES:
         raise TypeError(f"output dtype {dtype.name} is not supported; use one of "
                         f"{', '.join(ND_CTYPES)}")
@@ -168,22 +167,42 @@ def _axis(axis, ndim: int) -> int:
     return np.lib.array_utils.normalize_axis_index(operator.index(axis), ndim)
 
 
-def _origin(origin, lenw: int, name: str = "origin") -> int:
-    origin = operator.index(origin)
+def _check_origin(origin, lenw: int, name: str = "origin") -> None:
+    """SciPy's range rule for the origin of a filter of ``lenw`` taps (ValueError), checked on
+    the value as given: a non-integer is refused (TypeError) later, where SciPy's C routine
+    parses it (:func:`_pass`, the N-d filters' own check)."""
     if origin < -(lenw // 2) or origin > (lenw - 1) // 2:
         raise ValueError(f"Invalid {name} {origin}: it must satisfy -(len(weights) // 2) <= "
                          f"{name} <= (len(weights) - 1) // 2 = {(lenw - 1) // 2} for a filter of "
                          f"length {lenw}")
-    return origin
 
 
-def _check_cval(cval, complex_input: bool, complex_weights: bool = False):
-    """A complex cval needs complex input (SciPy: ValueError with complex weights, TypeError
-    otherwise)."""
-    if np.iscomplexobj(cval) and not complex_input:
-        if complex_weights:
-            raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+def _origin(origin, lenw: int, name: str = "origin") -> int:
+    """:func:`_check_origin`, then the origin as an int."""
+    _check_origin(origin, lenw, name)
+    return operator.index(origin)
+
+
+def _refuse_complex_cval(cval, x) -> None:
+    """SciPy filters with complex weights as real and imaginary parts, each with the whole cval:
+    a complex cval of real data is its ValueError, raised before any check of the call but the
+    output's."""
+    if np.iscomplexobj(cval) and x.dtype.kind != "c":
+        raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+
+
+def _kernel_checks(x, out_dtype, complex_weights: bool, cval):
+    """The checks of SciPy's C filter routines, which run on real data only (complex data goes
+    through them as real and imaginary parts): as they parse their arguments, a complex ``cval``
+    of real data is a TypeError (a C double); as they run, a complex output of real data is a
+    RuntimeError.  Returns cval."""
+    if x.dtype.kind == "c" or complex_weights:
+        return cval
+    if np.iscomplexobj(cval):
         raise TypeError(f"cval={cval!r}: must be real number, not complex (the input is real)")
+    if out_dtype.kind == "c":
+        raise RuntimeError(f"array type {out_dtype} not supported: real data filtered with real "
+                           f"weights has a real output")
     return cval
 
 
@@ -296,6 +315,23 @@ class _Pass:
     def __init__(self, axis, taps, left, mode, cval, divisor=1.0):
         self.axis, self.taps, self.left, self.mode = axis, taps, left, mode
         self.cval, self.divisor = cval, divisor
+
+
+def _pass(x, out_dtype, axis, taps, left, mode, cval, divisor=1.0) -> _Pass:
+    """The pass of a filter of ``x`` writing ``out_dtype``, its arguments checked as SciPy's
+    correlate1d (and uniform_filter1d) checks them, in its order: complex data (input or taps)
+    needs a complex output (SciPy's RuntimeError as the call starts: every filter of SciPy that
+    chains passes hands them its output array), then the mode, then what its C routine refuses
+    (``left`` not an integer, :func:`_kernel_checks`).  A filter validates its passes in the
+    order they run."""
+    complex_weights = np.iscomplexobj(taps)
+    if (x.dtype.kind == "c" or complex_weights) and out_dtype.kind != "c":
+        raise RuntimeError(f"output must have complex dtype: complex data cannot be written "
+                           f"to a {out_dtype} output")
+    code = mode_code(mode)
+    left = operator.index(left)
+    cval = _kernel_checks(x, out_dtype, complex_weights, cval)
+    return _Pass(axis, taps, left, code, cval, divisor)
 
 
 def _result_buffers(x, out_arr, out_dtype):
@@ -437,20 +473,32 @@ def _chain_runner(x, chain: list, out_arr, out_dtype):
                    out_dtype)
 
 
-def _filter1d(x, w, axis, output, mode, cval, origin, divisor=1.0):
-    """The runner of correlate1d on validated operands: ``w`` is the host weights, already
-    conjugated or reversed as the caller needs."""
-    complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
-    out_arr, out_dtype = _resolve_output(output, x, complex_out)
+def _zeros_runner(out_arr, out_dtype):
+    """``run(x)`` of a filter without taps (weights with a dim of length 0): every output is an
+    empty sum, 0, as in SciPy."""
+    def run(x):
+        result, direct = _result_buffers(x, out_arr, out_dtype)
+        result[...] = 0
+        return _finish(result, out_arr, direct)
+
+    return run
+
+
+def _correlate1d_runner(x, w, axis, out_arr, out_dtype, mode, cval, origin):
+    """The runner of SciPy's correlate1d after its output is resolved: ``w`` is the host
+    weights, already conjugated or reversed as the caller needs.  Checked in SciPy's order: a
+    complex cval with complex weights, the weights' shape, the axis, the origin, then the pass."""
+    complex_weights = w.dtype.kind == "c"
+    if complex_weights:
+        _refuse_complex_cval(cval, x)
     if w.ndim != 1 or w.shape[0] < 1:
         raise RuntimeError(f"no filter weights given: weights must be 1-d and non-empty, got "
                            f"shape {w.shape}")
     axis = _axis(axis, x.ndim)
-    origin = _origin(origin, w.shape[0])
-    code = mode_code(mode)
-    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
-    p = _Pass(axis, w.astype(np.complex128 if complex_out else np.float64),
-              w.shape[0] // 2 + origin, code, cval, divisor)
+    _check_origin(origin, w.shape[0])
+    complex_out = x.dtype.kind == "c" or complex_weights
+    taps = w.astype(np.complex128 if complex_out else np.float64)
+    p = _pass(x, out_dtype, axis, taps, w.shape[0] // 2 + origin, mode, cval)
     return _chain_runner(x, [p], out_arr, out_dtype)
 
 
@@ -460,7 +508,8 @@ def _prepare_correlate1d(input, output, weights, axis, mode, cval, origin):
     w = _host_weights(weights)
     if w.dtype.kind == "c":
         w = w.conj()
-    return x, _filter1d(x, w, axis, output, mode, cval, origin)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c" or w.dtype.kind == "c")
+    return x, _correlate1d_runner(x, w, axis, out_arr, out_dtype, mode, cval, origin)
 
 
 def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
@@ -478,9 +527,15 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
 
 def _prepare_convolve1d(input, output, weights, axis, mode, cval, origin):
     x = _input(input)
-    w = _host_weights_1d(weights)
-    origin = -operator.index(origin) - (1 - w.shape[0] % 2)
-    return x, _filter1d(x, w[::-1], axis, output, mode, cval, origin)
+    w = _host_weights(weights)
+    if w.ndim == 0:  # SciPy reverses the first axis before any check (IndexError)
+        raise IndexError("weights: convolve1d reverses the weights' first axis, and 0-d weights "
+                         "have none; weights must be 1-d")
+    # correlation with the reversed weights (not conjugated: correlate1d's conjugation is undone)
+    # and the mirrored origin (an even length shifts it by one)
+    origin = -origin - (1 - w.shape[0] % 2)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c" or w.dtype.kind == "c")
+    return x, _correlate1d_runner(x, w[::-1], axis, out_arr, out_dtype, mode, cval, origin)
 
 
 def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
@@ -491,34 +546,64 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
 
 
 # --------------------------------------------------------------------------- N-d correlation
-def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, convolution):
-    x = _input(input)
-    w = _host_weights(weights)
-    if w.dtype.kind == "c" and not convolution:
-        w = w.conj()  # as np.correlate: the weights, not the input
-    axes = _axes(axes, x.ndim)
-    if len(axes) < x.ndim:
+def _nd_weights(ndim: int, w: np.ndarray, origin, axes, convolution: bool):
+    """(weights with one dim per dim of the input, origin per dim) of SciPy's correlate/convolve
+    of an ``ndim``-d input, checked in its order.  With ``axes`` naming some dims, the weights
+    have one dim per entry of ``axes`` and get a dim of length 1 at each other dim (so their dims
+    go to the named dims in increasing order), while the origins (a scalar, or one per entry of
+    ``axes``) go to their entry's dim (0 elsewhere); with ``axes`` covering every dim, weights
+    and origins follow the input's dims, whatever the order of ``axes``.  ``convolution``
+    reverses the weights and mirrors each origin (an even length shifts it by one).  Dims of
+    length 0 do not count (such weights have no taps: every output is an empty sum, 0, in SciPy),
+    and the origins are range-checked, as given, against the dims of nonzero length in order, as
+    SciPy pairs them (SciPy's C routine refuses non-integers later: the caller's)."""
+    axes = _axes(axes, ndim)
+    origins = _sequence(origin, len(axes), "origin")
+    if len(axes) < ndim:
         if w.ndim != len(axes):
             raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes)})")
-        w = np.expand_dims(w, tuple(ax for ax in range(x.ndim) if ax not in axes))
-    origins = [0] * x.ndim
-    for o, ax in zip(_sequence(origin, len(axes), "origin"), axes):
-        origins[ax] = operator.index(o)
+        w = np.expand_dims(w, tuple(ax for ax in range(ndim) if ax not in axes))
+        by_dim = [0] * ndim
+        for o, ax in zip(origins, axes):
+            by_dim[ax] = o
+        origins = by_dim
     wshape = [s for s in w.shape if s > 0]
-    if len(wshape) != x.ndim:
+    if len(wshape) != ndim:
         raise RuntimeError(f"weights.ndim ({len(wshape)}) must match len(axes) ({len(axes)})")
     if convolution:
         w = w[(slice(None, None, -1),) * w.ndim]
         origins = [-o - (1 - s % 2) for o, s in zip(origins, w.shape)]
-    for d, (o, s) in enumerate(zip(origins, w.shape)):
-        _origin(o, s, f"origin[{d}]")
+    for d, (o, s) in enumerate(zip(origins, wshape)):
+        _check_origin(o, s, f"origin[{d}]")
+    return w, origins
+
+
+def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, convolution):
+    """SciPy's correlate/convolve, checked in its order.  Complex data (input or weights) is
+    filtered as real and imaginary parts by SciPy: its output is resolved (complex) and a complex
+    cval of real data refused first.  Then the axes, weights and origins (:func:`_nd_weights`),
+    the output of real data, the mode, and what the C routine refuses."""
+    x = _input(input)
+    w = _host_weights(weights)
+    complex_weights = w.dtype.kind == "c"
+    if complex_weights and not convolution:
+        w = w.conj()  # as np.correlate: the weights, not the input
+    complex_data = x.dtype.kind == "c" or complex_weights
+    if complex_data:
+        out_arr, out_dtype = _resolve_output(output, x, True)
+        if complex_weights:
+            _refuse_complex_cval(cval, x)
+    w, origins = _nd_weights(x.ndim, w, origin, axes, convolution)
+    if not complex_data:
+        out_arr, out_dtype = _resolve_output(output, x, False)
     if not isinstance(mode, str) and np.iterable(mode):
         raise RuntimeError("A sequence of modes is not supported")
     code = mode_code(mode)
-    complex_out = x.dtype.kind == "c" or w.dtype.kind == "c"
-    out_arr, out_dtype = _resolve_output(output, x, complex_out)
-    cval = _check_cval(cval, x.dtype.kind == "c", w.dtype.kind == "c")
-    taps = w.astype(np.complex128 if complex_out else np.float64)
+    origins = [operator.index(o) for o in origins]  # (SciPy's C routine takes integers)
+    cval = _kernel_checks(x, out_dtype, complex_weights, cval)
+    if w.size == 0:
+        return x, _zeros_runner(out_arr, out_dtype)
+    taps = w.astype(np.complex128 if complex_data else np.float64)
     left = [s // 2 + o for s, o in zip(w.shape, origins)]
 
     filtered = [d for d, s in enumerate(w.shape) if s > 1]
@@ -529,7 +614,7 @@ def _prepare_correlate_nd(input, output, weights, mode, cval, origin, axes, conv
 
     def build():
         keep = (np.abs(taps.real) > _TINY_WEIGHT) | (np.abs(taps.imag) > _TINY_WEIGHT)
-        compute = compute_dtype(x.dtype.name, out_dtype.name, complex_out)
+        compute = compute_dtype(x.dtype.name, out_dtype.name, complex_data)
         walk = _walk_dense(x, out_dtype, compute, taps.shape, left) if keep.all() else None
         if walk is not None:
             return [passes.plane_launcher(compute, _weights_buffer(taps, cval, 1.0, compute),
@@ -622,16 +707,20 @@ def _gaussian_taps(sigma: float, order: int, radius: int) -> np.ndarray:
     return taps
 
 
-def _gaussian_pass(axis, sigma, order, mode, cval, truncate, radius) -> _Pass:
+def _gaussian_weights(sigma, order, truncate, radius) -> tuple[np.ndarray, int]:
+    """(correlation taps, radius) of one pass of SciPy's gaussian_filter1d, checked in its
+    order: sigma, radius, order."""
     sigma = float(sigma)
     lw = _gaussian_radius(sigma, truncate, radius)
-    return _Pass(axis, _gaussian_taps(sigma, operator.index(order), lw), lw, mode_code(mode), cval)
+    return _gaussian_taps(sigma, operator.index(order), lw), lw
 
 
 def _prepare_gaussian_filter1d(input, output, sigma, axis, order, mode, cval, truncate, radius):
     x = _input(input)
-    p = _gaussian_pass(0, sigma, order, mode, cval, truncate, radius)
-    return x, _filter1d(x, p.taps, axis, output, mode, cval, 0)
+    taps, _ = _gaussian_weights(sigma, order, truncate, radius)
+    # SciPy's gaussian_filter1d is correlate1d with these taps, the caller's output included
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    return x, _correlate1d_runner(x, taps, axis, out_arr, out_dtype, mode, cval, 0)
 
 
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0,
@@ -643,21 +732,26 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
                      order, mode, cval, truncate, radius)
 
 
-def _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes) -> list:
+def _gaussian_chain(x, out_dtype, sigma, order, mode, cval, truncate, radius, axes) -> list:
     axes = _axes(axes, x.ndim)
     n = len(axes)
     orders, sigmas = _sequence(order, n, "order"), _sequence(sigma, n, "sigma")
     modes, radii = _sequence(mode, n, "mode"), _sequence(radius, n, "radius")
     # SciPy skips axes whose sigma is at most 1e-15 (negative ones included)
-    return [_gaussian_pass(ax, s, o, m, cval, truncate, r)
-            for ax, s, o, m, r in zip(axes, sigmas, orders, modes, radii) if s > 1e-15]
+    kept = [(ax, s, o, m, r) for ax, s, o, m, r in zip(axes, sigmas, orders, modes, radii)
+            if s > 1e-15]
+    chain = []
+    for ax, s, o, m, r in kept:
+        taps, lw = _gaussian_weights(s, o, truncate, r)
+        chain.append(_pass(x, out_dtype, ax, taps, lw, m, cval))
+    return chain
 
 
 def _prepare_gaussian_filter(input, output, sigma, order, mode, cval, truncate, radius, axes):
     x = _input(input)
+    # (not promoted to complex: SciPy hands a real output to passes that then refuse complex data)
     out_arr, out_dtype = _resolve_output(output, x, False)
-    chain = _gaussian_chain(x, sigma, order, mode, cval, truncate, radius, axes)
-    _check_cval(cval, x.dtype.kind == "c")
+    chain = _gaussian_chain(x, out_dtype, sigma, order, mode, cval, truncate, radius, axes)
     return x, _chain_runner(x, chain, out_arr, out_dtype)
 
 
@@ -665,27 +759,30 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
                     *, radius=None, axes=None):
     """N-d Gaussian filter as ``scipy.ndimage.gaussian_filter``: one 1-d pass per axis of ``axes``
     whose sigma exceeds 1e-15; ``sigma``, ``order``, ``mode`` and ``radius`` are scalars or one
-    per axis.  Each pass writes the output dtype, as SciPy's do."""
+    per entry of ``axes``.  Each pass writes the output dtype, as SciPy's do."""
     return _prepared("gaussian_filter", _prepare_gaussian_filter, input, output, sigma, order, mode,
                      cval, truncate, radius, axes)
 
 
 # --------------------------------------------------------------------------- uniform filters
-def _uniform_pass(axis, size, origin, mode, cval) -> _Pass:
-    size = operator.index(size)
+def _uniform_pass(x, out_dtype, axis, size, origin, mode, cval) -> _Pass:
+    """A pass of SciPy's uniform_filter1d, checked in its order: the size, the origin, the mode,
+    then what its C routine refuses (a size or origin that is no integer, :func:`_pass`)."""
     if size < 1:
         raise RuntimeError(f"incorrect filter size {size}: size must be at least 1")
-    if size // 2 + operator.index(origin) < 0 or size // 2 + origin >= size:
+    if size // 2 + origin < 0 or size // 2 + origin >= size:
         raise ValueError(f"invalid origin {origin} for a uniform filter of size {size}")
+    mode_code(mode)
+    size = operator.index(size)
     # sum exactly (ones), then divide once, as SciPy does
-    return _Pass(axis, np.ones(size), size // 2 + origin, mode_code(mode), cval, float(size))
+    return _pass(x, out_dtype, axis, np.ones(size), size // 2 + origin, mode, cval, float(size))
 
 
 def _prepare_uniform_filter1d(input, output, size, axis, mode, cval, origin):
     x = _input(input)
     axis = _axis(axis, x.ndim)
     out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
-    p = _uniform_pass(axis, size, origin, mode, _check_cval(cval, x.dtype.kind == "c"))
+    p = _uniform_pass(x, out_dtype, axis, size, origin, mode, cval)
     return x, _chain_runner(x, [p], out_arr, out_dtype)
 
 
@@ -695,22 +792,32 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
                      cval, origin)
 
 
-def _prepare_uniform_filter(input, output, size, mode, cval, origin, axes):
-    x = _input(input)
-    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
-    axes = _axes(axes, x.ndim)
+def uniform_axes(size, origin, mode, axes, ndim: int) -> list:
+    """(axis, size, origin, mode) of each pass of SciPy's uniform_filter: ``size``, ``origin``
+    and ``mode`` are scalars or one per entry of ``axes``; only axes whose size exceeds 1 are
+    filtered, each with ``int(size)`` (a float size is truncated, as SciPy does)."""
+    axes = _axes(axes, ndim)
     n = len(axes)
     sizes, origins = _sequence(size, n, "size"), _sequence(origin, n, "origin")
     modes = _sequence(mode, n, "mode")
-    cval = _check_cval(cval, x.dtype.kind == "c")
-    chain = [_uniform_pass(ax, s, o, m, cval) for ax, s, o, m in zip(axes, sizes, origins, modes)
-             if s > 1]
+    kept = [(ax, s, o, m) for ax, s, o, m in zip(axes, sizes, origins, modes) if s > 1]
+    return [(ax, int(s), o, m) for ax, s, o, m in kept]
+
+
+def _prepare_uniform_filter(input, output, size, mode, cval, origin, axes):
+    x = _input(input)
+    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    chain = [_uniform_pass(x, out_dtype, ax, s, o, m, cval)
+             for ax, s, o, m in uniform_axes(size, origin, mode, axes, x.ndim)]
     return x, _chain_runner(x, chain, out_arr, out_dtype)
 
 
 def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """N-d moving average, one 1-d pass per axis of ``axes`` whose size exceeds 1, as
-    ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per axis."""
+    ``scipy.ndimage.uniform_filter``; ``size``, ``origin`` and ``mode`` scalar or per entry of
+    ``axes``.  A float size is truncated to an integer, as SciPy does (3.0 filters with 3, 2.5
+    with 2; sizes of at most 1 leave their axis alone); ``uniform_filter1d`` takes integers only,
+    as SciPy's."""
     return _prepared("uniform_filter", _prepare_uniform_filter, input, output, size, mode, cval,
                      origin, axes)
 
@@ -719,11 +826,10 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
 def _prepare_edge_filter(input, output, axis, mode, cval, smooth):
     x = _input(input)
     axis = _axis(axis, x.ndim)
-    out_arr, out_dtype = _resolve_output(output, x, x.dtype.kind == "c")
+    out_arr, out_dtype = _resolve_output(output, x, False)
     modes = _sequence(mode, x.ndim, "mode")
-    cval = _check_cval(cval, x.dtype.kind == "c")
-    chain = [_Pass(axis, np.array([-1.0, 0.0, 1.0]), 1, mode_code(modes[axis]), cval)]
-    chain += [_Pass(ax, np.asarray(smooth, np.float64), 1, mode_code(modes[ax]), cval)
+    chain = [_pass(x, out_dtype, axis, np.array([-1.0, 0.0, 1.0]), 1, modes[axis], cval)]
+    chain += [_pass(x, out_dtype, ax, np.asarray(smooth, np.float64), 1, modes[ax], cval)
               for ax in range(x.ndim) if ax != axis]
     return x, _chain_runner(x, chain, out_arr, out_dtype)
 
@@ -733,13 +839,14 @@ _SOBEL_SMOOTH, _PREWITT_SMOOTH = (1.0, 2.0, 1.0), (1.0, 1.0, 1.0)
 
 def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
     """Sobel derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 2, 1] along every other
-    axis), as ``scipy.ndimage.sobel``."""
+    axis), as ``scipy.ndimage.sobel``: each pass writes the output dtype, so integer outputs wrap
+    between passes as SciPy's do."""
     return _prepared("sobel", _prepare_edge_filter, input, output, axis, mode, cval, _SOBEL_SMOOTH)
 
 
 def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
     """Prewitt derivative along ``axis`` ([-1, 0, 1], smoothed by [1, 1, 1] along every other
-    axis), as ``scipy.ndimage.prewitt``."""
+    axis), as ``scipy.ndimage.prewitt``: each pass writes the output dtype, as SciPy's do."""
     return _prepared("prewitt", _prepare_edge_filter, input, output, axis, mode, cval,
                      _PREWITT_SMOOTH)
 
@@ -748,14 +855,13 @@ def _sum_over_axes(x, output, mode, axes, term, square: bool):
     """The runner of SciPy's generic_laplace / generic_gradient_magnitude: the output holds
     ``term(axis, output dtype, mode)(x)`` of the first axis, then adds those of the others
     (squared first when ``square``; square root at the end).  ``term`` validates its filter
-    and returns its runner; every term is validated before any runs."""
+    and returns its runner; every term is validated, in order, before any runs.  No axes: a
+    copy of the input."""
     out_arr, out_dtype = _resolve_output(output, x, False)
     axes = _axes(axes, x.ndim)
     if not axes:
         return _runner(x, lambda: [], out_arr, out_dtype)  # no launchers: a copy
     modes = _sequence(mode, len(axes), "mode")
-    for m in modes:
-        mode_code(m)
     terms = [term(ax, out_dtype, m) for ax, m in zip(axes, modes)]
     cupy = _cupy()
 
@@ -778,14 +884,14 @@ def _sum_over_axes(x, output, mode, axes, term, square: bool):
     return run
 
 
-_LAPLACE_WEIGHTS = (1.0, -2.0, 1.0)
+_LAPLACE_WEIGHTS = np.array([1.0, -2.0, 1.0])
 
 
 def _prepare_laplace(input, output, mode, cval, axes):
     x = _input(input)
 
     def term(ax, dtype, m):
-        return _prepare_correlate1d(x, dtype, _LAPLACE_WEIGHTS, ax, m, cval, 0)[1]
+        return _correlate1d_runner(x, _LAPLACE_WEIGHTS, ax, None, dtype, m, cval, 0)
 
     return x, _sum_over_axes(x, output, mode, axes, term, False)
 
@@ -795,17 +901,34 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     return _prepared("laplace", _prepare_laplace, input, output, mode, cval, axes)
 
 
-def _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs):
-    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: the runner of
-    ``gaussian_filter`` over every axis with sigma (0 outside ``axes``) and the derivative order
-    on ``ax``."""
-    axes_t = _axes(axes, x.ndim)
-    sigmas = _sequence(sigma, len(axes_t), "sigma")
-    if len(axes_t) < x.ndim:
-        full = [0] * x.ndim
-        for s, ax in zip(sigmas, axes_t):
+def gaussian_term_sigmas(name: str, sigma, axes: tuple, ndim: int) -> list:
+    """The per-dim sigmas with which every term of ``gaussian_laplace`` or
+    ``gaussian_gradient_magnitude`` runs ``gaussian_filter`` over all dims, as SciPy passes them
+    (each term differentiates along its entry of ``axes`` and smooths along every dim whose sigma
+    exceeds 1e-15):
+
+    - ``gaussian_laplace``: ``sigma`` is a scalar or one per entry of ``axes``; the dims outside
+      ``axes`` get 0 (no smoothing).  Where ``axes`` covers every dim, the i-th sigma is dim i's,
+      whatever the order of ``axes``.
+    - ``gaussian_gradient_magnitude``: ``sigma`` as given, a scalar or one per dim of the input:
+      the dims outside ``axes`` are smoothed too.
+    """
+    if name == "gaussian_gradient_magnitude":
+        return _sequence(sigma, ndim, "sigma")
+    sigmas = _sequence(sigma, len(axes), "sigma")
+    if len(axes) < ndim:
+        full = [0] * ndim
+        for s, ax in zip(sigmas, axes):
             full[ax] = s
         sigmas = full
+    return sigmas
+
+
+def _gaussian_term(x, sigma, derivative_order, cval, kwargs):
+    """term(ax, dtype, mode) of the Gaussian Laplace / gradient magnitude: the runner of
+    ``gaussian_filter`` of ``x`` with ``sigma`` (as :func:`gaussian_term_sigmas` gives it, or a
+    scalar), the derivative order on ``ax`` and 0 on every other dim, ``mode`` on every dim;
+    ``kwargs`` (``truncate``, ``radius``) pass to it, as in SciPy."""
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
@@ -814,29 +937,40 @@ def _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs):
     def term(ax, dtype, m):
         order = [0] * x.ndim
         order[ax] = derivative_order
-        return _prepare_gaussian_filter(x, dtype, sigmas, order, m, cval, truncate, radius,
+        return _prepare_gaussian_filter(x, dtype, sigma, order, m, cval, truncate, radius,
                                         None)[1]
 
     return term
 
 
-def _prepare_gaussian_sum(input, output, sigma, mode, cval, axes, kwargs, derivative_order,
-                          square):
+def _prepare_gaussian_laplace(input, output, sigma, mode, cval, axes, kwargs):
     x = _input(input)
-    term = _gaussian_terms(x, sigma, axes, derivative_order, cval, kwargs)
-    return x, _sum_over_axes(x, output, mode, axes, term, square)
+    sigmas = gaussian_term_sigmas("gaussian_laplace", sigma, _axes(axes, x.ndim), x.ndim)
+    term = _gaussian_term(x, sigmas, 2, cval, kwargs)
+    return x, _sum_over_axes(x, output, mode, axes, term, False)
 
 
 def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
     """Laplace of Gaussian: the sum over ``axes`` of Gaussian second derivatives, as
-    ``scipy.ndimage.gaussian_laplace`` (``truncate``/``radius`` pass to the Gaussian)."""
-    return _prepared("gaussian_laplace", _prepare_gaussian_sum, input, output, sigma, mode, cval,
-                     axes, kwargs, 2, False)
+    ``scipy.ndimage.gaussian_laplace``; ``sigma`` is a scalar or one per entry of ``axes`` (the
+    other dims are not smoothed), ``truncate``/``radius`` pass to the Gaussian."""
+    return _prepared("gaussian_laplace", _prepare_gaussian_laplace, input, output, sigma, mode,
+                     cval, axes, kwargs)
+
+
+def _prepare_gaussian_gradient_magnitude(input, output, sigma, mode, cval, axes, kwargs):
+    x = _input(input)
+    # sigma goes to every term's gaussian_filter as given (gaussian_term_sigmas): checked there
+    term = _gaussian_term(x, sigma, 1, cval, kwargs)
+    return x, _sum_over_axes(x, output, mode, axes, term, True)
 
 
 def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None,
                                 **kwargs):
     """Gradient magnitude with Gaussian derivatives, as ``scipy.ndimage.gaussian_gradient_magnitude``:
-    sqrt of the sum over ``axes`` of squared first derivatives."""
-    return _prepared("gaussian_gradient_magnitude", _prepare_gaussian_sum, input, output, sigma,
-                     mode, cval, axes, kwargs, 1, True)
+    sqrt of the sum over ``axes`` of squared first derivatives.  As in SciPy, each derivative is
+    a ``gaussian_filter`` over every dim of the input: ``sigma`` (a scalar, or one per dim of the
+    input) also smooths the dims outside ``axes``, and each term runs its entry of ``mode`` on
+    every dim."""
+    return _prepared("gaussian_gradient_magnitude", _prepare_gaussian_gradient_magnitude, input,
+                     output, sigma, mode, cval, axes, kwargs)

@@ -34,7 +34,7 @@ from cupyconv._signal.fft import fft_work_dtype, overlap_add_blocks, run_fft
 from cupyconv._signal.plan import (NUMPY_LOOP_DTYPES, axes_key, check_boundary,
                                    check_direct_dtype, check_direct_sizes, check_fillvalue,
                                    check_method, check_mode, compute_dtype, direct_fits,
-                                   numpy_direct_path, plan_filter)
+                                   numpy_direct_path, plan_filter, scipy_fft_faster)
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve", "oaconvolve",
            "choose_conv_method"]
@@ -64,13 +64,13 @@ def _filter(func, in1, in2, mode, method, boundary="fill", fillvalue=0, axes=Non
     check_boundary(boundary)
     axes = axes_key(axes)
     two_d = func in ("correlate2d", "convolve2d")
-    if two_d:
-        check_fillvalue(fillvalue, np.dtype(np.complex128))  # shape and type now, dtype below
     in1, in2 = _operands(in1, in2)
     if in1.ndim == in2.ndim == 0 and func in ("correlate", "convolve"):
         return in1 * (in2.conj() if func == "correlate" else in2)
     plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, func, mode, boundary, axes)
-    fill = check_fillvalue(fillvalue, plan.result_dtype)
+    # SciPy reads fillvalue only where it fills (boundary 'fill'), after the 2-d and boundary
+    # checks and before refusing a result dtype: cast to the result dtype by its rule
+    fill = check_fillvalue(fillvalue if plan.boundary == "fill" else 0, plan.result_dtype)
     compute = compute_dtype(plan.result_dtype)
     if two_d and method == "auto" and plan.result_dtype in NUMPY_LOOP_DTYPES:
         method = "direct"  # SciPy's 2-d functions have only direct loops: refused below
@@ -176,8 +176,10 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0, *, method="
         How ``in1`` extends past its edges: ``fillvalue``, periodic, or mirrored (edge repeated);
         aliases 'pad', 'circular', 'symmetric'.  Applied while the kernel stages its tiles.
     fillvalue : scalar
-        Value outside ``in1`` for ``boundary='fill'``, cast to the output dtype by SciPy's rule
-        (``ValueError`` where it does not convert: e.g. -1 for unsigned inputs, 1j for real).
+        Value outside ``in1`` for ``boundary='fill'`` (other boundaries ignore it, as SciPy),
+        cast to the output dtype by SciPy's rule: None is NaN for float results, a numeric string
+        parses; ``ValueError`` where it does not convert (e.g. -1 for unsigned inputs, 1j for
+        real, 'a'), ``TypeError`` for an object that is no number.
     method : {'auto', 'direct', 'fft'} (cupyconv extension)
         Every boundary mode is exact on both paths.
     """
@@ -230,13 +232,28 @@ def oaconvolve(in1, in2, mode="full", axes=None):
     return _frequency("oaconvolve", in1, in2, mode, axes, overlap_add=True)
 
 
+def _scipy_choice(in1, in2, mode: str) -> str:
+    """SciPy's choose_conv_method answer for operands we cannot plan: its magnitude test where an
+    operand is integer (a device reduction each), its bool rule, then its CPU cost model."""
+    if in1.dtype.kind in "iu" or in2.dtype.kind in "iu":
+        bound = int(abs(in1).max()) * int(abs(in2).max()) * min(in1.size, in2.size)
+        if bound > 2 ** 52 - 1:  # an FFT in float64 could round the integer sums
+            return "direct"
+    if in1.dtype.kind == in2.dtype.kind == "b":
+        return "direct"
+    return "fft" if scipy_fft_faster(in1.shape, in2.shape, mode) else "direct"
+
+
 def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
     """'direct' or 'fft', whichever :func:`convolve` should use for these inputs.
 
     With ``measure=True`` both methods are timed on the GPU (CUDA/HIP events, median after
     warm-up) and ``(method, {'direct': seconds, 'fft': seconds})`` is returned, as in SciPy.
-    Operands of different dimensionality, or a 0-d one, get 'direct' as in SciPy (``convolve``
-    multiplies two 0-d operands and refuses the others; timing those raises its ``ValueError``).
+    Operands that ``convolve`` refuses (different dimensionality, or one 0-d) get SciPy's own
+    answer, as SciPy does not refuse them here: 'direct' where an integer operand's magnitudes
+    could exceed a float64's integers (SciPy's test on the data) or both are bool, else its CPU
+    cost model's verdict (:func:`cupyconv._signal.plan.scipy_fft_faster`); timing them raises
+    ``convolve``'s ``ValueError``.  Two 0-d operands get 'direct' (``convolve`` multiplies them).
     """
     mode = check_mode(mode)
     axes = axes_key(axes)
@@ -251,7 +268,7 @@ def choose_conv_method(in1, in2, mode="full", measure=False, *, axes=None):
     if in1.ndim != in2.ndim or in1.ndim == 0 or in2.ndim == 0:
         if measure:
             convolve(in1, in2, mode)  # SciPy times convolve, which refuses these operands
-        return "direct"
+        return _scipy_choice(in1, in2, mode)
     plan = _plan(in1.shape, in2.shape, in1.dtype, in2.dtype, "convolve", mode, "fill", axes)
     if not measure:
         return choose(plan, compute_dtype(plan.result_dtype))

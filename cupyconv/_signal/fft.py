@@ -241,11 +241,10 @@ def run_fft(plan: FilterPlan, in1, in2, fillvalue, work_dtype: str, blocks=()):
 
 
 def fft_work_dtype(plan: FilterPlan) -> str:
-    """Transform precision: single for float16/32 and complex64 results, double otherwise."""
-    r = np.dtype(plan.result_dtype)
-    if r.kind == "c":
-        return r.name
-    return "float32" if r in (np.float16, np.float32) else "float64"
+    """Transform precision: SciPy's (``plan.fft_dtype``): single only where both operands are
+    float16/float32/complex64, so a float32 result of a float32 and an integer operand is
+    transformed in double, as in SciPy, and only then cast."""
+    return plan.fft_dtype.name
 
 
 def fft_points(plan: FilterPlan) -> tuple[int, int]:

@@ -87,7 +87,9 @@ def fft_dtype(dtype) -> np.dtype:
 
 
 def fftconvolve_dtype(dtype1, dtype2) -> np.dtype:
-    """dtype of ``fftconvolve`` results: integers and bool come back as float64, float16 as float32."""
+    """dtype of ``fftconvolve`` results, and the precision of every FFT path of SciPy: each
+    operand transformed in its ``scipy.fft`` type (integers and bool as float64, float16 as
+    float32), the product promoted."""
     return np.result_type(fft_dtype(dtype1), fft_dtype(dtype2))
 
 
@@ -128,11 +130,14 @@ _FILL_CAST_ERRORS = (TypeError, ValueError, OverflowError)
 
 def check_fillvalue(fillvalue, result: np.dtype):
     """``fillvalue`` as a NumPy scalar of the result dtype, by SciPy's rule for
-    ``correlate2d``/``convolve2d``: an array must cast safely to the result dtype; a Python or
-    NumPy scalar (or a list) converts as ``numpy.array(fillvalue, dtype)`` does, so an integer out
-    of the result type's range, a NaN or negative float for an unsigned or integer result, or a
-    complex value for a real result raises ``ValueError`` ("could not cast fillvalue").  Then
-    it must hold exactly one element."""
+    ``correlate2d``/``convolve2d`` (which read it only for boundary 'fill'): an array must cast
+    safely to the result dtype; a Python or NumPy scalar (or a list, or a string) converts as
+    ``numpy.array(fillvalue, dtype)`` does, so None is NaN for float results.  Where that fails,
+    SciPy tries complex: what is no number then (``'a'``, an object) raises that conversion's
+    ``ValueError``/``TypeError``, anything else (an integer out of the result type's range, a NaN
+    or None for an integer result, a negative value for an unsigned one, a complex value for a
+    real one) ``ValueError`` ("could not cast fillvalue").  Then it must hold exactly one
+    element."""
     result = np.dtype(result)
     try:
         if isinstance(fillvalue, np.ndarray):
@@ -144,7 +149,10 @@ def check_fillvalue(fillvalue, result: np.dtype):
                 warnings.simplefilter("ignore")  # NumPy scalars cast like C, as in SciPy
                 fv = np.array(fillvalue, dtype=result)
     except _FILL_CAST_ERRORS:
-        np.asarray(fillvalue, dtype=np.complex128)  # not a number at all: NumPy's own error
+        try:
+            np.asarray(fillvalue, dtype=np.complex128)
+        except _FILL_CAST_ERRORS as exc:  # not a number at all (SciPy: this conversion's error)
+            raise type(exc)(f"fillvalue {fillvalue!r} is not a number: {exc}") from None
         raise ValueError(f"fillvalue {fillvalue!r}: could not cast `fillvalue` directly to the "
                          f"output type {result.name} (SciPy's rule: it must convert to the "
                          f"result dtype without overflow)") from None
@@ -154,6 +162,47 @@ def check_fillvalue(fillvalue, result: np.dtype):
         raise ValueError(f"fillvalue: `fillvalue` must be scalar or an array with one element, "
                          f"got shape {fv.shape}")
     return fv.reshape(())[()]
+
+
+
+# --------------------------------------------------------------------------- SciPy's CPU model
+# The cost model of SciPy's choose_conv_method (fitted by SciPy on CPUs: seconds per FFT and per
+# direct operation, and an offset, by mode; scipy.signal._signaltools._fftconv_faster), used only
+# where our own model cannot answer: operands that convolve refuses, which SciPy still judges.
+_SCIPY_1D = {"full": (1.7649070e-9, 2.1414831e-10), "valid": (1.89095737e-9, 2.1364985e-10),
+             "same": (3.2646654e-9, 2.8478277e-10)}
+_SCIPY_1D_SAME_LONGER_IN2 = (3.21635404e-9, 1.1773253e-8, -1e-5)
+_SCIPY_ND = {"full": (1.99817e-9, 1.66174e-8), "valid": (1.85927e-9, 2.11242e-8),
+             "same": (2.04735e-9, 1.55367e-8)}
+
+
+def scipy_fft_faster(shape1, shape2, mode: str) -> bool:
+    """Whether SciPy's CPU cost model takes the FFT for operands of these shapes (its
+    choose_conv_method after its integer and bool tests).  SciPy counts operations on the shapes
+    zipped (so operands of different dimensionality are judged on their leading dims) and, for a
+    1-d ``in1``, on the first dim of ``in2``: a 0-d ``in2`` there is SciPy's IndexError."""
+    s1, s2 = tuple(shape1), tuple(shape2)
+    full = [n + k - 1 for n, k in zip(s1, s2)]
+    if len(s1) == 1:
+        if not s2:
+            raise IndexError("in2 is 0-d and in1 1-d: SciPy's choose_conv_method reads in2's "
+                             "first dim (IndexError); convolve refuses these operands")
+        n, k = s1[0], s2[0]
+        direct = {"full": n * k,
+                  "valid": (k - n + 1) * n if k >= n else (n - k + 1) * k,
+                  "same": n * k if n < k else n * k - (k // 2) * ((k + 1) // 2)}[mode]
+        per_fft, per_direct, offset = _SCIPY_1D[mode] + (-1e-3,)
+        if mode == "same" and math.prod(s2) > n:
+            per_fft, per_direct, offset = _SCIPY_1D_SAME_LONGER_IN2
+    else:
+        p1, p2 = math.prod(s1), math.prod(s2)
+        out = {"full": full, "valid": [abs(n - k) + 1 for n, k in zip(s1, s2)], "same": s1}[mode]
+        direct = p1 * p2 if mode == "same" else min(p1, p2) * math.prod(out)
+        per_fft, per_direct, offset = _SCIPY_ND[mode] + (-1e-4,)
+    points = math.prod(full)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fft = 3 * points * np.log(points)  # (NaN for 0 points: never faster, as in SciPy)
+    return bool(per_fft * fft < per_direct * direct + offset)
 
 
 # --------------------------------------------------------------------------- axes
@@ -210,6 +259,8 @@ class FilterPlan:
     conj_out: bool
     boundary: str
     result_dtype: np.dtype
+    # the precision of the FFT path, SciPy's (:func:`fftconvolve_dtype` of the operands)
+    fft_dtype: np.dtype
     # 'same' with a batch axis where in1 has length 1 and in2 more keeps in1's length, taking
     # in2's centre entry (SciPy's ``_centered``): (axis, index) pairs selecting it.
     kernel_select: tuple[tuple[int, int], ...] = ()
@@ -303,13 +354,16 @@ def plan_filter(shape1, shape2, dtype1, dtype2, *, func: str, mode: str = "full"
         pad_lo.append(n2 - 1 - off)
         out_shape.append(n)
     # The FFT functions return floats, except where no axis needs a transform: SciPy then returns
-    # the plain product, in the operands' own promoted type.
-    result = fftconvolve_dtype(d1, d2) if frequency and axes else result_dtype(d1, d2)
+    # the plain product, in the operands' own promoted type.  correlate/convolve by FFT transform
+    # in the same floats and cast to their result dtype (float32 x uint16: float64 transforms).
+    transform = fftconvolve_dtype(d1, d2)
+    result = transform if frequency and axes else result_dtype(d1, d2)
     check_tensor_size(f"the result of {func}", out_shape, result)
     return FilterPlan(func=func, mode=mode, shape_a=sa, shape_g=sg, axes=axes, swapped=swapped,
                       flip_kernel=not correlating, conj_kernel=correlating, pad_lo=tuple(pad_lo),
                       out_shape=tuple(out_shape), reverse_out=reverse_out, conj_out=conj_out,
-                      boundary=boundary, result_dtype=result, kernel_select=tuple(select))
+                      boundary=boundary, result_dtype=result, fft_dtype=transform,
+                      kernel_select=tuple(select))
 
 
 def _direct_extents(plan: FilterPlan) -> dict:

@@ -166,14 +166,11 @@ def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution,
     x = _require_dask(input)
     w = _nd._host_weights(weights)
     axes_t = _nd._axes(axes, x.ndim)
-    if w.ndim != len(axes_t):
-        raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes_t)})")
-    reaches = {}
-    for ax, size, o in zip(axes_t, w.shape, _nd._sequence(origin, len(axes_t), "origin")):
-        o = _nd._origin(o, size, f"origin[{ax}]")  # valid exactly when the mirrored one is
-        if convolution:  # reversed weights, mirrored origin (even sizes shift by one)
-            o = -o - (1 - size % 2)
-        reaches[ax] = filter_reach(size, o)
+    # the correlation each chunk runs: weights and origins per dim (convolution: reversed and
+    # mirrored), as cupyconv.ndimage pairs them with the dims
+    wd, origins = _nd._nd_weights(x.ndim, w, origin, axes, convolution)
+    reaches = {ax: filter_reach(size, operator.index(o))
+               for ax, (size, o) in enumerate(zip(wd.shape, origins)) if wd.size}
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, name, reaches, _single_mode(mode, axes_t), out, (w,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
@@ -213,9 +210,9 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     """:func:`cupyconv.ndimage.uniform_filter` of a dask array."""
     x = _require_dask(input)
     axes_t = _nd._axes(axes, x.ndim)
-    n = len(axes_t)
-    sizes, origins = _nd._sequence(size, n, "size"), _nd._sequence(origin, n, "origin")
-    reaches = {ax: _uniform_reach(s, o) for ax, s, o in zip(axes_t, sizes, origins)}
+    # the passes cupyconv.ndimage runs (sizes above 1, truncated to integers, as SciPy)
+    reaches = {ax: _uniform_reach(s, o)
+               for ax, s, o, _ in _nd.uniform_axes(size, origin, mode, axes, x.ndim)}
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter", reaches, _modes_along(mode, axes_t), out, (size,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
@@ -255,9 +252,8 @@ def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, gpu, kwar
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
-    full = [0.0] * x.ndim  # every term filters every axis of ``axes`` (sigma 0 elsewhere)
-    for s, ax in zip(_nd._sequence(sigma, len(axes_t), "sigma"), axes_t):
-        full[ax] = s
+    # every term runs the Gaussian over every dim with these sigmas (0: that dim is not filtered)
+    full = _nd.gaussian_term_sigmas(name, sigma, axes_t, x.ndim)
     radii = _nd._sequence(kwargs.get("radius"), x.ndim, "radius")
     truncate = kwargs.get("truncate", 4.0)
     reaches = {ax: _gaussian_reach(full[ax], truncate, radii[ax]) for ax in range(x.ndim)

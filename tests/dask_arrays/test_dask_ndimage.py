@@ -30,6 +30,9 @@ import cupyconv.dask.ndimage as dask_ndimage  # noqa: E402
     (lambda x: cd.laplace(x, axes=(1,)), {1: (1, 1)}),
     (lambda x: cd.gaussian_laplace(x, 1.0, axes=(0,)), {0: (4, 4)}),
     (lambda x: cd.gaussian_gradient_magnitude(x, (1.0, 0.5)), {0: (4, 4), 1: (2, 2)}),
+    # SciPy's gradient magnitude smooths the dims outside axes too (its Laplace does not)
+    (lambda x: cd.gaussian_gradient_magnitude(x, 1.0, axes=(0,)), {0: (4, 4), 1: (4, 4)}),
+    (lambda x: cd.gaussian_gradient_magnitude(x, (0, 0.5), axes=(0,)), {1: (2, 2)}),
 ])
 def test_halo_per_filter(monkeypatch, call, reaches):
     """Each filter asks map_filter for the (left, right) halo its window reaches along each axis
@@ -96,6 +99,16 @@ def test_correlate_over_some_axes():
     w = np.arange(6.0).reshape(2, 3)
     kw = dict(mode="mirror", axes=(0, 2), origin=(-1, 1))
     assert_same(cd.correlate(dask_of(a, 3), w, **kw), sn.correlate(a, w, **kw))
+    # axes out of order: SciPy gives the weights' dims to the axes in increasing order and each
+    # origin to its entry of axes (or, where axes names every dim, both to the dims in order)
+    w = np.arange(14.0).reshape(2, 7)
+    for axes, origin in [((2, 0), (-3, -1)), ((1, 0, 2), (-1, 1, -3))]:
+        w3 = w if len(axes) == 2 else w[:, None, :].repeat(3, axis=1)
+        for fn in ("correlate", "convolve"):
+            kw = dict(mode="wrap", axes=axes, origin=origin)
+            assert_same(getattr(cd, fn)(dask_of(a, 3), w3, **kw), getattr(sn, fn)(a, w3, **kw))
+    w0 = np.ones((0,) + SHAPES[3])  # no taps: zeros, as in SciPy
+    assert_same(cd.correlate(dask_of(a, 3), w0, origin=1), sn.correlate(a, w0, origin=1))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -123,6 +136,14 @@ def test_separable_filters(ndim, mode):
                 sn.gaussian_gradient_magnitude(a, 0.7, **kw))
 
 
+def test_uniform_filter_float_and_small_sizes():
+    """Sizes as SciPy takes them: floats truncated, sizes of at most 1 leave their axis alone."""
+    a = np.random.default_rng(7).standard_normal(SHAPES[2])
+    x = dask_of(a, 2)
+    for size in (3.0, 2.5, (4.0, 0), (1, 5.5), 0):
+        assert_same(cd.uniform_filter(x, size), sn.uniform_filter(a, size), exact=False)
+
+
 def test_per_axis_modes_and_sigmas():
     a = np.random.default_rng(5).standard_normal(SHAPES[2])
     x = dask_of(a, 2)
@@ -135,6 +156,21 @@ def test_per_axis_modes_and_sigmas():
     y = cd.gaussian_laplace(x, 1.0, **kw)
     assert all(len(c) == 1 for c in y.chunks)
     assert_same(y, sn.gaussian_laplace(a, 1.0, **kw))
+
+
+def test_gaussian_derivatives_over_some_axes():
+    """gaussian_laplace smooths only along ``axes``; gaussian_gradient_magnitude along every dim
+    (SciPy's rules): the halos follow, so chunked results equal the whole-array call."""
+    a = np.random.default_rng(6).standard_normal(SHAPES[3])
+    x = dask_of(a, 3)
+    for axes in [(0, 2), (1,), 2]:
+        kw = dict(axes=axes, mode="nearest")
+        assert_same(cd.gaussian_laplace(x, 0.9, **kw), sn.gaussian_laplace(a, 0.9, **kw))
+        assert_same(cd.gaussian_gradient_magnitude(x, 0.9, **kw),
+                    sn.gaussian_gradient_magnitude(a, 0.9, **kw))
+    kw = dict(axes=(1,), mode="wrap")
+    assert_same(cd.gaussian_gradient_magnitude(x, (0.6, 1.1, 0.0), **kw),
+                sn.gaussian_gradient_magnitude(a, (0.6, 1.1, 0.0), **kw))
 
 
 def test_dtypes_and_output():
@@ -167,7 +203,7 @@ def test_bad_arguments_fail_before_compute():
     with pytest.raises(RuntimeError, match="boundary mode"):
         cd.gaussian_filter(x, 1.0, mode="bogus")
     with pytest.raises(RuntimeError, match="size"):
-        cd.uniform_filter(x, 0)
+        cd.uniform_filter1d(x, 0)  # (uniform_filter leaves axes of size 0 alone, as SciPy)
     with pytest.raises(ValueError, match="Radius"):
         cd.gaussian_filter(x, 1.0, radius=-1)
     with pytest.raises(RuntimeError, match="weights.ndim"):

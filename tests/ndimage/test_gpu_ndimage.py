@@ -2,6 +2,8 @@
 ndim 1-3 x origin x even and odd sizes for the 1-d and N-d correlations, and the separable
 filters.  Integers must match exactly (SciPy's truncation and wrap-around)."""
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.ndimage as sn
@@ -213,3 +215,147 @@ def test_fused_sep2d(monkeypatch, mode, dtype):
             check(getattr(cn, name)(xd, **kw), getattr(sn, name)(x, **kw))
         check(cn.gaussian_filter(xd, 5.0, mode=mode), sn.gaussian_filter(x, 5.0, mode=mode))
     assert {len(s) for s in ran} == {2, 3}
+
+
+@pytest.mark.parametrize("shape", [(13, 40), (6, 9, 35), (3, 4, 5, 6)])
+def test_axes_as_scipy(shape):
+    """axes= with per-axis sigma, size, origin and modes (CuPy's TestFilterFastAxes grids, fresh
+    random data): gaussian_gradient_magnitude smooths every dim (SciPy hands its sigma to
+    gaussian_filter as given), gaussian_laplace only the dims of axes."""
+    import cupy
+
+    rng = np.random.default_rng()
+    nd = len(shape)
+    for dtype in ("uint8", "float64"):
+        x = rand(rng, shape, dtype)
+        xd = cupy.asarray(x)
+        for axes in (None, (0, -1), (1,), 0, (nd - 1, 0)):
+            n = nd if axes is None else (1 if np.isscalar(axes) else len(axes))
+            modes = ("reflect", "constant", "mirror", "nearest")[:n]
+            for sigma in (0.5, 3.2):
+                kw = dict(output=np.float64, mode=modes, cval=2.0, axes=axes)
+                for fn in ("gaussian_gradient_magnitude", "gaussian_laplace"):
+                    check(getattr(cn, fn)(xd, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+            kw = dict(output=np.float64, mode=modes, cval=1.5, axes=axes)
+            check(cn.laplace(xd, **kw), sn.laplace(x, **kw))
+            kw = dict(output=np.float64, axes=axes, sigma=(1.5, 2.25, 1.0, 3.0)[:n],
+                      radius=(1, 2, 3, 4)[:n], mode=modes, truncate=2.75)
+            check(cn.gaussian_filter(xd, **kw), sn.gaussian_filter(x, **kw))
+            kw = dict(output=np.float64, axes=axes, size=(3, 5, 3, 5)[:n], origin=(0, 1, 1, 0)[:n],
+                      mode=modes, cval=2)
+            check(cn.uniform_filter(xd, **kw), sn.uniform_filter(x, **kw))
+            w = rng.uniform(-1, 1, (3, 5, 3, 5)[:n])
+            for fn in ("correlate", "convolve"):
+                kw = dict(output=np.float64, axes=axes, origin=(0, 1, 1, 0)[:n], cval=2,
+                          mode="constant")
+                check(getattr(cn, fn)(xd, w, **kw), getattr(sn, fn)(x, w, **kw))
+    x = rand(rng, shape, "float32")
+    xd = cupy.asarray(x)
+    sigma = tuple(rng.uniform(0.5, 2.0, nd))  # one per dim of the input (SciPy's rule)
+    check(cn.gaussian_gradient_magnitude(xd, sigma, axes=(0,), radius=2),
+          sn.gaussian_gradient_magnitude(x, sigma, axes=(0,), radius=2))
+
+
+def test_output_and_cval_rules_as_scipy():
+    """SciPy's output rules on the GPU (fresh random data): a real output dtype of complex data
+    is promoted with a UserWarning by the direct filters and refused (RuntimeError) by those that
+    chain passes; a filter that runs no pass copies into any output (complex to real with
+    numpy's ComplexWarning) and takes a complex cval; complex weights of real data refuse a
+    complex cval with SciPy's ValueError before any other check.  Same values, dtypes,
+    exceptions and warning categories as SciPy."""
+    import warnings
+
+    import cupy
+
+    rng = np.random.default_rng()
+    xr, xc = rand(rng, (9, 12), "float32"), rand(rng, (9, 12), "complex64")
+    wc = rng.uniform(-1, 1, 3) * (1 + 1j)
+
+    def outcome(fn, x, args, kw):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            try:
+                result = fn(x, *args, **kw)
+            except Exception as exc:  # noqa: BLE001 - the type is compared
+                result = type(exc)
+        return result, [w.category.__name__ for w in record]
+
+    calls = [("correlate1d", (wc,), {}), ("uniform_filter", (3,), {}), ("sobel", (), {}),
+             ("gaussian_filter", (1.0,), {}), ("laplace", (), {}),
+             ("gaussian_filter", (0,), {"cval": 1j}), ("uniform_filter", (1,), {"cval": 1j}),
+             ("laplace", (), {"axes": ()}), ("gaussian_gradient_magnitude", (1.0,), {})]
+    for x in (xr, xc):
+        for (fn, args, kw), output in itertools.product(calls, [None, np.float32, np.complex64]):
+            kw = dict(kw, output=output)
+            ref, ref_warnings = outcome(getattr(sn, fn), x, args, kw)
+            got, got_warnings = outcome(getattr(cn, fn), cupy.asarray(x), args, kw)
+            assert got_warnings == ref_warnings, (fn, kw, got_warnings, ref_warnings)
+            if isinstance(ref, type):
+                assert got is ref, (fn, kw, got, ref)
+            else:
+                check(got, ref)
+    for fn, w in (("correlate1d", np.array([], complex)), ("convolve1d", np.ones((1, 1)) * 1j),
+                  ("correlate", np.ones(3) * 1j)):
+        with pytest.raises(ValueError, match="cval"):
+            getattr(cn, fn)(cupy.asarray(xr), w, cval=1j)
+
+
+def test_weights_with_a_zero_length_dim_as_scipy():
+    """Weights with a dim of length 0 (CuPy's TestSpecialWeightCases): zeros of the output dtype
+    where the other dims match the input's (also into a caller's output array), else SciPy's
+    RuntimeError."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for shape, dtype in itertools.product([(3, 3), (3, 4, 5)], ["uint8", "float64"]):
+        x = rand(rng, shape, dtype)
+        for fn in ("correlate", "convolve"):
+            w = np.ones((0,) + shape)
+            check(getattr(cn, fn)(cupy.asarray(x), w, origin=-1), getattr(sn, fn)(x, w, origin=-1))
+            out = cupy.full(shape, 7, np.float32)
+            assert getattr(cn, fn)(cupy.asarray(x), w, output=out) is out
+            check(out, sn.correlate(x, w, output=np.float32))
+            with pytest.raises(RuntimeError):
+                getattr(cn, fn)(cupy.asarray(x), np.ones((0,) + shape[1:]))
+
+
+def test_uniform_filter_float_sizes_as_scipy():
+    """Float sizes truncated as SciPy does (3.0 -> 3, 2.5 -> 2; at most 1: the axis is left)."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for dtype in ("uint8", "float32", "complex64"):
+        x = rand(rng, (13, 40), dtype)
+        for size in (3.0, 2.5, (4.0, 1.5), np.float32(5.0)):
+            check(cn.uniform_filter(cupy.asarray(x), size, mode="wrap"),
+                  sn.uniform_filter(x, size, mode="wrap"), dtype == "uint8")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64",
+                                   "int64"])
+def test_integer_outputs_cast_as_scipy(dtype):
+    """Integer outputs as SciPy's x86-64 casts give them (GPU conversions saturate): sobel and
+    prewitt differences wrap in the output dtype between passes (uint64: near 2^64, then sums
+    out of range give 0), uint64 values from 2^63 up survive, values out of range and NaN give
+    x86's integer indefinite; every kernel (rows, columns, fused pairs, dense)."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for shape in ((13, 40), (6, 9, 35)):
+        x = rng.integers(0, 256 if dtype[0] == "u" else 128, shape).astype(dtype)
+        xd = cupy.asarray(x)
+        for fn, axis in itertools.product(("sobel", "prewitt"), range(len(shape))):
+            for mode in ("reflect", "constant"):
+                kw = dict(mode=mode, cval=300.5)
+                check(getattr(cn, fn)(xd, axis, **kw), getattr(sn, fn)(x, axis, **kw))
+        for w, cval in itertools.product(([1e10], [-1e10], [3e19], [-3e19], [1.0, -5e9]),
+                                         (0.0, np.nan)):
+            kw = dict(mode="constant", cval=cval)
+            check(cn.correlate1d(xd, w, axis=0, **kw), sn.correlate1d(x, w, axis=0, **kw))
+            check(cn.correlate1d(xd, w, **kw), sn.correlate1d(x, w, **kw))
+        w2 = rng.uniform(-3, 3, (3, 3)) * 1e9
+        check(cn.correlate(xd, w2, axes=(0, 1)), sn.correlate(x, w2, axes=(0, 1)))
+    if dtype == "uint64":
+        big = (rng.integers(0, 2 ** 40, 64).astype(np.uint64) << np.uint64(23)) | np.uint64(2 ** 63)
+        for w in ([1.0], [1.0, 1.0], [-1.0, 0.0, 1.0]):
+            check(cn.correlate1d(cupy.asarray(big), w), sn.correlate1d(big, w))

@@ -3,6 +3,9 @@ host C++ (host_ndimage.py), against scipy.ndimage on small arrays.  Covers every
 the row / column / direct 1-d kernels and the dense N-d kernel (interior and border paths),
 origins, even and odd sizes, integer truncation and complex data.  Skipped without g++."""
 
+import itertools
+import warnings
+
 import numpy as np
 import pytest
 import scipy.ndimage as sn
@@ -245,6 +248,32 @@ def test_separable_filters(host):
     check(out, sn.gaussian_filter(x, 1.0, output=np.float32))
 
 
+INT_DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_outputs_cast_as_scipy(host, dtype):
+    """Integer outputs get SciPy's C cast of its double sums as on x86-64 (nd::from_double):
+    sobel/prewitt differences wrap in the output dtype between passes (uint64 ones read back
+    near 2^64, whose sums leave the range: 0), values from 2^63 up stay in uint64, values out of
+    range and NaN give x86's integer indefinite (its low bits in narrow types)."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(INT_DTYPES.index(dtype))
+    x = rng.integers(0, 120, (6, 7)).astype(dtype)
+    for fn, axis in itertools.product(("sobel", "prewitt"), (0, 1)):
+        check(getattr(cn, fn)(x, axis), getattr(sn, fn)(x, axis))
+        check(getattr(cn, fn)(x, axis, mode="constant", cval=300.5),
+              getattr(sn, fn)(x, axis, mode="constant", cval=300.5))
+    for w, cval in itertools.product(([1e10], [-1e10], [3e19], [-3e19], [1.0, -5e9], [0.5, -2.75]),
+                                     (0.0, np.nan, -3.5)):
+        kw = dict(mode="constant", cval=cval)
+        check(cn.correlate1d(x, w, **kw), sn.correlate1d(x, w, **kw))
+    if dtype == "uint64":
+        big = np.array([2 ** 63 + 2 ** 12, 2 ** 64 - 2 ** 12, 5, 2 ** 63], np.uint64)
+        for w in ([1.0], [1.0, 1.0], [-1.0, 0.0, 1.0]):
+            check(cn.correlate1d(big, w), sn.correlate1d(big, w))
+
 BAD_CALLS = [
     ("correlate1d", (np.ones(5), [1.0, 2.0]), {"mode": "bogus"}),
     ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 2}),
@@ -276,6 +305,35 @@ BAD_CALLS = [
     ("correlate1d", (np.ones(4), [1.0, 1.0]), {"output": "complex64"}),
     ("correlate1d", (np.ones(4), [1.0, 1.0]), {"cval": 1j}),
     ("gaussian_filter", (np.ones((4, 4)), 1.0), {"output": np.complex64}),
+    # SciPy's order of checks, where the candidates raise different types: complex weights of
+    # real data refuse a complex cval first (ValueError) ...
+    ("correlate1d", (np.ones((2, 4)), np.ones((1, 1)) * 1j), {"cval": 1j}),
+    ("correlate1d", (np.ones((2, 4)), [1j, 2.0]), {"cval": 1j, "mode": "bogus"}),
+    ("convolve1d", (np.ones((2, 4)), np.array([], complex)), {"cval": 1j}),
+    ("convolve1d", (np.ones((2, 4)), np.ones((2, 2)) * 1j), {"cval": 1j}),
+    ("correlate", (np.ones((4, 4)), np.ones(3) * 1j), {"cval": 1j}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3)) * 1j), {"cval": 1j, "mode": ["reflect"] * 2}),
+    ("convolve", (np.ones((4, 4)), np.ones((3, 3)) * 1j), {"cval": 1j, "origin": 5.0}),
+    # ... real data refuses it as the C routine parses it (TypeError), after the pass's mode
+    ("sobel", (np.ones((4, 4)),), {"cval": 1j, "mode": "bogus"}),
+    ("gaussian_filter", (np.ones((4, 4)), 1.0), {"cval": 1j, "mode": ("reflect", "bogus")}),
+    ("uniform_filter1d", (np.ones((4, 4)), 0), {"cval": 1j}),
+    ("laplace", (np.ones((4, 4)),), {"cval": 1j, "mode": ("bogus", "reflect")}),
+    # origins and sizes: the range first (ValueError), then an integer (TypeError)
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 5.0}),
+    ("correlate", (np.ones((4, 4)), np.ones((3, 3))), {"origin": 5.0}),
+    ("uniform_filter1d", (np.ones((4, 4)), 2.5), {"origin": 5}),
+    ("correlate1d", (np.ones(5), [1.0, 2.0, 3.0]), {"origin": 1.0}),
+    ("uniform_filter1d", (np.ones((4, 4)), 3.0), {}),
+    ("convolve1d", (np.ones(5), 2.0), {}),  # 0-d weights: SciPy's IndexError
+    # complex data with a real output: the filters that chain passes refuse it (RuntimeError)
+    ("gaussian_filter", (np.ones((4, 4)) * 1j, 1.0), {"output": np.float64}),
+    ("sobel", (np.ones((4, 4)) * 1j,), {"output": np.float32}),
+    ("prewitt", (np.ones((4, 4)) * 1j,), {"output": "float64"}),
+    ("laplace", (np.ones((4, 4)) * 1j,), {"output": np.float64}),
+    ("gaussian_laplace", (np.ones((4, 4)) * 1j, 1.0), {"output": np.float64}),
+    ("gaussian_gradient_magnitude", (np.ones((4, 4)) * 1j, 1.0), {"output": int}),
+    ("uniform_filter", (np.ones((4, 4)), 3), {"output": np.complex128}),
 ]
 
 
@@ -283,11 +341,124 @@ BAD_CALLS = [
 def test_errors_match_scipy_before_any_launch(host, fn, args, kwargs):
     import cupyconv.ndimage as cn
 
-    with pytest.raises(Exception) as ref:
-        getattr(sn, fn)(*args, **kwargs)
-    with pytest.raises(type(ref.value)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception) as ref:
+            getattr(sn, fn)(*args, **kwargs)
+    with pytest.raises(type(ref.value)) as got:
         getattr(cn, fn)(*args, **kwargs)
+    assert type(got.value) is type(ref.value)
+    if "cval" in str(ref.value):  # the same check failed, not another of the same type
+        assert "cval" in str(got.value)
     assert host.launches == []
+
+
+
+def test_weights_with_a_zero_length_dim_match_scipy(host):
+    """Weights with a dim of length 0 (CuPy's TestSpecialWeightCases): SciPy does not count such
+    dims, checks the origins against the others in order, and returns zeros (an empty sum, in
+    the output dtype) where the remaining dims match the input's; else its RuntimeError.  No
+    kernel runs."""
+    import cupyconv.ndimage as cn
+
+    for shape, dtype in itertools.product([(3, 3), (3, 4, 5)], ["uint8", "float64", "complex64"]):
+        x = rand(np.random.default_rng(len(shape)), shape, dtype)
+        for wshape in [(0,) + shape, (0, 0) + shape, (0,) + shape[1:], shape[:1] + (0,) + shape[1:],
+                       shape[:-1] + (0,)]:
+            for wdtype, fn in itertools.product([float, complex], ["correlate", "convolve"]):
+                w = np.ones(wshape, wdtype)
+                for kw in [{}, {"origin": 1}, {"origin": -1}, {"mode": "constant", "cval": 2},
+                           {"output": np.float32}, {"axes": (0,)}, {"mode": "bogus"}]:
+                    ref, _ = _outcome(getattr(sn, fn), (x, w), kw)
+                    got, _ = _outcome(getattr(cn, fn), (x, w), kw)
+                    if isinstance(ref, type):
+                        assert got is ref, (fn, wshape, kw, got, ref)
+                    else:
+                        check(got, ref)
+                        assert not ref.any()
+    assert host.launches == []
+
+
+def test_uniform_filter_float_sizes_match_scipy(host):
+    """uniform_filter takes SciPy's sizes: a float is truncated (3.0 filters with 3, 2.5 with 2),
+    sizes of at most 1 (NaN too) leave their axis alone, an infinite one is SciPy's
+    OverflowError and a string its TypeError, before any launch; uniform_filter1d wants an
+    integer (TypeError), as SciPy's."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(2)
+    for x in (rand(rng, (6, 7), "float64"), rand(rng, (5, 6), "uint8"),
+              rand(rng, (4, 5), "complex128")):
+        for size in (3.0, 2.5, 1.5, 0.5, np.float32(4.0), np.nan, (3.0, 2), (2.9, 1.0)):
+            for kw in ({}, {"origin": -1, "mode": "constant", "cval": 2.0}, {"axes": (1,)}):
+                if kw.get("axes") and isinstance(size, tuple):
+                    continue
+                ref, _ = _outcome(sn.uniform_filter, (x, size), kw)
+                got, _ = _outcome(cn.uniform_filter, (x, size), kw)
+                if isinstance(ref, type):  # (origin -1 is out of range for a size below 2)
+                    assert got is ref, (size, kw, got, ref)
+                else:
+                    check(got, ref)
+    host.launches.clear()
+    for size, kw in ((np.inf, {}), ("3", {}), (2.5, {"origin": 1}), (3.0, {"origin": 1.0})):
+        ref, _ = _outcome(sn.uniform_filter, (np.ones((4, 4)), size), kw)
+        got, _ = _outcome(cn.uniform_filter, (np.ones((4, 4)), size), kw)
+        assert isinstance(ref, type) and got is ref, (size, kw, got, ref)
+    ref, _ = _outcome(sn.uniform_filter1d, (np.ones((4, 4)), 3.0), {})
+    got, _ = _outcome(cn.uniform_filter1d, (np.ones((4, 4)), 3.0), {})
+    assert ref is got is TypeError
+    assert host.launches == []
+
+def _outcome(fn, args, kwargs):
+    """(result or exception type, warning categories) of one call."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the type is compared
+            result = type(exc)
+    return result, [w.category for w in record]
+
+
+def test_complex_data_output_rules_match_scipy(host):
+    """SciPy's output rules, call by call: correlate1d/correlate/convolve(1d),
+    gaussian_filter1d and the uniform filters resolve a real output dtype of complex data by
+    promoting it with a UserWarning; gaussian_filter, sobel, prewitt and the Laplace/gradient
+    filters hand a real output to their passes, which refuse complex data (RuntimeError);
+    real data never goes to a complex output through a pass (RuntimeError), but a filter that
+    runs no pass copies the input into any output dtype (complex to real: ComplexWarning), and
+    takes any cval.  Same results, dtypes, exceptions and warnings as SciPy."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(4)
+    xr, xu = rand(rng, (4, 5), "float64"), rand(rng, (4, 5), "uint8")
+    xc = rand(rng, (4, 5), "complex128")
+    w1, w1c = np.array([0.5, -1.0, 2.0]), np.array([1 + 1j, 2.0, -0.5j])
+    w2, w2c = rng.uniform(-1, 1, (3, 2)), rng.uniform(-1, 1, (3, 2)) * (1 - 2j)
+    outputs = [None, np.float64, np.float32, np.uint8, np.complex64, np.dtype("float64"),
+               "float64", "complex128", int, complex]
+    calls = []
+    for x in (xr, xu, xc):
+        for w, v in ((w1, w2), (w1c, w2c)):
+            calls += [("correlate1d", (x, w), {}), ("convolve1d", (x, w), {"axis": 0}),
+                      ("correlate", (x, v), {}), ("convolve", (x, v), {})]
+        calls += [("uniform_filter", (x, 3), {}), ("uniform_filter", (x, 1), {"cval": 1j}),
+                  ("uniform_filter1d", (x, 3), {}), ("gaussian_filter1d", (x, 1.0), {}),
+                  ("gaussian_filter", (x, 1.0), {}), ("gaussian_filter", (x, 0), {"cval": 1j}),
+                  ("sobel", (x,), {}), ("prewitt", (x,), {"axis": 0}), ("laplace", (x,), {}),
+                  ("laplace", (x,), {"axes": (), "cval": 1j}),
+                  ("gaussian_laplace", (x, 1.0), {}), ("gaussian_gradient_magnitude", (x, 1.0), {}),
+                  ("gaussian_gradient_magnitude", (x, 1.0), {"axes": ()})]
+    for (fn, args, kw), output in itertools.product(calls, outputs):
+        kw = dict(kw, output=output)
+        ref, ref_warnings = _outcome(getattr(sn, fn), args, kw)
+        got, got_warnings = _outcome(getattr(cn, fn), args, kw)
+        assert got_warnings == ref_warnings, (fn, kw, got_warnings, ref_warnings)
+        if isinstance(ref, type):
+            assert got is ref, (fn, kw, got, ref)
+        else:
+            with np.errstate(invalid="ignore"):
+                check(got, ref)
 
 
 def test_numpy_input_refused():
@@ -467,3 +638,98 @@ def test_sep2d_interior_tiles(host, monkeypatch, mode):
     check(cn.uniform_filter(x, 5, origin=(1, -2), mode=mode),
           sn.uniform_filter(x, 5, origin=(1, -2), mode=mode))
     assert host.launches == ["nd_sep2d", "nd_sep2d"]
+
+
+# --------------------------------------------------------------------------- axes= (SciPy 1.15+)
+AXES_SHAPES = [(4, 5), (6, 4, 5), (3, 4, 5, 6)]
+AXES = [None, (0, -1), (1,), 0, (-1, 0)]
+
+
+def _axes_cases(ndim):
+    """AXES and every dim in reverse order (SciPy then pairs the per-axis correlate weights and
+    origins with the dims in order, as without axes)."""
+    return AXES + [tuple(range(ndim - 1, -1, -1))]
+
+
+def _per_axes(value, axes, ndim):
+    """``value`` (a tuple of one entry per array dim at most) cut to one entry per entry of
+    ``axes``, as CuPy's TestFilterFastAxes cuts its per-axis arguments."""
+    n = ndim if axes is None else (1 if np.isscalar(axes) else len(axes))
+    return value[:n] if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("shape", AXES_SHAPES)
+def test_gaussian_derivatives_with_axes_match_scipy(host, shape):
+    """gaussian_laplace, gaussian_gradient_magnitude and laplace with axes=, per-axis modes and
+    cval (CuPy's TestFilterFastAxesSciPy15 grid): the Laplace smooths along ``axes`` only, the
+    gradient magnitude along every dim (SciPy hands its sigma to gaussian_filter as given)."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(len(shape))
+    for dtype, axes in itertools.product(["uint8", "float64"], _axes_cases(len(shape))):
+        x = rand(rng, shape, dtype)
+        modes = _per_axes(("reflect", "constant", "mirror", "nearest"), axes, len(shape))
+        for sigma, cval in [(0.5, 0), (3.2, 2)]:
+            kw = dict(output=np.float64, mode=modes, cval=cval, axes=axes)
+            for fn in ("gaussian_gradient_magnitude", "gaussian_laplace"):
+                check(getattr(cn, fn)(x, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+        kw = dict(output=np.float64, mode=_per_axes(("wrap", "nearest", "mirror", "constant"),
+                                                    axes, len(shape)), cval=1.5, axes=axes)
+        check(cn.laplace(x, **kw), sn.laplace(x, **kw))
+
+
+def test_gaussian_derivative_sigmas_and_kwargs_with_axes(host):
+    """The sigma forms SciPy takes with axes=: gaussian_laplace one per entry of axes (0 on the
+    other dims), gaussian_gradient_magnitude one per dim of the input; truncate and radius pass
+    to every term's Gaussian; both refuse the other length (RuntimeError) before any launch."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng(8)
+    x = rand(rng, (6, 7, 5), "float64")
+    calls = [("gaussian_laplace", (0.8, 1.3), dict(axes=(2, 0))),
+             ("gaussian_laplace", (0.7, 1.0, 1.2), dict(axes=(1, 2, 0), truncate=2.0)),
+             ("gaussian_gradient_magnitude", (0.7, 0.0, 1.2), dict(axes=(1,))),
+             ("gaussian_gradient_magnitude", (0.7, 0.9, 1.2), dict(axes=(2, 0), radius=2)),
+             ("gaussian_gradient_magnitude", 1.1, dict(axes=-1, radius=(1, 2, 3))),
+             ("gaussian_gradient_magnitude", 0.9, dict(axes=(0, 1), mode=("wrap", "reflect"),
+                                                        truncate=1.5))]
+    for fn, sigma, kw in calls:
+        check(getattr(cn, fn)(x, sigma, **kw), getattr(sn, fn)(x, sigma, **kw))
+    host.launches.clear()
+    for fn, sigma in [("gaussian_laplace", (0.8, 1.3, 1.0)),
+                      ("gaussian_gradient_magnitude", (0.8, 1.3))]:
+        with pytest.raises(RuntimeError) as ref:
+            getattr(sn, fn)(x, sigma, axes=(0, 2))
+        with pytest.raises(RuntimeError, match="sigma"):
+            getattr(cn, fn)(x, sigma, axes=(0, 2))
+        assert "sequence" in str(ref.value)
+    assert host.launches == []
+
+
+@pytest.mark.parametrize("shape", AXES_SHAPES)
+def test_filters_with_axes_match_scipy(host, shape):
+    """The other filters taking axes= (CuPy's TestFilterFastAxes grids): sigma, radius, size,
+    origin and mode given per entry of axes, against SciPy; correlate/convolve's weights and
+    origins go to the dims in increasing order where axes names every dim."""
+    import cupyconv.ndimage as cn
+
+    rng = np.random.default_rng([len(shape), 1])
+    for dtype, axes in itertools.product(["uint8", "float64"], _axes_cases(len(shape))):
+        x = rand(rng, shape, dtype)
+        nd = len(shape)
+        for sigma, radius in [(1.5, None), ((1.5, 2.25, 1.0, 3.0), 2), (2.25, (1, 2, 3, 4))]:
+            kw = dict(output=np.float64, axes=axes, truncate=2.75,
+                      sigma=_per_axes(sigma, axes, nd), radius=_per_axes(radius, axes, nd),
+                      mode=_per_axes(("reflect", "nearest", "mirror", "constant"), axes, nd))
+            check(cn.gaussian_filter(x, **kw), sn.gaussian_filter(x, **kw))
+        for origin in (0, (0, 1, 1, 0)):
+            kw = dict(output=np.float64, axes=axes, cval=2, origin=_per_axes(origin, axes, nd),
+                      size=_per_axes((3, 5, 3, 5), axes, nd),
+                      mode=_per_axes(("reflect", "constant", "mirror", "wrap"), axes, nd))
+            check(cn.uniform_filter(x, **kw), sn.uniform_filter(x, **kw))
+            axes_t = range(nd) if axes is None else ((axes,) if np.isscalar(axes) else axes)
+            w = rng.uniform(-1, 1, [(3, 5, 3, 5)[a] for a in axes_t])
+            for fn, mode in itertools.product(("correlate", "convolve"), ("reflect", "constant")):
+                kw = dict(output=np.float64, axes=axes, cval=2, mode=mode,
+                          origin=_per_axes(origin, axes, nd))
+                check(getattr(cn, fn)(x, w, **kw), getattr(sn, fn)(x, w, **kw))

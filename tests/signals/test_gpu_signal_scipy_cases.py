@@ -107,6 +107,45 @@ def test_cupy_fft_paths(func, dtype):
         compare(func, (a, b, mode), kwargs, tolerance(dtype, FFT_TOLS))
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("func", ["convolve", "correlate"])
+def test_fft_precision_of_mixed_dtypes(func, mode):
+    """method='fft' of a single-precision operand with an integer or bool one (float32 x uint16
+    -> float32, as in SciPy's test_convolve_method) transforms in double, as SciPy does, and casts
+    the result: within 2 ulps of the exact sum in every element, and of SciPy's result within
+    SciPy's own fft-to-direct tolerance (fresh random data, 1-d to 3-d)."""
+    rng = np.random.default_rng()
+    singles, others = ["float32", "complex64", "float16"], ["bool", "int8", "uint8", "int16",
+                                                           "uint16"]
+    pairs = [(a, b) for a in singles for b in others] + [(b, a) for a in singles for b in others]
+    for (d1, d2), (s1, s2) in itertools.product(pairs, [((100,), (37,)), ((9, 12), (4, 3)),
+                                                        ((5, 6, 7), (3, 2, 4))]):
+        a = rng.choice([0, 1], s1) if d1 in others else rng.standard_normal(s1) * (
+            1 + 0.5j if d1 == "complex64" else 1)
+        b = rng.choice([0, 1], s2) if d2 in others else rng.standard_normal(s2) * (
+            1 + 0.5j if d2 == "complex64" else 1)
+        a, b = a.astype(d1), b.astype(d2)
+        got = cupy_get(getattr(cs, func)(*gpu(a, b), mode=mode, method="fft"))
+        wide = [v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for v in (a, b)]
+        exact = getattr(signal, func)(*wide, mode=mode, method="direct")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = getattr(signal, func)(a, b, mode=mode, method="fft")
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (d1, d2, s1)
+        expected = exact.astype(ref.dtype)
+        ulp = np.spacing(np.maximum(np.abs(expected.real), np.abs(expected.imag)))
+        assert (np.abs(got - expected) <= 2 * ulp + 1e-12 * np.abs(exact).max()).all(), (d1, d2)
+        tol = dict(rtol=1e-3, atol=1e-3) if "float16" in (d1, d2) else dict(rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got, ref, **tol)
+
+
+def cupy_get(z):
+    import cupy
+
+    assert isinstance(z, cupy.ndarray) and z.flags.c_contiguous
+    return cupy.asnumpy(z)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_cupy_fftconvolve_fast_shapes(dtype):
     """Axes of length 1 broadcast (no transform), 0-d operands, axes= with broadcasting."""
@@ -370,6 +409,32 @@ def test_scipy_convolve2d_fillvalue_errors_and_consistency():
                  np.squeeze(signal.correlate2d([k], [x], mode="valid")), 1e-12)
     for p, q, expected in [([[1]], [[2j]], -2j), ([[2j]], [[3j]], 6 + 0j), ([[3j]], [[4]], 12j)]:
         check_values(cs.correlate2d(*gpu(np.array(p), np.array(q))), [[expected]])
+
+
+@pytest.mark.parametrize("func", ["correlate2d", "convolve2d"])
+def test_fillvalue_as_scipy(func):
+    """fillvalue read as SciPy reads it (fresh random data): only for boundary 'fill', None is
+    NaN for float results, strings parse, a string that is no number raises ValueError naming
+    fillvalue; the same results, dtypes and exception types as SciPy."""
+    import cupy
+
+    rng = np.random.default_rng()
+    for dtype in ("float64", "float32", "int64", "uint8", "complex128"):
+        a, b = sample(rng, (7, 9), dtype), sample(rng, (3, 2), dtype)
+        for fv, boundary, mode in itertools.product(["a", None, "1.5", 2.5, [3], object()],
+                                                    ["fill", "wrap", "symm"], MODES):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    ref = getattr(signal, func)(a, b, mode, boundary, fv)
+                except (TypeError, ValueError) as exc:
+                    with pytest.raises(type(exc), match="fillvalue|not available|direct"):
+                        getattr(cs, func)(*gpu(a, b), mode, boundary, fv)
+                    continue
+            got = cupy.asnumpy(getattr(cs, func)(*gpu(a, b), mode, boundary, fv))
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                       err_msg=f"{func} {fv!r} {boundary} {mode} {dtype}")
 
 
 AXES_1D = [None, 0, (0,), -1, (-1,)]
@@ -640,3 +705,43 @@ def test_numpy_loop_dtypes_direct_in_1d(dtype):
         compare(func, (a, b, mode), {"method": "direct"}, 1e-3)
         if len(s1) == 2:  # the 2-d functions have no FFT path in SciPy: refused under 'auto'
             compare(func + "2d", (a, b, mode), {}, 1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bool"])
+def test_numpy_loop_dtypes_direct_mixed(dtype):
+    """method='direct' with a float16 or bool operand and another dtype (fresh random data):
+    SciPy's dtype and values where its NumPy 1-d loops or its N-d loops take the promoted dtype,
+    its ValueError where the N-d loops refuse it (bool x bool, float16 results beyond 1-d)."""
+    rng = np.random.default_rng()
+    shapes = [((10,), (3,)), ((3,), (10,)), ((5, 6), (2, 3)), ((4, 3, 5), (2, 2, 2))]
+    for other, func, (s1, s2), mode in itertools.product(
+            ["bool", "int8", "uint8", "float16", "float32", "complex64"], ["convolve", "correlate"],
+            shapes, MODES):
+        for d1, d2 in ((dtype, other), (other, dtype)):
+            a, b = sample(rng, s1, d1), sample(rng, s2, d2)
+            compare(func, (a, b, mode), {"method": "direct"},
+                    1e-2 if "float16" in (d1, d2) else 1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_choose_conv_method_unplannable_as_scipy(mode):
+    """Operands convolve refuses (different dimensionality, a 0-d one): SciPy's answer from the
+    data (integer magnitudes, read on the GPU) and its CPU cost model ('fft' for (300, 400) with
+    (300,) in 'full'), SciPy's IndexError for a 1-d in1 with a 0-d in2."""
+    import cupy
+
+    rng = np.random.default_rng()
+    shapes = [((3, 4, 5), (1, 2)), ((), (5,)), ((5,), ()), ((300, 400), (300,)),
+              ((3000,), (30, 30)), ((2000,), (3, 4000)), ((64, 64, 64), (9, 9))]
+    for (s1, s2), dtype, scale in itertools.product(shapes, ["float32", "bool", "int64", "uint16"],
+                                                    [1, 2 ** 30]):
+        a = (rng.integers(0, 3, s1) * scale).astype(dtype)
+        b = (rng.integers(0, 3, s2) * scale).astype(dtype)
+        try:
+            ref = signal.choose_conv_method(a, b, mode)
+        except IndexError:
+            with pytest.raises(IndexError):
+                cs.choose_conv_method(cupy.asarray(a), cupy.asarray(b), mode)
+            continue
+        assert cs.choose_conv_method(cupy.asarray(a), cupy.asarray(b), mode) == ref, \
+            (s1, s2, dtype, scale)

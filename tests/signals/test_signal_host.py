@@ -6,8 +6,10 @@ order, strides, pads, batch flattening and the FFT path are checked against scip
 CPU.  The kernel's tiling itself is exercised by tests/signals/test_gpu_signal.py on the GPU.
 """
 
+import itertools
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -159,6 +161,40 @@ def test_batched_axes_match_fftconvolve(numpy_cupy, s1, s2, axes, mode, method):
     ref = signal.fftconvolve(a, b, mode=mode, axes=axes)
     got = _run("convolve", a, b, mode, method, axes=axes)
     assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-9)
+
+
+SINGLE_WITH_INTEGERS = list(itertools.product(["float32", "complex64", "float16"],
+                                              ["bool", "int8", "uint8", "int16", "uint16"]))
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("func", ["convolve", "correlate"])
+def test_fft_precision_follows_scipy(numpy_cupy, func, mode):
+    """method='fft' transforms in SciPy's precision: an integer or bool operand in double (as
+    scipy.fft does), so a single-precision result (float32 x uint16 -> float32) is the double
+    transform cast, within 2 ulps of the exact sum in every element (SciPy's
+    test_convolve_method data: 0/1 integers and normal floats); float16 x float16 in single."""
+    rng = np.random.default_rng(42)
+    ints, floats = rng.choice([0, 1], size=100), rng.standard_normal(100)
+    for d1, d2 in SINGLE_WITH_INTEGERS + [(d2, d1) for d1, d2 in SINGLE_WITH_INTEGERS]:
+        a = (floats + 0.5j * floats if "complex" in d1 else floats if "float" in d1 else ints)
+        b = (floats + 0.5j * floats if "complex" in d2 else floats if "float" in d2 else ints)
+        a, b = a.astype(d1), b.astype(d2)[:37]
+        plan = plan_filter(a.shape, b.shape, a.dtype, b.dtype, func=func, mode=mode)
+        assert _signal_fft.fft_work_dtype(plan) == ("complex128" if "complex" in d1 + d2
+                                                     else "float64")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert signal.correlate(a, b, mode, method="fft").dtype == plan.result_dtype
+        got = _run(func, a, b, mode, "fft")
+        wide = [v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for v in (a, b)]
+        exact = getattr(signal, func)(*wide, mode=mode, method="direct")
+        ref = exact.astype(plan.result_dtype)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        ulp = np.spacing(np.maximum(np.abs(ref.real), np.abs(ref.imag)))
+        assert (np.abs(got - ref) <= 2 * ulp + 1e-12 * np.abs(exact).max()).all(), (d1, d2)
+    plan = plan_filter((5,), (3,), np.float16, np.float16, func=func, mode=mode)
+    assert _signal_fft.fft_work_dtype(plan) == "float32"
 
 
 def test_launch_config_fits_shared_memory():

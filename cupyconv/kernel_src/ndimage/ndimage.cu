@@ -50,16 +50,6 @@ struct alignas(2 * sizeof(R)) complex {
   R re, im;
 };
 
-template <typename T> struct is_integer { static const bool value = false; };
-template <> struct is_integer<signed char> { static const bool value = true; };
-template <> struct is_integer<unsigned char> { static const bool value = true; };
-template <> struct is_integer<short> { static const bool value = true; };
-template <> struct is_integer<unsigned short> { static const bool value = true; };
-template <> struct is_integer<int> { static const bool value = true; };
-template <> struct is_integer<unsigned int> { static const bool value = true; };
-template <> struct is_integer<long long> { static const bool value = true; };
-template <> struct is_integer<unsigned long long> { static const bool value = true; };
-
 template <typename A> __device__ __forceinline__ A zero() { return A(0); }
 template <> __device__ __forceinline__ complex<float> zero<complex<float> >() { return {0.f, 0.f}; }
 template <> __device__ __forceinline__ complex<double> zero<complex<double> >() { return {0.0, 0.0}; }
@@ -75,13 +65,52 @@ template <typename R, typename S> struct load<complex<R>, complex<S> > {
   static __device__ __forceinline__ complex<R> as(const complex<S> v) { return {R(v.re), R(v.im)}; }
 };
 
-// Compute -> storage type.  Integer outputs truncate toward zero and keep the low bits (through
-// int64), as SciPy's C cast does on x86; a direct float-to-unsigned conversion would saturate on
-// GPUs instead.
-template <typename T, typename A> struct store {
-  static __device__ __forceinline__ T as(const A v) {
-    return is_integer<T>::value ? T((long long)v) : T(v);
+// A real compute value -> a real storage type.  Integer outputs get what SciPy's C cast `(T)v`
+// of its double sums gives as GCC compiles it for x86-64 (SciPy's Linux wheels; the platform
+// CuPy's tests hold SciPy's integer results on): truncation toward zero through x86's 32-bit
+// conversion for signed types of up to 32 bits and unsigned ones of up to 16, its 64-bit one
+// for uint32 and int64, and for uint64 the 64-bit one of v or, from 2^63 on, of v - 2^63 with
+// the top bit flipped back.  A value out of the conversion's range, or NaN, gives x86's "integer
+// indefinite" (the lowest value), of which narrower types keep the low bits.  So values that
+// fit wrap modulo 2^bits (-3 -> 253 in uint8, 2^64 - 3 in uint64), as SciPy's passes do between
+// them (sobel, prewitt), and uint64 keeps values from 2^63 up; GPU conversions saturate instead.
+// (SciPy's N-d routine casts -v and negates for unsigned outputs: the same, but for uint64 below
+// -2^63.)
+__device__ __forceinline__ int x86_i32(const double v) {
+  return (v > -2147483649.0 && v < 2147483648.0) ? int(v) : -2147483647 - 1;
+}
+__device__ __forceinline__ long long x86_i64(const double v) {
+  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (long long)v
+                                                                      : -9223372036854775807LL - 1;
+}
+template <typename T> struct from_double {  // float, double
+  static __device__ __forceinline__ T as(const double v) { return T(v); }
+};
+template <typename T> struct via_i32 {
+  static __device__ __forceinline__ T as(const double v) { return T(x86_i32(v)); }
+};
+template <typename T> struct via_i64 {
+  static __device__ __forceinline__ T as(const double v) { return T(x86_i64(v)); }
+};
+template <> struct from_double<signed char> : via_i32<signed char> {};
+template <> struct from_double<unsigned char> : via_i32<unsigned char> {};
+template <> struct from_double<short> : via_i32<short> {};
+template <> struct from_double<unsigned short> : via_i32<unsigned short> {};
+template <> struct from_double<int> : via_i32<int> {};
+template <> struct from_double<unsigned int> : via_i64<unsigned int> {};
+template <> struct from_double<long long> : via_i64<long long> {};
+template <> struct from_double<unsigned long long> {
+  static __device__ __forceinline__ unsigned long long as(const double v) {
+    // (NaN fails the comparison: the 64-bit conversion of v, as on x86-64)
+    return v >= 9223372036854775808.0
+               ? (unsigned long long)x86_i64(v - 9223372036854775808.0) ^ (1ULL << 63)
+               : (unsigned long long)x86_i64(v);
   }
+};
+
+// Compute -> storage type (a float compute value is exact as a double).
+template <typename T, typename A> struct store {
+  static __device__ __forceinline__ T as(const A v) { return from_double<T>::as(double(v)); }
 };
 template <typename S, typename A> struct store<complex<S>, A> {
   static __device__ __forceinline__ complex<S> as(const A v) { return {S(v), S(0)}; }
