@@ -9,7 +9,7 @@ in-memory key is an explicit tuple of everything that changes the binary: the
 backend, the architecture and the device.  Nothing here runs at import time.
 
 A first call compiles its modules one after another, as it reaches them.  To compile many at once
-(NVRTC and HIPRTC are thread-safe and run outside the GIL), :func:`discovering` runs calls
+(NVRTC compiles outside the GIL, and threads compile in parallel), :func:`discovering` runs calls
 without compiling or launching anything and notes the modules they ask for, and
 :func:`compile_modules` compiles a list of modules on a pool of threads (``cupyconv.jit.precompile``
 puts the two together for a list of convolutions).
@@ -248,17 +248,20 @@ class _Pending:
     outside one compiles (or finds) the module, applies the dynamic shared memory opted in
     meanwhile and puts the real kernel in the Kernel's place."""
 
-    __slots__ = ("module", "name", "smem", "owner")
+    __slots__ = ("module", "name", "smem", "owner", "raw")
 
     def __init__(self, module: KernelModule, name: str):
-        self.module, self.name, self.smem, self.owner = module, name, 0, None
+        self.module, self.name, self.smem, self.owner, self.raw = module, name, 0, None, None
 
     def resolve(self):
-        raw = _entry(self.module).module.get_function(self.name)
-        if self.smem > raw.max_dynamic_shared_size_bytes:
-            raw.max_dynamic_shared_size_bytes = self.smem
-        self.owner.raw = raw
-        return raw
+        """The real kernel (kept here too: a program recorded through this stand-in keeps it,
+        and so its module, loaded)."""
+        if self.raw is None:
+            raw = _entry(self.module).module.get_function(self.name)
+            if self.smem > raw.max_dynamic_shared_size_bytes:
+                raw.max_dynamic_shared_size_bytes = self.smem
+            self.raw = self.owner.raw = raw
+        return self.raw
 
     @property
     def max_dynamic_shared_size_bytes(self) -> int:
@@ -266,9 +269,10 @@ class _Pending:
 
     @max_dynamic_shared_size_bytes.setter
     def max_dynamic_shared_size_bytes(self, value: int) -> None:
-        self.smem = max(self.smem, value)
-        if not discovery_active():
-            self.resolve()
+        if discovery_active():
+            self.smem = max(self.smem, value)  # (applied when the module is there: resolve)
+        else:
+            self.resolve().max_dynamic_shared_size_bytes = value
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         found = _DISCOVERY.get()

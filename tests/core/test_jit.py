@@ -190,6 +190,11 @@ def test_discovery_notes_modules_and_neither_compiles_nor_launches(slow_compiler
     assert k.raw.max_dynamic_shared_size_bytes == 100_000  # the real kernel took its place
     k((3,), (64,), ())
     assert len(slow_compiler.compiles) == 1 and len(slow_compiler.launches) == 2
+    with jit.discovering():
+        stand_in = jit.get_function(IM2COL, "im2col", "float16")
+    stand_in.max_dynamic_shared_size_bytes = 70_000  # outside a discovery: compiles, applies
+    assert isinstance(stand_in.raw, _FakeKernel) and stand_in.raw.max_dynamic_shared_size_bytes == 70_000
+    assert len(slow_compiler.compiles) == 2
 
 
 def test_compile_modules_compiles_each_module_once_on_several_threads(slow_compiler):
