@@ -446,7 +446,8 @@ def test_the_sample_prints_a_line_per_family_and_target_and_the_full_check(monke
     monkeypatch.setattr(cc_check, "select_modules", lambda patterns=None: mods)
     monkeypatch.setattr(cc_check, "sample", lambda modules: tuple(modules))
     monkeypatch.setattr(cc_check, "check_module", fake)
-    monkeypatch.setattr(cc_check, "sample_targets", lambda: [("nvidia", "sm_80"), ("amd", "gfx90a")])
+    monkeypatch.setattr(cc_check, "sample_targets",
+                        lambda: [("nvidia", "sm_80"), ("amd", "gfx90a")])
     out = io.StringIO()
     assert cc_check.sample_main(out=out) == 0
     lines = out.getvalue().splitlines()

@@ -193,7 +193,8 @@ def test_discovery_notes_modules_and_neither_compiles_nor_launches(slow_compiler
     with jit.discovering():
         stand_in = jit.get_function(IM2COL, "im2col", "float16")
     stand_in.max_dynamic_shared_size_bytes = 70_000  # outside a discovery: compiles, applies
-    assert isinstance(stand_in.raw, _FakeKernel) and stand_in.raw.max_dynamic_shared_size_bytes == 70_000
+    assert isinstance(stand_in.raw, _FakeKernel)
+    assert stand_in.raw.max_dynamic_shared_size_bytes == 70_000
     assert len(slow_compiler.compiles) == 2
 
 
