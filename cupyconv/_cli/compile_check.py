@@ -745,7 +745,6 @@ def main(out=None, modules=None, use_cache: bool = True) -> int:
     return 0 if passed else 1
 
 
-
 FULL_CHECK = "python3 -m cupyconv compile-check"
 _AMD_HINT = ("AMD not checked: no HIPRTC or clang here (Debian/Ubuntu: `apt-get install "
              "--no-install-recommends hipcc libamdhip64-dev` or `clang-19`)")
@@ -781,6 +780,7 @@ def sample_main(out=None, modules=None) -> int:
           f"{', '.join(CLANG_ARCHS)} with clang, where installed), as CI runs it: {FULL_CHECK}",
           file=out)
     return 0 if passed else 1
+
 
 # --------------------------------------------------------------------------- resource report
 _REPORT_FIELDS = (("VGPR", "vgpr_count"), ("AGPR", "agpr_count"), ("SGPR", "sgpr_count"),
