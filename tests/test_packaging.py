@@ -79,13 +79,14 @@ def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_demo_command():
-    """With a GPU the demo convolves and checks; without one it says so and runs the compile check."""
+    """With a GPU the demo convolves and checks; without one it says so and compiles a sample of
+    the kernels, then names the full check."""
     from cupyconv._core.timing import gpu_available
 
-    from cupyconv._cli.compile_check import MODULES_ENV
+    from cupyconv._cli.compile_check import FULL_CHECK, MODULES_ENV
 
-    # README's command as given; without a GPU its compile check is cut to one module (the full
-    # check is test_compile_check's), so this test costs seconds, not a second full check.
+    # README's command as given; without a GPU its sample is cut to one module (the sample's
+    # rule is test_compile_check's), so this test costs seconds, not a minute.
     env = dict(os.environ, **{MODULES_ENV: "common/copy.cu"})
     proc = subprocess.run([sys.executable, "-m", "cupyconv", "demo", "--repeat", "3"],
                           capture_output=True, text=True, cwd=ROOT, env=env)
@@ -95,8 +96,9 @@ def test_demo_command():
         return
     assert "No GPU" in proc.stdout
     assert "compile check:" in proc.stdout
-    assert "compiling 1 kernel modules" in proc.stdout
-    # a summary, not a line per compile: a few lines per target at most
+    assert "from 1 of the 1 kernel modules" in proc.stdout
+    assert proc.stdout.rstrip().endswith(FULL_CHECK)
+    # a line per kernel family and target, not one per compile
     assert len(proc.stdout.splitlines()) < 30, proc.stdout
     assert proc.returncode in (0, 1)
     if "0 failed, 0 skipped" in proc.stdout:

@@ -16,6 +16,10 @@ version, target, options, source, instantiations): a repeated check compiles onl
 The cache lives in ``$CUPYCONV_COMPILE_CHECK_CACHE`` if set (``0``/``off``: no cache), else in
 ``compile-check/`` under cupyconv's user cache directory (``~/.cache/cupyconv``).
 
+The demo without a GPU (and ``compile-check --sample``) compiles :func:`sample` instead: one
+template instantiation per (kernel source, kernel, dtype class, GEMM main loop), for sm_80, sm_90a
+and one AMD target where an AMD compiler is installed, in a minute or two on two cores.
+
 A missing compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure,
 which is how CI makes sure the check really ran.
 """
@@ -31,17 +35,18 @@ import tempfile
 import ctypes.util
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cupyconv._core.caches import memoized
-from cupyconv._core.kernels import REGISTRY, KernelModule
+from cupyconv._core.kernels import REGISTRY, KernelModule, main_loop
 from cupyconv._core.jit import arch_options
 from cupyconv.jit import COMPILE_OPTIONS
 
@@ -517,9 +522,79 @@ def select_modules(patterns: str | None = None) -> tuple:
     return chosen
 
 
+# --------------------------------------------------------------------------- the demo's sample
+def dtype_class(dtype: str) -> str:
+    """The class of a module's dtype for the sample: each float type is its own (float16 and
+    bfloat16 take different code paths: intrinsics, tensor-core instructions, AMD's bfloat16
+    struct), complex64/complex128 are "complex", the integer types "integer"; an ndimage
+    "in:out:compute" triple is the classes of its parts."""
+    def one(d):
+        if d.startswith("complex"):
+            return "complex"
+        return "integer" if d.startswith(("int", "uint")) else d
+
+    return ":".join(one(d) for d in dtype.split(":"))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Some of a module's template instantiations, compiled from the module's own source text:
+    quacks like a KernelModule (``code``, ``name_expressions``, ``source``, ``vendors``)."""
+
+    module: KernelModule
+    name_expressions: tuple
+
+    @property
+    def code(self) -> str:
+        return self.module.code
+
+    @property
+    def source(self) -> str:
+        return self.module.source
+
+    @property
+    def vendors(self) -> tuple:
+        return self.module.vendors
+
+
+def sample(modules=None) -> tuple[Sample, ...]:
+    """The demo's representative subset of ``modules`` (default: :func:`select_modules`): one
+    template instantiation for each (source file, kernel template, dtype class, GEMM main loop),
+    compiled in the module it comes from (its defines and source text), so every kernel source
+    is compiled for every dtype class it serves and every GEMM source on each of its main loops.
+    Of the candidates, the first in registry order among the modules of the smallest tile (the
+    cheapest to compile: a 64x64 GEMM tile compiles in about half the time of a 128x128 one).
+    Chosen by this rule, so new modules join by themselves."""
+    modules = select_modules() if modules is None else tuple(modules)
+    chosen: dict[tuple, tuple] = {}
+    for m in sorted(modules, key=lambda m: math.prod(m.tile)):  # (stable: registry order)
+        for t in m.templates:
+            for d in m.dtypes:
+                key = (m.source, t, dtype_class(d), main_loop(m))
+                if key not in chosen:
+                    chosen[key] = (m, replace(m, templates=(t,), dtypes=(d,)).name_expressions[0])
+    by_module: dict = {}
+    for m, ne in chosen.values():
+        by_module.setdefault(m, []).append(ne)
+    return tuple(Sample(m, tuple(nes)) for m, nes in by_module.items())
+
+
+def sample_targets() -> list[tuple[str, str]]:
+    """The demo's targets: NVIDIA_ARCHS and, where an AMD compiler is installed, one AMD target:
+    gfx90a with HIPRTC (the compiler ROCm runs at first use), else gfx942 with clang."""
+    nvidia = [("nvidia", a) for a in NVIDIA_ARCHS]
+    try:
+        _load_hiprtc()
+        return nvidia + [("amd", AMD_ARCHS[0])]
+    except CompilerMissing:
+        pass
+    return nvidia + ([("clang", CLANG_ARCHS[0])] if clang_for(CLANG_ARCHS[0]) else [])
+
+
 def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
-              workers=None) -> list[CheckResult]:
-    """Compile every module for every target of ``vendors``; ``progress(result)`` after each.
+              workers=None, on=None) -> list[CheckResult]:
+    """Compile every module for every target of ``vendors`` (or the (vendor, arch) targets
+    ``on``); ``progress(result)`` after each.
 
     Compiles run on ``workers`` threads (default: one per CPU; compiling is CPU-bound): NVRTC
     releases the GIL, each thread's HIPRTC compiles go, one after another, to a worker
@@ -528,7 +603,7 @@ def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
     """
     modules = select_modules() if modules is None else tuple(modules)
     jobs = []
-    for vendor, arch in targets(vendors):
+    for vendor, arch in targets(vendors) if on is None else on:
         owner = "amd" if vendor == "clang" else vendor
         mine = [m for m in modules if owner in m.vendors]
         if vendor == "clang":
@@ -589,17 +664,34 @@ def target_line(vendor: str, arch: str, results) -> str:
             f"{sum(r.seconds for r in results):.1f} s compiling)")
 
 
-class _Printer:
-    """Streams the check's output: one line per target once its last module is in, each
-    failure with its log, and each distinct skip reason once (not once per module)."""
+def family_line(vendor: str, arch: str, family: str, results) -> str:
+    """One line for one kernel family (a kernel_src/ folder) on one target: the demo's progress."""
+    failed = sum(r.status == "failed" for r in results)
+    skipped = sum(r.status == "skipped" for r in results)
+    ok = len(results) - failed - skipped
+    sources = sorted({r.source.split("/", 1)[-1] for r in results})
+    extra = (f"  {failed} FAILED" if failed else "") + (f"  {skipped} skipped" if skipped else "")
+    return (f"  {arch:8s} {_COMPILER[vendor]:6s}  {family:10s} {ok:3d} ok{extra}  "
+            f"({sum(r.seconds for r in results):5.1f} s: {', '.join(sources)})")
 
-    def __init__(self, out, plan):
+
+def _family(r) -> str:
+    return r.source.split("/", 1)[0]
+
+
+class _Printer:
+    """Streams the check's output: one line per group of results (a target; for the demo's
+    sample a target's kernel family) once its last result is in, each failure with its log,
+    and each distinct skip reason once (not once per module)."""
+
+    def __init__(self, out, plan, by_family: bool = False):
         self.out, self.left = out, {t: n for t, n in plan}
+        self.by_family = by_family
         self.done: dict = {}
         self.hints: list[str] = []
 
     def __call__(self, r: CheckResult):
-        key = (r.vendor, r.arch)
+        key = (r.vendor, r.arch) + ((_family(r),) if self.by_family else ())
         self.done.setdefault(key, []).append(r)
         if r.status == "failed":
             print(f"  FAILED  {r.arch} {r.source}:\n    "
@@ -608,13 +700,20 @@ class _Printer:
             self.hints.append(r.log)
         self.left[key] -= 1
         if self.left[key] == 0:
-            print(target_line(*key, self.done[key]), file=self.out, flush=True)
+            line = family_line if self.by_family else target_line
+            print(line(*key, self.done[key]), file=self.out, flush=True)
 
 
-def _plan(modules, vendors) -> list[tuple[tuple[str, str], int]]:
-    """(target, number of results it will report), in job order."""
-    return [((v, a), sum(("amd" if v == "clang" else v) in m.vendors for m in modules))
-            for v, a in targets(vendors)]
+def _plan(modules, on, by_family: bool = False) -> list[tuple[tuple, int]]:
+    """(target, or (vendor, arch, family) with ``by_family``; the number of results it will
+    report), in job order; groups with none left out."""
+    plan: dict = {}
+    for v, a in on:
+        for m in modules:
+            if ("amd" if v == "clang" else v) in m.vendors:
+                key = (v, a) + ((_family(m),) if by_family else ())
+                plan[key] = plan.get(key, 0) + 1
+    return list(plan.items())
 
 
 def main(out=None, modules=None, use_cache: bool = True) -> int:
@@ -626,7 +725,7 @@ def main(out=None, modules=None, use_cache: bool = True) -> int:
         os.environ[CACHE_ENV] = "off"
     chosen = select_modules(modules)
     vendors = ("nvidia", "amd", "clang")
-    plan = [p for p in _plan(chosen, vendors) if p[1]]
+    plan = _plan(chosen, targets(vendors))
     clang_targets = [a for (v, a), _ in plan if v == "clang"]
     root = cache_root()
     print(f"compiling {len(chosen)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} (NVRTC), "
@@ -643,6 +742,43 @@ def main(out=None, modules=None, use_cache: bool = True) -> int:
         print(f"  skipped {n} compiles: " + hint.strip().replace("\n", "\n    "), file=out)
     passed, line = summarize(results)
     print(line + ("" if passed else "  -> FAILED"), file=out)
+    return 0 if passed else 1
+
+
+FULL_CHECK = "python3 -m cupyconv compile-check"
+_AMD_HINT = ("AMD not checked: no HIPRTC or clang here (Debian/Ubuntu: `apt-get install "
+             "--no-install-recommends hipcc libamdhip64-dev` or `clang-19`)")
+
+
+def sample_main(out=None, modules=None) -> int:
+    """The demo's compile check: :func:`sample` (of ``modules``, fnmatch patterns as for
+    :func:`main`) for :func:`sample_targets`, one progress line per kernel family and target, a
+    summary and how to run the full check.  Exit status 0 when it passed."""
+    out = sys.stdout if out is None else out
+    modules = select_modules(modules)
+    chosen = sorted(sample(modules), key=_family)  # (stable) family by family: progress lines
+    on = sample_targets()
+    root = cache_root()
+    names = sum(len(s.name_expressions) for s in chosen)
+    full = sum(len(m.name_expressions) for m in modules)
+    compilers = ", ".join(f"{a} ({_COMPILER[v]})" for v, a in on)
+    print(f"compiling a representative sample of the kernels: {names} of their {full} template "
+          f"instantiations, one per kernel source, kernel, dtype class and GEMM main loop, from "
+          f"{len(chosen)} of the {len(modules)} kernel modules, for {compilers}\n"
+          f"result cache: {root if root else 'off'}", file=out, flush=True)
+    if not any(v in ("amd", "clang") for v, _ in on):
+        print("  " + _AMD_HINT, file=out)
+    printer = _Printer(out, _plan(chosen, on, by_family=True), by_family=True)
+    results = run_check(chosen, progress=printer, on=on)
+    for hint in printer.hints:
+        n = sum(r.log == hint for r in results)
+        print(f"  skipped {n} compiles: " + hint.strip().replace("\n", "\n    "), file=out)
+    passed, line = summarize(results)
+    print(line + ("" if passed else "  -> FAILED"), file=out)
+    print(f"That was a sample.  Every kernel module for every target (NVIDIA "
+          f"{', '.join(NVIDIA_ARCHS)}; AMD {', '.join(AMD_ARCHS)} with HIPRTC and "
+          f"{', '.join(CLANG_ARCHS)} with clang, where installed), as CI runs it: {FULL_CHECK}",
+          file=out)
     return 0 if passed else 1
 
 

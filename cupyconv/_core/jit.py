@@ -7,20 +7,30 @@ modules compiled with name expressions.  The
 in-memory key is an explicit tuple of everything that changes the binary: the
 :class:`~cupyconv._core.kernels.KernelModule` (file, templates, dtypes, defines), the compiler options, the
 backend, the architecture and the device.  Nothing here runs at import time.
+
+A first call compiles its modules one after another, as it reaches them.  To compile many at once
+(NVRTC compiles outside the GIL, and threads compile in parallel), :func:`discovering` runs calls
+without compiling or launching anything and notes the modules they ask for, and
+:func:`compile_modules` compiles a list of modules on a pool of threads (``cupyconv.jit.precompile``
+puts the two together for a list of convolutions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cupyconv._core.caches import register
 from cupyconv._core.kernels import REGISTRY, KernelModule
 from cupyconv._core.program import Kernel, bind_thread_context
 
-__all__ = ["precompile", "cache_info", "clear_cache", "get_function", "COMPILE_OPTIONS",
-           "arch_options", "wave_size"]
+__all__ = ["precompile", "compile_modules", "discovering", "discovery_active", "cache_info",
+           "clear_cache", "get_function", "COMPILE_OPTIONS", "arch_options", "wave_size"]
 
 # CuPy's on-disk cache and HIP (read in CuPy 14.2.0, cupy/cuda/compiler.py): the NVRTC path keys
 # its cache on the sorted name expressions too and stores the mangled names beside the cubin, so a
@@ -207,10 +217,85 @@ def _entry(module: KernelModule) -> _Entry:
         return entry
 
 
+# While discovering (see discovering()): the modules asked for so far, in order (a dict as an
+# ordered set); None otherwise.
+_DISCOVERY: contextvars.ContextVar = contextvars.ContextVar("cupyconv_discovery", default=None)
+
+
+@contextlib.contextmanager
+def discovering():
+    """Within the block :func:`get_function` compiles nothing and no kernel of it launches: each
+    module asked for is noted in the yielded dict's keys (in order), and the kernel handed out
+    compiles its module at its first use after the block (:class:`_Pending`), so one that a
+    plan cache kept still works.  The prepared-call cache remembers nothing made in the block
+    and the autotuner does not run (see their modules)."""
+    found: dict = {}
+    token = _DISCOVERY.set(found)
+    try:
+        yield found
+    finally:
+        _DISCOVERY.reset(token)
+
+
+def discovery_active() -> bool:
+    return _DISCOVERY.get() is not None
+
+
+class _Pending:
+    """The kernel of a module handed out while discovering, in place of the ``cupy.RawKernel``
+    of a :class:`~cupyconv._core.program.Kernel`: a launch within a discovery does nothing but
+    note the module (a plan cache may hand the same Kernel to a later discovery); the first use
+    outside one compiles (or finds) the module, applies the dynamic shared memory opted in
+    meanwhile and puts the real kernel in the Kernel's place."""
+
+    __slots__ = ("module", "name", "smem", "owner", "raw")
+
+    def __init__(self, module: KernelModule, name: str):
+        self.module, self.name, self.smem, self.owner, self.raw = module, name, 0, None, None
+
+    def resolve(self):
+        """The real kernel (kept here too: a program recorded through this stand-in keeps it,
+        and so its module, loaded)."""
+        if self.raw is None:
+            raw = _entry(self.module).module.get_function(self.name)
+            if self.smem > raw.max_dynamic_shared_size_bytes:
+                raw.max_dynamic_shared_size_bytes = self.smem
+            self.raw = self.owner.raw = raw
+        return self.raw
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.smem if discovery_active() else self.resolve().max_dynamic_shared_size_bytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        if discovery_active():
+            self.smem = max(self.smem, value)  # (applied when the module is there: resolve)
+        else:
+            self.resolve().max_dynamic_shared_size_bytes = value
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        found = _DISCOVERY.get()
+        if found is not None:  # (also a stand-in a plan cache kept from an earlier discovery)
+            found.setdefault(self.module)
+            return
+        self.resolve()(grid, block, args, shared_mem=shared_mem)
+
+    def __getattr__(self, name):  # the kernel's other attributes (kernel, num_regs, ...)
+        return getattr(self.resolve(), name)
+
+
 def get_function(module: KernelModule, template: str, dtype: str,
                  variant: tuple[int, ...] = ()) -> Kernel:
     """The kernel ``template<dtype, *tile, *variant>`` of ``module``, compiled on first use (a
-    :class:`~cupyconv._core.program.Kernel`: launches made while recording a call are seen)."""
+    :class:`~cupyconv._core.program.Kernel`: launches made while recording a call are seen).
+    While :func:`discovering`, the module is noted instead and nothing is compiled."""
+    found = _DISCOVERY.get()
+    if found is not None:
+        found.setdefault(module)
+        pending = _Pending(module, module.name_expression(template, dtype, variant))
+        pending.owner = Kernel(pending)
+        return pending.owner
     entry = _entry(module)
     name = module.name_expression(template, dtype, variant)
     kernel = entry.kernels.get(name)
@@ -220,16 +305,60 @@ def get_function(module: KernelModule, template: str, dtype: str,
     return kernel
 
 
-def precompile(modules=None) -> int:
-    """Compile ``modules`` (default: every registered kernel) for the current device now.
+def _device_id() -> int:
+    import cupy
 
-    Use it to move JIT latency out of a timed region or a request path.  Returns how many modules
-    were compiled or found in the cache.
-    """
-    modules = REGISTRY if modules is None else tuple(modules)
-    for m in modules:
-        _entry(m)
+    return cupy.cuda.Device().id
+
+
+def _on_device(device: int):
+    import cupy
+
+    return cupy.cuda.Device(device)
+
+
+def default_workers() -> int:
+    """Compiling threads: one per CPU this process may run on (compiling is CPU-bound), at most
+    32 (each NVRTC compile of a GEMM module holds a few hundred MB while it runs)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 32))
+
+
+def compile_modules(modules, workers: int | None = None) -> int:
+    """Compile (or load from the disk caches) each of ``modules`` for the current device, on
+    ``workers`` threads at once (default: :func:`default_workers`).  NVRTC compiles outside the
+    GIL, each module once however many threads ask (its entry's lock), and the disk caches are
+    written atomically, so this is as safe as first calls in several threads or processes.
+    (HIPRTC is thread-safe too, but comgr serializes its compiles behind locks: on ROCm the
+    threads overlap loading, not compiling.)  Returns how many distinct modules were compiled or
+    found."""
+    modules = tuple(dict.fromkeys(modules))
+    device = _device_id()  # the caller's device, also in the pool's threads
+
+    def one(m):
+        with _on_device(device):
+            _entry(m)
+
+    workers = min(workers or default_workers(), len(modules))
+    if workers <= 1:
+        for m in modules:
+            one(m)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cupyconv-jit") as pool:
+            for _ in pool.map(one, modules):  # (re-raises the first compile error)
+                pass
     return len(modules)
+
+
+def precompile(modules=None, workers: int | None = None) -> int:
+    """Compile ``modules`` (default: every registered kernel) for the current device now, several
+    at once (:func:`compile_modules`).  The public ``cupyconv.jit.precompile`` also takes a list
+    of convolutions and compiles what they run.  Returns how many modules were compiled or
+    found in the cache."""
+    return compile_modules(REGISTRY if modules is None else modules, workers)
 
 
 def cache_info() -> dict:

@@ -328,6 +328,17 @@ def _build(math: int, simt_blocks: int, blocks: int) -> dict:
     return {"defines": (("CC_MIN_BLOCKS", 1),)}
 
 
+# The sources of the GEMM-family modules below: their variant's last template argument is the
+# main-loop kind (MATH_*).
+GEMM_SOURCES = ("gemm/gemm.cu", "gemm/conv_fprop.cu", "gemm/conv_wgrad.cu")
+
+
+def main_loop(module: KernelModule) -> int | None:
+    """The GEMM main-loop kind (``MATH_*``) a GEMM-family module is built on; None for the
+    modules of other families."""
+    return module.variants[0][-1] if module.source in GEMM_SOURCES else None
+
+
 def gemm_module(dtype: str, tile: tuple[int, ...], variant: tuple[int, ...],
                 math: int = MATH_SIMT, blocks: int = 1) -> KernelModule:
     return KernelModule("gemm/gemm.cu", ("gemm",), (dtype,), tile=tile,

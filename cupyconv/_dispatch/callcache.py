@@ -21,6 +21,7 @@ from cupyconv._core.arrays import check_out_disjoint, gpu_view
 from cupyconv._core.caches import register
 from cupyconv._core.foreign import ForeignArray, describe
 from cupyconv._core.geometry import _freeze
+from cupyconv._core.jit import discovery_active
 from cupyconv._core.program import recording, verify, verify_enabled
 from cupyconv._gemm.launch import plan_hooks_active
 
@@ -113,7 +114,7 @@ def lookup(key):
 
 
 def remember(key, call) -> None:
-    if key is None or plan_hooks_active():
+    if key is None or plan_hooks_active() or discovery_active():
         return
     if len(_calls) >= _MAX_ENTRIES:
         _calls.clear()
@@ -169,6 +170,10 @@ def prepare(run_full, names: tuple, inputs: tuple, y) -> PreparedCall:
     of the recording, or, where the work could not be recorded, ``run_full`` again per call."""
     import cupy
 
+    if discovery_active():  # (jit.discovering: nothing launches, so there is nothing to record)
+        run_full(inputs, y)
+        return PreparedCall(lambda ops: run_full(ops[:-1], ops[-1]), y.shape, y.dtype,
+                            cupy.cuda.runtime.getDevice(), names, False)
     operands = inputs + (y,)
     with recording(operands) as rec:
         run_full(inputs, y)

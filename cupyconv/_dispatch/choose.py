@@ -8,6 +8,7 @@ import os
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.geometry import ConvGeometry
+from cupyconv._core.jit import discovery_active
 from cupyconv._dispatch.forward import Algorithm, heuristic_choice, planned_gemm
 from cupyconv._dispatch.tune import tuned_algorithm
 from cupyconv._gemm.forward import forward_merge
@@ -23,11 +24,11 @@ def autotune_enabled() -> bool:
 def choose(geom: ConvGeometry, method: str) -> Algorithm:
     """The algorithm that runs ``geom`` on the current device: the heuristic choice, or with
     ``CUPYCONV_AUTOTUNE=1`` and ``method="auto"`` the measured winner from the tuning cache
-    (tuned on first use of the problem)."""
+    (tuned on first use of the problem; not while ``jit.discovering``: nothing runs to time)."""
     import cupy
 
     device_id = cupy.cuda.Device().id
-    if method == "auto" and autotune_enabled():
+    if method == "auto" and autotune_enabled() and not discovery_active():
         return tuned_choice(geom, device_id)
     return heuristic_choice(geom, method, device_id)
 

@@ -203,3 +203,14 @@ class TestSizeLimitsOnDevice:
         with pytest.raises(ValueError, match=r"method='direct'"):
             cupyconv.signal.correlate(long, cupy.ones(3, cupy.float32), mode="same",
                                       method="direct")
+
+
+def test_precompile_problems_are_checked_before_anything_runs():
+    """A malformed problem is refused by name, before any array is made (so also without a GPU)."""
+    with pytest.raises(ValueError, match=r"needs the shapes of x and w.*lacks \['w'\]"):
+        jit.modules_for([dict(x=(1, 3, 8, 8))])
+    with pytest.raises(ValueError, match="passes must be among"):
+        jit.precompile(problems=[dict(x=(1, 3, 8, 8), w=(4, 3, 3, 3), passes=("sideways",))])
+    with pytest.raises(TypeError, match="a problem is a ConvGeometry or a mapping"):
+        jit.modules_for([((1, 3, 8, 8), (4, 3, 3, 3))])
+    assert jit.cache_info()["misses"] == 0

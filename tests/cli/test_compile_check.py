@@ -366,3 +366,110 @@ def test_every_cli_option_has_help():
             if action.option_strings and action.dest != "help":
                 assert action.help, f"{name} {action.option_strings[0]} has no help text"
         assert "exit status" in (sub.epilog or ""), name
+
+
+# --------------------------------------------------------------------------- the demo's sample
+def _sample_key(module, name_expression):
+    """(source, template, dtype class, main loop) of one instantiation of ``module``."""
+    from dataclasses import replace
+
+    from cupyconv._core.kernels import main_loop
+
+    for t in module.templates:
+        for d in module.dtypes:
+            if name_expression in replace(module, templates=(t,), dtypes=(d,)).name_expressions:
+                return module.source, t, cc_check.dtype_class(d), main_loop(module)
+    raise AssertionError(f"{name_expression} is not an instantiation of {module}")
+
+
+def test_the_sample_has_one_instantiation_per_source_kernel_dtype_class_and_main_loop(monkeypatch):
+    """The demo's subset follows its rule over the whole registry (no list to keep): every
+    (source, template, dtype class, GEMM main loop) once, each a real instantiation of its module,
+    compiled with its module's own source text; a small share of the full check."""
+    from cupyconv._core.kernels import MATH_WGMMA, main_loop
+
+    monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
+    modules = cc_check.all_modules()
+    everything = {_sample_key(m, ne) for m in modules for ne in m.name_expressions}
+    picked = [(s, ne) for s in cc_check.sample() for ne in s.name_expressions]
+    keys = [_sample_key(s.module, ne) for s, ne in picked]
+    assert len(keys) == len(set(keys)) and set(keys) == everything
+    assert all(s.code == s.module.code and s.vendors == s.module.vendors and s.module in modules
+               for s, _ in picked)
+    assert {s.source for s, _ in picked} == {m.source for m in modules}
+    assert {k[2] for k in keys} >= {"float16", "bfloat16", "float32", "float64", "complex",
+                                    "integer:integer:float64"}
+    assert {k[3] for k in keys if k[0] == "gemm/conv_fprop.cu"} == set(range(MATH_WGMMA + 2))
+    # of its candidates, a module of the smallest tile (64x64 GEMM tiles, not 128x128)
+    gemm = [s.module for s, _ in picked if main_loop(s.module) is not None]
+    assert gemm and all(m.tile[:2] == (64, 64) for m in gemm)
+    assert len(picked) * 4 < sum(len(m.name_expressions) for m in modules)
+    # a restriction by pattern samples only those sources
+    assert {s.source for s in cc_check.sample(cc_check.select_modules("gemm/im2col.cu"))} == \
+        {"gemm/im2col.cu"}
+
+
+def test_dtype_classes():
+    assert [cc_check.dtype_class(d) for d in ("float16", "bfloat16", "float32", "float64")] == \
+        ["float16", "bfloat16", "float32", "float64"]
+    assert {cc_check.dtype_class(d) for d in ("complex64", "complex128")} == {"complex"}
+    assert {cc_check.dtype_class(d) for d in ("uint8", "int64", "uint64")} == {"integer"}
+    assert cc_check.dtype_class("int16:complex128:complex128") == "integer:complex:complex"
+
+
+def test_the_sample_targets_nvidia_and_one_amd_target_where_a_compiler_is_installed(monkeypatch):
+    def missing():
+        raise cc_check.CompilerMissing("no HIPRTC")
+
+    nvidia = [("nvidia", a) for a in cc_check.NVIDIA_ARCHS]
+    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
+    assert cc_check.sample_targets() == nvidia + [("amd", "gfx90a")]
+    monkeypatch.setattr(cc_check, "_load_hiprtc", missing)
+    monkeypatch.setattr(cc_check, "clang_for", lambda arch: "/usr/bin/clang-19")
+    assert cc_check.sample_targets() == nvidia + [("clang", "gfx942")]
+    monkeypatch.setattr(cc_check, "clang_for", lambda arch: None)
+    assert cc_check.sample_targets() == nvidia
+
+
+def test_the_sample_prints_a_line_per_family_and_target_and_the_full_check(monkeypatch):
+    import io
+
+    compiled = []
+
+    def fake(module, vendor, arch, hiprtc=None):
+        compiled.append((module.source, vendor, arch, module.name_expressions))
+        return cc_check.CheckResult(module.source, vendor, arch, "ok", 0.5)
+
+    mods = (FakeModule("// a\n", "fam1/a.cu", ("k<float>", "k<double>")),
+            FakeModule("// b\n", "fam2/b.cu", ("k<float>",)),
+            FakeModule("// c\n", "fam1/c.cu", ("k<float>",)))
+    monkeypatch.setattr(cc_check, "select_modules", lambda patterns=None: mods)
+    monkeypatch.setattr(cc_check, "sample", lambda modules: tuple(modules))
+    monkeypatch.setattr(cc_check, "check_module", fake)
+    monkeypatch.setattr(cc_check, "sample_targets",
+                        lambda: [("nvidia", "sm_80"), ("amd", "gfx90a")])
+    out = io.StringIO()
+    assert cc_check.sample_main(out=out) == 0
+    lines = out.getvalue().splitlines()
+    progress = [line.split()[:4] for line in lines if line.startswith("  ")]
+    assert progress == [["sm_80", "NVRTC", "fam1", "2"], ["sm_80", "NVRTC", "fam2", "1"],
+                        ["gfx90a", "HIPRTC", "fam1", "2"], ["gfx90a", "HIPRTC", "fam2", "1"]]
+    assert "(  1.0 s: a.cu, c.cu)" in lines[2]
+    assert len(compiled) == 6 and "compile check: 6 ok, 0 failed" in out.getvalue()
+    assert lines[-1].endswith("python3 -m cupyconv compile-check")
+
+
+def test_the_sample_reports_a_failure_and_the_missing_amd_compiler(monkeypatch):
+    import io
+
+    monkeypatch.setattr(cc_check, "select_modules", lambda patterns=None: (_module(BROKEN_BODY),))
+    monkeypatch.setattr(cc_check, "sample", lambda modules: tuple(modules))
+    monkeypatch.setattr(cc_check, "sample_targets", lambda: [("nvidia", "sm_90")])
+    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    out = io.StringIO()
+    rc = cc_check.sample_main(out=out)
+    text = out.getvalue()
+    if "skipped 1 compiles" in text:
+        pytest.skip("NVRTC is not installed")
+    assert rc == 1 and "FAILED" in text and "undeclared_name" in text
+    assert "AMD not checked" in text

@@ -114,3 +114,100 @@ def test_shared_constants_are_defined_once_for_python_and_the_kernels():
             assert not re.search(rf"^\s*#\s*define\s+{name}\b", text, re.M), (file, name)
         for module in REGISTRY:
             assert f"#define {name} {value}\n" in module.code
+
+
+class _FakeKernel:
+    def __init__(self, name, launches):
+        self.name, self.launches, self.max_dynamic_shared_size_bytes = name, launches, 48 * 1024
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.launches.append((self.name, grid, block, args, shared_mem))
+
+
+class _SlowRawModule:
+    """A RawModule stand-in whose compile takes 0.2 s (outside the GIL, as NVRTC's) and whose
+    kernels record their launches."""
+    lock = threading.Lock()
+    compiles: list = []
+    launches: list = []
+
+    def __init__(self, code, options, name_expressions):
+        self.names = name_expressions
+        self.kernels = {}
+
+    def compile(self):
+        time.sleep(0.2)
+        with _SlowRawModule.lock:
+            _SlowRawModule.compiles.append(self.names)
+
+    def get_function(self, name):
+        assert name in self.names
+        return self.kernels.setdefault(name, _FakeKernel(name, _SlowRawModule.launches))
+
+
+@pytest.fixture
+def slow_compiler(monkeypatch):
+    import contextlib
+
+    import cupy
+
+    monkeypatch.setattr(cupy, "RawModule", _SlowRawModule)
+    monkeypatch.setattr(jit, "_target", lambda: ("nvrtc", "sm_90", 0))
+    monkeypatch.setattr(jit, "bind_thread_context", lambda: None)  # no device
+    monkeypatch.setattr(jit, "_device_id", lambda: 0)
+    monkeypatch.setattr(jit, "_on_device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr("cupyconv._core.program.bind_thread_context", lambda: None)
+    _SlowRawModule.compiles, _SlowRawModule.launches = [], []
+    jit.clear_cache()
+    yield _SlowRawModule
+    jit.clear_cache()
+
+
+def test_discovery_notes_modules_and_neither_compiles_nor_launches(slow_compiler):
+    """Within jit.discovering a kernel is a stand-in: its module is noted, launches do nothing and
+    an opted-in shared-memory size waits; after the block its first launch compiles the module,
+    applies the size and launches (so a stand-in kept by a plan cache still works)."""
+    from cupyconv._core.kernels import IM2COL
+
+    with jit.discovering() as found:
+        k = jit.get_function(DIRECT_CONV, "direct_conv", "float32")
+        jit.get_function(IM2COL, "im2col", "float16")
+        jit.get_function(DIRECT_CONV, "direct_conv", "float64")
+        k((1,), (32,), ("x",))
+        if k.max_dynamic_shared_size_bytes < 100_000:
+            k.max_dynamic_shared_size_bytes = 100_000
+        assert jit.discovery_active()
+    assert not jit.discovery_active()
+    assert list(found) == [DIRECT_CONV, IM2COL]
+    assert slow_compiler.compiles == [] and slow_compiler.launches == []
+    assert jit.cache_info()["misses"] == 0
+    with jit.discovering() as again:  # a stand-in kept (by a plan cache) is noted when launched
+        k((1,), (32,), ("x",))
+    assert list(again) == [DIRECT_CONV] and slow_compiler.compiles == []
+    k((2,), (64,), ("y",))
+    assert slow_compiler.compiles == [list(DIRECT_CONV.name_expressions)]
+    assert slow_compiler.launches == [("direct_conv<float>", (2,), (64,), ("y",), 0)]
+    assert k.raw.max_dynamic_shared_size_bytes == 100_000  # the real kernel took its place
+    k((3,), (64,), ())
+    assert len(slow_compiler.compiles) == 1 and len(slow_compiler.launches) == 2
+    with jit.discovering():
+        stand_in = jit.get_function(IM2COL, "im2col", "float16")
+    stand_in.max_dynamic_shared_size_bytes = 70_000  # outside a discovery: compiles, applies
+    assert isinstance(stand_in.raw, _FakeKernel)
+    assert stand_in.raw.max_dynamic_shared_size_bytes == 70_000
+    assert len(slow_compiler.compiles) == 2
+
+
+def test_compile_modules_compiles_each_module_once_on_several_threads(slow_compiler):
+    from cupyconv._core.kernels import COL2IM, IM2COL, SPLITK_REDUCE
+
+    mods = [DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE, IM2COL]
+    start = time.perf_counter()
+    assert jit.compile_modules(mods, workers=4) == 4
+    elapsed = time.perf_counter() - start
+    assert len(slow_compiler.compiles) == 4 and elapsed < 0.6  # 4 x 0.2 s compiles at once
+    assert jit.compile_modules(mods, workers=4) == 4  # all in memory now: nothing compiles
+    assert len(slow_compiler.compiles) == 4
+    info = jit.cache_info()
+    assert info["misses"] == 4 and info["hits"] == 4
+    assert jit.precompile([IM2COL, DIRECT_CONV], workers=1) == 2
