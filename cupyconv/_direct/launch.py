@@ -21,6 +21,8 @@ def run_direct(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIV
     that are NaN (the repair pass after a merged-groups GEMM, :func:`repair_merged_forward`)."""
     if z is not None and not same_strides(z, y):
         raise ValueError("run_direct reads z through y's strides: pass z with y's strides")
+    if only_nan and not y.flags.c_contiguous:
+        raise ValueError("the repair pass reads y as C-contiguous: pass a C-contiguous y")
     fn = jit.get_function(DIRECT_CONV, "direct_conv", geom.dtype)
     cl = geom.channels_last
     total = int(np.prod(geom.output_shape))
@@ -47,6 +49,8 @@ def repair_merged_data(geom: ConvGeometry, dy, w, bias, dx) -> None:
     """After backward-data over merged groups wrote dx (with ``bias`` added, if given): recompute
     from ``geom``'s own groups and weights ``w`` the elements of dx that are NaN (as
     :func:`repair_merged_forward`).  dx C-contiguous, dy and w any strides."""
+    if not dx.flags.c_contiguous:
+        raise ValueError("the repair pass reads dx as C-contiguous: pass a C-contiguous dx")
     fn = jit.get_function(DIRECT_CONV, "direct_dgrad", geom.dtype)
     cl = geom.channels_last
     args = [dy, w, bias if bias is not None else dx, dx, *ints((bias is not None,)),

@@ -12,7 +12,8 @@
 // other groups of its merged group and makes their outputs NaN (0 * inf, 0 * NaN); every output
 // so hit is NaN (the epilogue's activations let NaN through), and an output whose inputs are all
 // finite is exact.  So the pass recomputes, skipping taps outside the window, only the outputs
-// that are NaN: each then reads only its own group, as PyTorch's result does.
+// that are NaN: each then reads only its own group, as PyTorch's result does.  The result must be
+// C-contiguous in its layout (the host checks).
 #include "common.cuh"
 #include "activation.cuh"
 
@@ -35,10 +36,12 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
   const cc::Epilogue<T> ep = {z, has_z, act};
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
+    // (the repair pass's y is C-contiguous in its layout, so idx is the element's offset: the
+    // common case, a finite output, costs one coalesced load and no index arithmetic)
+    if (only_nan && !cc::is_nan(cc::load_as<A>(y[idx]))) continue;
     int n, k, od, oh, ow;
     cc::split_activation(idx, K, OD, OH, OW, channels_last, narrow, n, k, od, oh, ow);
     const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
-    if (only_nan && !cc::is_nan(cc::load_as<A>(y[y_off]))) continue;
     const T* xg = x + n * xsn + (cc::index_t)(k / kpg) * cpg * xsc;
     const T* wk = w + k * wsk;
     A acc = 0;
@@ -86,10 +89,10 @@ __global__ void direct_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
   const bool narrow = total <= 0xffffffffLL;
   for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (cc::index_t)blockDim.x * gridDim.x) {
+    if (only_nan && !cc::is_nan(cc::load_as<A>(dx[idx]))) continue;  // (dx C-contiguous, above)
     int n, c, id, ih, iw;
     cc::split_activation(idx, C, D, H, W, channels_last, narrow, n, c, id, ih, iw);
     const cc::index_t x_off = n * xsn + c * xsc + id * xsd + ih * xsh + iw * xsw;
-    if (only_nan && !cc::is_nan(cc::load_as<A>(dx[x_off]))) continue;
     const int k0 = c / cpg * kpg;
     const T* wc = w + (cc::index_t)k0 * wsk + (c % cpg) * wsc;
     const T* gn = dy + n * gsn + (cc::index_t)k0 * gsk;
