@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         from cupyconv._cli.profile import main as profile
 
         return profile(args)
-    from cupyconv._cli import compile_check
+    from cupyconv._cli import compile_cache, compile_check
 
     try:
         compile_check.select_modules(args.modules)
@@ -76,9 +76,11 @@ def main(argv=None) -> int:
     if args.no_cache:
         import os
 
-        os.environ[compile_check.CACHE_ENV] = "off"
+        os.environ[compile_cache.CACHE_ENV] = "off"
     if args.report:
-        return compile_check.report_main(modules=args.modules)
+        from cupyconv._cli.amd_report import report_main
+
+        return report_main(modules=args.modules)
     if args.sample:
         return compile_check.sample_main(modules=args.modules)
     return compile_check.main(modules=args.modules)

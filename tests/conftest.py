@@ -28,7 +28,7 @@ def pytest_configure(config):
     the demo command's (a subprocess, which inherits the variable) share a result cache that
     lives only as long as the session."""
     global _CHECK_CACHE
-    from cupyconv._cli.compile_check import CACHE_ENV
+    from cupyconv._cli.compile_cache import CACHE_ENV
 
     if not os.environ.get(CACHE_ENV):
         _CHECK_CACHE = tempfile.mkdtemp(prefix="cupyconv-compile-check-")
@@ -37,7 +37,7 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     if _CHECK_CACHE is not None:
-        from cupyconv._cli.compile_check import CACHE_ENV
+        from cupyconv._cli.compile_cache import CACHE_ENV
 
         os.environ.pop(CACHE_ENV, None)
         shutil.rmtree(_CHECK_CACHE, ignore_errors=True)

@@ -1,20 +1,10 @@
 """GPU-free compile check: every registered kernel module, built for NVIDIA and AMD targets.
 
-NVRTC is reached through CuPy's program wrapper (the same option assembly ``cupy.RawModule`` uses),
-compiling to cubin so that ptxas runs too.  HIPRTC is called through ctypes from ``libamdhip64``
-(Debian's ROCm ships it there), in worker subprocesses because comgr can abort the whole process
-on some targets (a worker compiles many modules in turn; a compile that kills its worker is
-retried alone, to name it).  Debian 12's HIPRTC is ROCm 5.2: it knows gfx908/gfx90a/gfx1030 and
-crashes on newer targets, so gfx942 (MI300), gfx1100 (RDNA3), gfx1201 (RDNA4) and, where the
-installed clang knows it, gfx950 (MI355) are compiled by clang (``clang-19 -x hip
---cuda-device-only -nogpulib -O3 -S``) from the same source with the same options and the same
-wave-size define; the modules that share one source text are compiled there as one translation
-unit (23 instead of 325 compiles per target).  Nothing touches a GPU.
-
-Results are cached on disk by a hash of everything that changes the outcome (compiler and its
-version, target, options, source, instantiations): a repeated check compiles only what changed.
-The cache lives in ``$CUPYCONV_COMPILE_CHECK_CACHE`` if set (``0``/``off``: no cache), else in
-``compile-check/`` under cupyconv's user cache directory (``~/.cache/cupyconv``).
+The compilers (NVRTC, HIPRTC, clang for the AMD targets HIPRTC cannot compile) and the target
+lists are :mod:`cupyconv._cli.compilers`; the result cache is :mod:`cupyconv._cli.compile_cache`;
+the AMD resource report (``compile-check --report``) is :mod:`cupyconv._cli.amd_report`.  This
+module is the driver: which modules for which targets, compiled in parallel (by clang, the modules
+of one source text as one translation unit: 23 instead of 325 compiles per target), the output.
 
 The demo without a GPU (and ``compile-check --sample``) compiles :func:`sample` instead: one
 template instantiation per (kernel source, kernel, dtype class, GEMM main loop), for sm_80, sm_90a
@@ -26,46 +16,21 @@ which is how CI makes sure the check really ran.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fnmatch
-import re
-import shutil
-import tempfile
-import ctypes.util
-import hashlib
-import json
 import math
 import os
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from cupyconv._core.caches import memoized
+from cupyconv._cli import compile_cache, compilers
 from cupyconv._core.kernels import REGISTRY, KernelModule, main_loop
-from cupyconv._core.jit import arch_options
-from cupyconv.jit import COMPILE_OPTIONS
 
-NVIDIA_ARCHS = ("sm_80", "sm_90a")  # sm_90a: what the JIT compiles for on Hopper (jit.arch_options)
-AMD_ARCHS = ("gfx90a", "gfx908", "gfx1030")  # HIPRTC (Debian 12: ROCm 5.2)
-# clang -x hip: targets Debian's HIPRTC cannot compile.  gfx950 only where an installed clang
-# knows it (clang-19 does not; Debian's clang-22 does).
-CLANG_ARCHS = ("gfx942", "gfx1100", "gfx1201")
-CLANG_OPTIONAL_ARCHS = ("gfx950",)
-CLANG_NAMES = ("clang-19", "clang-20", "clang-21", "clang-22", "clang")
-REPORT_ARCHS = ("gfx90a", "gfx942")  # compile-check --report: resources per kernel
 REQUIRE_ENV = "CUPYCONV_REQUIRE_COMPILERS"
-# Where successful compiles are recorded (see the module docstring); "0"/"off"/"none": nowhere.
-CACHE_ENV = "CUPYCONV_COMPILE_CHECK_CACHE"
 # Comma-separated fnmatch patterns of module sources (e.g. "common/copy.cu,gemm/im2col.cu"):
 # check only those (the demo without a GPU reads it too).
 MODULES_ENV = "CUPYCONV_COMPILE_CHECK_MODULES"
-_CACHE_OFF = ("0", "off", "none", "no", "false")
-_HIP_LIBS = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
 
 
 @dataclass
@@ -80,299 +45,6 @@ class CheckResult:
     log: str = ""
 
 
-class CompilerMissing(RuntimeError):
-    """The compiler for a vendor cannot be loaded on this machine."""
-
-
-# --------------------------------------------------------------------------- NVIDIA
-def nvrtc_compile(code: str, name_expressions, arch: str) -> dict:
-    """Compile ``code`` to a cubin for ``arch``; return the lowered names.  Raises on error."""
-    try:
-        from cupy._core import core
-        from cupy.cuda import compiler
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        raise CompilerMissing(f"CuPy cannot be imported: {exc}") from exc
-    # Private CuPy helpers (pinned by the cupy version range in pyproject.toml): the public
-    # compile paths query the device even when an arch is given.
-    opts = core.assemble_cupy_compiler_options(COMPILE_OPTIONS) + (
-        "-ftz=true", "--device-as-default-execution-space", f"-arch={arch}")
-    try:
-        prog = compiler._NVRTCProgram(code, "cupyconv_kernel.cu",
-                                      name_expressions=list(name_expressions), method="cubin")
-    except Exception as exc:
-        if "nvrtc" in str(exc).lower() or isinstance(exc, (OSError, ImportError)):
-            raise CompilerMissing(f"NVRTC is not available: {exc}") from exc
-        raise
-    _, mapping = prog.compile(opts)
-    return dict(mapping or {})
-
-
-# --------------------------------------------------------------------------- AMD
-def _load_hiprtc():
-    for name in _HIP_LIBS:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    found = ctypes.util.find_library("amdhip64")
-    if found:
-        return ctypes.CDLL(found)
-    raise CompilerMissing("HIPRTC (libamdhip64) not found: on Debian/Ubuntu install it with "
-                          "`apt-get install --no-install-recommends hipcc libamdhip64-dev`")
-
-
-def _hiprtc_compile_in_process(code: str, name_expressions, arch: str) -> dict:
-    lib = _load_hiprtc()
-    c_void_pp = ctypes.POINTER(ctypes.c_void_p)
-    lib.hiprtcCreateProgram.argtypes = [c_void_pp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-                                        ctypes.c_void_p, ctypes.c_void_p]
-    lib.hiprtcAddNameExpression.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.hiprtcCompileProgram.argtypes = [ctypes.c_void_p, ctypes.c_int,
-                                         ctypes.POINTER(ctypes.c_char_p)]
-    lib.hiprtcGetProgramLogSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-    lib.hiprtcGetProgramLog.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.hiprtcGetCodeSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-    lib.hiprtcGetLoweredName.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
-                                         ctypes.POINTER(ctypes.c_char_p)]
-    lib.hiprtcDestroyProgram.argtypes = [c_void_pp]
-
-    prog = ctypes.c_void_p()
-    rc = lib.hiprtcCreateProgram(ctypes.byref(prog), code.encode(), b"cupyconv_kernel.cu", 0, None, None)
-    if rc != 0:
-        raise RuntimeError(f"hiprtcCreateProgram failed with code {rc}")
-    try:
-        for ne in name_expressions:
-            lib.hiprtcAddNameExpression(prog, ne.encode())
-        opts = [o.encode() for o in COMPILE_OPTIONS + (f"--offload-arch={arch}",)]
-        rc = lib.hiprtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-        size = ctypes.c_size_t()
-        lib.hiprtcGetProgramLogSize(prog, ctypes.byref(size))
-        buf = ctypes.create_string_buffer(size.value + 1)
-        lib.hiprtcGetProgramLog(prog, buf)
-        log = buf.value.decode(errors="replace")
-        if rc != 0:
-            raise RuntimeError(f"HIPRTC error {rc} for {arch}:\n{log}")
-        lib.hiprtcGetCodeSize(prog, ctypes.byref(size))
-        if size.value == 0:
-            raise RuntimeError(f"HIPRTC produced no code for {arch}:\n{log}")
-        lowered = {}
-        for ne in name_expressions:
-            out = ctypes.c_char_p()
-            if lib.hiprtcGetLoweredName(prog, ne.encode(), ctypes.byref(out)) != 0:
-                raise RuntimeError(f"HIPRTC has no lowered name for {ne}")
-            lowered[ne] = out.value.decode()
-        return lowered
-    finally:
-        lib.hiprtcDestroyProgram(ctypes.byref(prog))
-
-
-_WORKER_CMD = [sys.executable, "-m", "cupyconv._cli.compile_check", "--hiprtc-worker"]
-
-
-def hiprtc_compile(code: str, name_expressions, arch: str, timeout: float = 300) -> dict:
-    """Compile ``code`` with HIPRTC for ``arch`` in a subprocess of its own; return the lowered
-    names."""
-    _load_hiprtc()  # fail fast, in this process, when the library is absent
-    request = json.dumps({"code": code, "names": list(name_expressions), "arch": arch})
-    proc = subprocess.run(_WORKER_CMD, input=request + "\n", capture_output=True, text=True,
-                          timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip() or f"HIPRTC worker died with code {proc.returncode}")
-    reply = json.loads(proc.stdout)
-    if "error" in reply:
-        raise RuntimeError(reply["error"])
-    return reply["lowered"]
-
-
-class _HiprtcWorker:
-    """A HIPRTC subprocess that compiles one request after another (a line of JSON in, a line of
-    JSON out): Python's start, the imports and comgr's initialisation are paid once per worker
-    instead of once per compile.  comgr can abort the process: a compile whose worker dies is
-    compiled again alone (:func:`hiprtc_compile`), so the failure names the culprit with its own
-    log, and the next compile starts a fresh worker."""
-
-    def __init__(self):
-        self.proc = None
-
-    def compile(self, code: str, name_expressions, arch: str, timeout: float = 300) -> dict:
-        _load_hiprtc()
-        request = json.dumps({"code": code, "names": list(name_expressions), "arch": arch})
-        try:
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen(_WORKER_CMD, stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                             text=True)
-            timer = threading.Timer(timeout, self.proc.kill)
-            timer.start()
-            try:
-                self.proc.stdin.write(request + "\n")
-                self.proc.stdin.flush()
-                line = self.proc.stdout.readline()
-            finally:
-                timer.cancel()
-            reply = json.loads(line) if line else None
-        except (OSError, ValueError):
-            reply = None
-        if reply is None:  # the worker died (or hung): retry alone to name the culprit
-            self.close()
-            return hiprtc_compile(code, name_expressions, arch, timeout)
-        if "error" in reply:
-            raise RuntimeError(reply["error"])
-        return reply["lowered"]
-
-    def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-class _WorkerPool:
-    """One :class:`_HiprtcWorker` per compiling thread, all closed at the end of a check."""
-
-    def __init__(self):
-        self._local = threading.local()
-        self._all = []
-        self._lock = threading.Lock()
-
-    def compile(self, code, name_expressions, arch):
-        worker = getattr(self._local, "worker", None)
-        if worker is None:
-            worker = self._local.worker = _HiprtcWorker()
-            with self._lock:
-                self._all.append(worker)
-        return worker.compile(code, name_expressions, arch)
-
-    def close(self):
-        for worker in self._all:
-            worker.close()
-
-
-# --------------------------------------------------------------------------- AMD, clang
-@memoized(None)
-def clang_for(arch: str) -> str | None:
-    """The first installed clang of CLANG_NAMES that compiles HIP device code for ``arch``."""
-    for name in CLANG_NAMES:
-        exe = shutil.which(name)
-        if exe is None:
-            continue
-        probe = subprocess.run([exe, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only",
-                                "-nogpulib", "-S", "-o", os.devnull, os.devnull],
-                               capture_output=True, text=True)
-        if probe.returncode == 0:
-            return exe
-    return None
-
-
-def clang_archs() -> tuple[str, ...]:
-    """The clang targets of this machine: CLANG_ARCHS always (a missing clang is a skip), and
-    each of CLANG_OPTIONAL_ARCHS that some installed clang knows."""
-    return CLANG_ARCHS + tuple(a for a in CLANG_OPTIONAL_ARCHS if clang_for(a))
-
-
-# Debian's HIP headers (ROCm 5.2) use what clang 22 removed: the __AMDGCN_WAVEFRONT_SIZE macro
-# (amd_warp_functions.h) and the __llvm_amdgcn_rcp_f16 / _2f16 builtins (amd_hip_fp16.h).  Before
-# those headers, for clang 22 and later only: the macro from the target's wave size and the two
-# reciprocals as plain functions.  Our kernels use neither (common.cuh takes the wave size from
-# CC_WAVE_SIZE); this only lets the old headers parse.
-_NEW_CLANG_SHIM = """#if __clang_major__ >= 22
-#ifndef __AMDGCN_WAVEFRONT_SIZE
-#define __AMDGCN_WAVEFRONT_SIZE CC_WAVE_SIZE
-#endif
-typedef _Float16 cupyconv_shim_half2 __attribute__((ext_vector_type(2)));
-static __attribute__((device)) inline _Float16 __llvm_amdgcn_rcp_f16(_Float16 x) {
-  return (_Float16)1.0f / x;
-}
-static __attribute__((device)) inline cupyconv_shim_half2 __llvm_amdgcn_rcp_2f16(cupyconv_shim_half2 x) {
-  return (cupyconv_shim_half2){(_Float16)1.0f / x.x, (_Float16)1.0f / x.y};
-}
-#endif
-"""
-
-
-def _clang_command(exe: str, arch: str, src: str, out: str, shim: str) -> list[str]:
-    # HIPRTC's options (COMPILE_OPTIONS, the wave size) plus what HIPRTC does by itself: -O3
-    # and the HIP runtime header in front (HIPRTC pre-includes it; here __HIPCC_RTC__ is not
-    # defined, so common.cuh includes hip_fp16.h itself); ``shim`` (_NEW_CLANG_SHIM) before it.
-    return [exe, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3",
-            "-S", "--rocm-path=/usr", "-include", shim, "-include", "hip/hip_runtime.h",
-            "-Wno-pass-failed", *COMPILE_OPTIONS, *arch_options(arch), src, "-o", out]
-
-
-def clang_compile(code: str, name_expressions, arch: str, assembly: bool = False):
-    """Compile ``code`` with clang for ``arch``, instantiating every name expression (their
-    addresses are taken in a table, which makes clang emit each kernel).  Returns the lowered
-    names (name expression -> mangled kernel name, in emission order: clang has no lowered-name
-    query, so the check is that every instantiation became a kernel), and with ``assembly`` also
-    the AMDGPU assembly text."""
-    exe = clang_for(arch)
-    if exe is None:
-        installed = [n for n in CLANG_NAMES if shutil.which(n)]
-        raise CompilerMissing(
-            f"no clang that knows {arch} (installed: {', '.join(installed) or 'none'}): on "
-            "Debian/Ubuntu `apt-get install --no-install-recommends clang-19` (gfx950: clang-22)")
-    names = list(dict.fromkeys(name_expressions))
-    table = "".join(f"  (const void*)&{ne},\n" for ne in names)
-    source = (code + "\n// every instantiation of the module, so that clang emits each kernel\n"
-              "__attribute__((used)) static const void* cupyconv_instances[] = {\n" + table + "};\n")
-    with tempfile.TemporaryDirectory(prefix="cupyconv-clang-") as tmp:
-        src, out = os.path.join(tmp, "module.hip"), os.path.join(tmp, "module.s")
-        shim = os.path.join(tmp, "clang_shim.h")
-        with open(src, "w") as f:
-            f.write(source)
-        with open(shim, "w") as f:
-            f.write(_NEW_CLANG_SHIM)
-        proc = subprocess.run(_clang_command(exe, arch, src, out, shim), capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{os.path.basename(exe)} error for {arch}:\n{proc.stderr}")
-        with open(out) as f:
-            text = f.read()
-    kernels = [k["name"] for k in parse_amdgpu_metadata(text)]
-    if len(kernels) < len(names):
-        raise RuntimeError(f"{len(names)} instantiations but {len(kernels)} kernels emitted")
-    lowered = dict(zip(names, kernels))
-    return (lowered, text) if assembly else lowered
-
-
-_META_ITEM = re.compile(r"^  - \.(\w+):\s*(.*?)\s*$")
-_META_KEY = re.compile(r"^    \.(\w+):\s*(.*?)\s*$")
-
-
-def parse_amdgpu_metadata(assembly: str) -> list[dict]:
-    """The kernels of an AMDGPU assembly file's metadata (``amdhsa.kernels``), each a dict of its
-    scalar fields without the leading dot: ``name``, ``vgpr_count``, ``sgpr_count``,
-    ``agpr_count``, ``vgpr_spill_count``, ``sgpr_spill_count``, ``group_segment_fixed_size``
-    (LDS bytes), ``private_segment_fixed_size`` (scratch bytes), ``wavefront_size``, ...
-    (numbers as ints)."""
-    start, end = assembly.find(".amdgpu_metadata"), assembly.find(".end_amdgpu_metadata")
-    if start < 0:
-        return []
-    kernels, section = [], False
-    for line in assembly[start:end if end > 0 else None].splitlines():
-        if line.startswith("amdhsa."):
-            section = line.startswith("amdhsa.kernels:")
-            continue
-        if not section:
-            continue
-        m = _META_ITEM.match(line)
-        if m:
-            kernels.append({})
-        else:
-            m = _META_KEY.match(line)
-        if m and kernels and m.group(2):  # nested lists (.args) have no scalar value
-            value = m.group(2)
-            kernels[-1][m.group(1)] = int(value) if re.fullmatch(r"-?\d+", value) else value
-    return kernels
-
-
-# --------------------------------------------------------------------------- driver
 def all_modules() -> tuple:
     """REGISTRY plus the families that keep a registry of their own: cupyconv.ndimage, whose
     modules are (input, output, compute) dtype triples built on demand (its check_modules() is
@@ -382,73 +54,17 @@ def all_modules() -> tuple:
     return tuple(REGISTRY) + check_modules()
 
 
-@memoized(None)
-def _compiler_version(vendor: str, arch: str = "") -> str:
-    """The compiler's version, for the result cache's key ("?" where it cannot be asked)."""
-    try:
-        if vendor == "nvidia":
-            from cupy.cuda import nvrtc
-
-            return "nvrtc %d.%d" % nvrtc.getVersion()
-        if vendor == "clang":
-            exe = clang_for(arch)
-            if exe is None:
-                return "?"
-            return subprocess.run([exe, "--version"], capture_output=True,
-                                  text=True).stdout.splitlines()[0]
-        lib = _load_hiprtc()
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        lib.hiprtcVersion(ctypes.byref(major), ctypes.byref(minor))
-        return f"hiprtc {major.value}.{minor.value}"
-    except Exception:
-        return "?"
-
-
-def cache_root() -> Path | None:
-    """The result cache's directory: ``$CUPYCONV_COMPILE_CHECK_CACHE`` (``0``/``off``/``none``
-    or empty: no cache), else ``compile-check/`` in cupyconv's user cache directory (the one of
-    the autotuner's ``tune.json``)."""
-    value = os.environ.get(CACHE_ENV)
-    if value is not None:
-        return None if value.strip().lower() in _CACHE_OFF + ("",) else Path(value).expanduser()
-    from cupyconv._core.caches import user_cache_dir
-
-    return user_cache_dir() / "compile-check"
-
-
-def cache_key(vendor: str, arch: str, code: str, name_expressions) -> str:
-    """sha256 of everything that changes a compile's outcome: compiler and version, target,
-    options (the target's included), source text and instantiations."""
-    key = json.dumps([vendor, _compiler_version(vendor, arch), arch,
-                      list(COMPILE_OPTIONS + arch_options(arch)), code, list(name_expressions)])
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def _cached_ok(module: KernelModule, vendor: str, arch: str) -> Path | None:
-    """Where the result cache records that this exact compile succeeded (None: no cache)."""
-    root = cache_root()
-    if root is None:
-        return None
-    return root / (cache_key(vendor, arch, module.code, module.name_expressions) + ".ok")
-
-
-def _record_ok(marker: Path | None) -> None:
-    if marker is not None:
-        with contextlib.suppress(OSError):
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-
-
 def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> CheckResult:
     """Compile one module for one target and check every instantiation got a symbol.
     ``vendor``: "nvidia" (NVRTC), "amd" (HIPRTC) or "clang" (AMD targets through clang).
     ``hiprtc``: the HIPRTC compile function (default: one subprocess for this compile).  A
     compile that already succeeded in the result cache (the same source, options, target and
     compiler) is not repeated (the result's log says "cached")."""
-    compile_fn = {"nvidia": nvrtc_compile, "clang": clang_compile}.get(vendor) or (hiprtc or hiprtc_compile)
+    compile_fn = ({"nvidia": compilers.nvrtc_compile, "clang": compilers.clang_compile}.get(vendor)
+                  or hiprtc or compilers.hiprtc_compile)
     start = time.perf_counter()
     try:
-        marker = _cached_ok(module, vendor, arch)
+        marker = compile_cache._cached_ok(module, vendor, arch)
         if marker is not None and marker.exists():
             return CheckResult(module.source, vendor, arch, "ok", time.perf_counter() - start,
                                "cached")
@@ -457,8 +73,8 @@ def check_module(module: KernelModule, vendor: str, arch: str, hiprtc=None) -> C
         if missing:
             raise RuntimeError(f"no symbol for {missing}")
         status, log = "ok", ""
-        _record_ok(marker)
-    except CompilerMissing as exc:
+        compile_cache._record_ok(marker)
+    except compilers.CompilerMissing as exc:
         status, log = "skipped", str(exc)
     except Exception as exc:
         status, log = "failed", str(exc)
@@ -502,7 +118,8 @@ def _check_unit(unit: _Unit, arch: str) -> list[CheckResult]:
 
 def targets(vendors=("nvidia", "amd", "clang")) -> list[tuple[str, str]]:
     """(vendor, arch) of every target the check compiles for, in order."""
-    archs = {"nvidia": NVIDIA_ARCHS, "amd": AMD_ARCHS, "clang": clang_archs()}
+    archs = {"nvidia": compilers.NVIDIA_ARCHS, "amd": compilers.AMD_ARCHS,
+             "clang": compilers.clang_archs()}
     return [(v, a) for v in vendors for a in archs[v]]
 
 
@@ -582,13 +199,14 @@ def sample(modules=None) -> tuple[Sample, ...]:
 def sample_targets() -> list[tuple[str, str]]:
     """The demo's targets: NVIDIA_ARCHS and, where an AMD compiler is installed, one AMD target:
     gfx90a with HIPRTC (the compiler ROCm runs at first use), else gfx942 with clang."""
-    nvidia = [("nvidia", a) for a in NVIDIA_ARCHS]
+    nvidia = [("nvidia", a) for a in compilers.NVIDIA_ARCHS]
     try:
-        _load_hiprtc()
-        return nvidia + [("amd", AMD_ARCHS[0])]
-    except CompilerMissing:
+        compilers._load_hiprtc()
+        return nvidia + [("amd", compilers.AMD_ARCHS[0])]
+    except compilers.CompilerMissing:
         pass
-    return nvidia + ([("clang", CLANG_ARCHS[0])] if clang_for(CLANG_ARCHS[0]) else [])
+    clang = compilers.CLANG_ARCHS[0]
+    return nvidia + ([("clang", clang)] if compilers.clang_for(clang) else [])
 
 
 def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
@@ -598,7 +216,7 @@ def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
 
     Compiles run on ``workers`` threads (default: one per CPU; compiling is CPU-bound): NVRTC
     releases the GIL, each thread's HIPRTC compiles go, one after another, to a worker
-    subprocess of its own (:class:`_HiprtcWorker`), so they overlap, and clang runs as a
+    subprocess of its own (``compilers._HiprtcWorker``), so they overlap, and clang runs as a
     subprocess per translation unit.  Results come back in job order (target by target).
     """
     modules = select_modules() if modules is None else tuple(modules)
@@ -611,7 +229,7 @@ def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
         else:
             jobs += [(m, vendor, arch) for m in mine]
     results = []
-    hip = _WorkerPool()
+    hip = compilers._WorkerPool()
 
     def run(job):
         if job[1] == "clang":
@@ -722,16 +340,17 @@ def main(out=None, modules=None, use_cache: bool = True) -> int:
     all); ``use_cache=False``: compile everything, record nothing."""
     out = sys.stdout if out is None else out
     if not use_cache:
-        os.environ[CACHE_ENV] = "off"
+        os.environ[compile_cache.CACHE_ENV] = "off"
     chosen = select_modules(modules)
     vendors = ("nvidia", "amd", "clang")
     plan = _plan(chosen, targets(vendors))
     clang_targets = [a for (v, a), _ in plan if v == "clang"]
-    root = cache_root()
-    print(f"compiling {len(chosen)} kernel modules for NVIDIA {', '.join(NVIDIA_ARCHS)} (NVRTC), "
-          f"AMD {', '.join(AMD_ARCHS)} (HIPRTC) and {', '.join(clang_targets)} (clang)\n"
+    root = compile_cache.cache_root()
+    print(f"compiling {len(chosen)} kernel modules for NVIDIA "
+          f"{', '.join(compilers.NVIDIA_ARCHS)} (NVRTC), "
+          f"AMD {', '.join(compilers.AMD_ARCHS)} (HIPRTC) and {', '.join(clang_targets)} (clang)\n"
           f"result cache: {root if root else 'off'}", file=out, flush=True)
-    for arch in CLANG_OPTIONAL_ARCHS:
+    for arch in compilers.CLANG_OPTIONAL_ARCHS:
         if arch not in clang_targets:
             print(f"  {arch:8s} not checked: no installed clang knows it "
                   f"(clang-19 does not; Debian's clang-22 does)", file=out)
@@ -758,7 +377,7 @@ def sample_main(out=None, modules=None) -> int:
     modules = select_modules(modules)
     chosen = sorted(sample(modules), key=_family)  # (stable) family by family: progress lines
     on = sample_targets()
-    root = cache_root()
+    root = compile_cache.cache_root()
     names = sum(len(s.name_expressions) for s in chosen)
     full = sum(len(m.name_expressions) for m in modules)
     compilers = ", ".join(f"{a} ({_COMPILER[v]})" for v, a in on)
@@ -776,90 +395,8 @@ def sample_main(out=None, modules=None) -> int:
     passed, line = summarize(results)
     print(line + ("" if passed else "  -> FAILED"), file=out)
     print(f"That was a sample.  Every kernel module for every target (NVIDIA "
-          f"{', '.join(NVIDIA_ARCHS)}; AMD {', '.join(AMD_ARCHS)} with HIPRTC and "
-          f"{', '.join(CLANG_ARCHS)} with clang, where installed), as CI runs it: {FULL_CHECK}",
+          f"{', '.join(compilers.NVIDIA_ARCHS)}; AMD {', '.join(compilers.AMD_ARCHS)} with HIPRTC "
+          f"and {', '.join(compilers.CLANG_ARCHS)} with clang, where installed), as CI runs it: "
+          f"{FULL_CHECK}",
           file=out)
     return 0 if passed else 1
-
-
-# --------------------------------------------------------------------------- resource report
-_REPORT_FIELDS = (("VGPR", "vgpr_count"), ("AGPR", "agpr_count"), ("SGPR", "sgpr_count"),
-                  ("LDS B", "group_segment_fixed_size"), ("scratch B", "private_segment_fixed_size"),
-                  ("VGPR spill", "vgpr_spill_count"), ("SGPR spill", "sgpr_spill_count"),
-                  ("wave", "wavefront_size"))
-
-
-def resource_report(modules=None, archs=REPORT_ARCHS, workers=None) -> list[dict]:
-    """Per kernel and target: registers, LDS, scratch and spills from clang's AMDGPU metadata
-    (one compile per source text and target; the rows are cached like the check's results).
-    Each row: ``arch``, ``source``, ``kernel`` (the name expression), the metadata fields."""
-    modules = select_modules() if modules is None else tuple(modules)
-    units = _units([m for m in modules if "amd" in m.vendors])
-
-    def one(job):
-        unit, arch = job
-        root = cache_root()
-        path = None if root is None else root / (
-            cache_key("clang", arch, unit.code, unit.name_expressions) + ".report.json")
-        if path is not None and path.exists():
-            with contextlib.suppress(OSError, ValueError):
-                return json.loads(path.read_text())
-        lowered, text = clang_compile(unit.code, unit.name_expressions, arch, assembly=True)
-        by_name = {k["name"]: k for k in parse_amdgpu_metadata(text)}
-        rows = [dict(arch=arch, source=unit.source, kernel=ne,
-                     **{f: by_name.get(sym, {}).get(f) for _, f in _REPORT_FIELDS})
-                for ne, sym in lowered.items()]
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(rows))
-        return rows
-
-    jobs = [(u, a) for a in archs for u in units]
-    with ThreadPoolExecutor(max_workers=workers or _cpu_count()) as pool:
-        return [row for rows in pool.map(one, jobs) for row in rows]
-
-
-def report_main(out=None, modules=None) -> int:
-    """Print the resource report (``compile-check --report``); 0, or 1 when clang is missing or
-    a compile fails."""
-    out = sys.stdout if out is None else out
-    print(f"per-kernel resources from clang's AMDGPU metadata for {', '.join(REPORT_ARCHS)} "
-          f"(-O3; LDS and scratch in bytes per workgroup / lane)", file=out, flush=True)
-    try:
-        rows = resource_report(select_modules(modules))
-    except (CompilerMissing, RuntimeError) as exc:
-        print(f"report failed: {exc}", file=out)
-        return 1
-    head = f"{'arch':7s} {'kernel':58s} " + " ".join(f"{h:>10s}" for h, _ in _REPORT_FIELDS)
-    print(head + "\n" + "-" * len(head), file=out)
-    for r in rows:
-        name = r["kernel"] if len(r["kernel"]) <= 58 else r["kernel"][:55] + "..."
-        print(f"{r['arch']:7s} {name:58s} "
-              + " ".join(f"{'-' if r[f] is None else r[f]:>10}" for _, f in _REPORT_FIELDS), file=out)
-    spills = [r for r in rows if (r["vgpr_spill_count"] or 0) + (r["sgpr_spill_count"] or 0)]
-    print(f"{len(rows)} kernels; {len(spills)} with spills", file=out)
-    return 0
-
-
-def _worker() -> int:
-    """Compile requests (one JSON line each) from stdin until it closes; answer each with one
-    JSON line, ``{"lowered": {...}}`` or ``{"error": "..."}``.  The answers go to a private copy
-    of stdout: the compiler's own output on fd 1 is sent to stderr so it cannot garble them."""
-    replies = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        try:
-            reply = {"lowered": _hiprtc_compile_in_process(req["code"], req["names"], req["arch"])}
-        except Exception as exc:
-            reply = {"error": str(exc)}
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-    return 0
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--hiprtc-worker"]:
-    sys.exit(_worker())

@@ -4,6 +4,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from cupyconv._cli import amd_report
+from cupyconv._cli import compile_cache as cc_cache
+from cupyconv._cli import compilers
 from cupyconv._cli import compile_check as cc_check
 from cupyconv._core.kernels import REGISTRY
 
@@ -17,7 +20,7 @@ def _check_vendor(vendor):
         if cc_check.require_compilers():
             pytest.fail(f"{vendor} compiler missing but {cc_check.REQUIRE_ENV} is set: {skipped[0].log}")
         pytest.skip(f"{vendor} compiler missing: {skipped[0].log}")
-    archs = cc_check.NVIDIA_ARCHS if vendor == "nvidia" else cc_check.AMD_ARCHS
+    archs = compilers.NVIDIA_ARCHS if vendor == "nvidia" else compilers.AMD_ARCHS
     assert len(results) == sum(vendor in m.vendors for m in cc_check.all_modules()) * len(archs)
     assert all(r.status == "ok" for r in results)
 
@@ -66,10 +69,10 @@ def test_check_fails_on_a_broken_kernel(vendor, arch):
 
 def test_main_reports_failure(monkeypatch, capsys):
     monkeypatch.setattr(cc_check, "all_modules", lambda: (_module(BROKEN_BODY),))
-    monkeypatch.setattr(cc_check, "NVIDIA_ARCHS", ("sm_90",))
-    monkeypatch.setattr(cc_check, "AMD_ARCHS", ("gfx90a",))
-    monkeypatch.setattr(cc_check, "CLANG_ARCHS", ("gfx942",))
-    monkeypatch.setattr(cc_check, "CLANG_OPTIONAL_ARCHS", ())
+    monkeypatch.setattr(compilers, "NVIDIA_ARCHS", ("sm_90",))
+    monkeypatch.setattr(compilers, "AMD_ARCHS", ("gfx90a",))
+    monkeypatch.setattr(compilers, "CLANG_ARCHS", ("gfx942",))
+    monkeypatch.setattr(compilers, "CLANG_OPTIONAL_ARCHS", ())
     assert cc_check.main() == 1
     assert "FAILED" in capsys.readouterr().out
 
@@ -103,10 +106,10 @@ def test_hiprtc_workers_compile_many_and_an_abort_names_its_module(monkeypatch, 
 
     log = tmp_path / "starts"
     monkeypatch.setenv("FAKE_WORKER_LOG", str(log))
-    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
-    monkeypatch.setattr(cc_check, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
-    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
-    monkeypatch.setattr(cc_check, "AMD_ARCHS", ("gfx90a", "gfx1030"))
+    monkeypatch.setenv(cc_cache.CACHE_ENV, "off")
+    monkeypatch.setattr(compilers, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
+    monkeypatch.setattr(compilers, "_load_hiprtc", lambda: None)
+    monkeypatch.setattr(compilers, "AMD_ARCHS", ("gfx90a", "gfx1030"))
     mods = [FakeModule(f"// module {i}\n", source=f"m{i}.cu") for i in range(8)]
     mods[3] = FakeModule("// ABORT\n", source="abort.cu")
     results = cc_check.run_check(mods, vendors=("amd",), workers=2)
@@ -125,9 +128,9 @@ def test_the_session_cache_skips_a_repeated_successful_compile(monkeypatch, tmp_
 
     log = tmp_path / "starts"
     monkeypatch.setenv("FAKE_WORKER_LOG", str(log))
-    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(cc_check, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
-    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
+    monkeypatch.setenv(cc_cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(compilers, "_WORKER_CMD", [sys.executable, "-c", _FAKE_WORKER])
+    monkeypatch.setattr(compilers, "_load_hiprtc", lambda: None)
     good, bad = FakeModule("// good\n", source="good.cu"), FakeModule("// ABORT\n", source="bad.cu")
     first = [cc_check.check_module(m, "amd", "gfx90a") for m in (good, bad)]
     assert [r.status for r in first] == ["ok", "failed"] and first[0].log == ""
@@ -150,13 +153,13 @@ def _require_or_skip(res):
         pytest.skip(res.log)
 
 
-@pytest.mark.parametrize("arch", cc_check.CLANG_ARCHS + cc_check.CLANG_OPTIONAL_ARCHS)
+@pytest.mark.parametrize("arch", compilers.CLANG_ARCHS + compilers.CLANG_OPTIONAL_ARCHS)
 @pytest.mark.parametrize("source", ["common/copy.cu", "direct/direct_conv.cu"])
 def test_clang_compiles_kernel_modules_for_the_new_amd_targets(monkeypatch, arch, source):
     """A kernel module per target HIPRTC cannot compile here (the full set: compile-check)."""
-    if arch in cc_check.CLANG_OPTIONAL_ARCHS and cc_check.clang_for(arch) is None:
+    if arch in compilers.CLANG_OPTIONAL_ARCHS and compilers.clang_for(arch) is None:
         pytest.skip(f"no installed clang knows {arch} (optional target)")
-    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    monkeypatch.setenv(cc_cache.CACHE_ENV, "off")
     (module,) = [m for m in REGISTRY if m.source == source][:1]
     res = cc_check.check_module(module, "clang", arch)
     _require_or_skip(res)
@@ -170,7 +173,7 @@ def test_the_kernels_see_the_wave_size_of_their_target(monkeypatch, vendor, arch
     """common.cuh's CC_WARP_SIZE is what the host passes for the target: 64 on CDNA, 32 on RDNA."""
     from cupyconv._core.jit import wave_size
 
-    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    monkeypatch.setenv(cc_cache.CACHE_ENV, "off")
     body = (f"\nstatic_assert(CC_WARP_SIZE == {wave_size(arch)}, \"wave size\");\n"
             "template <typename T> __global__ void k(T* y) { y[threadIdx.x] = CC_WARP_SIZE; }\n")
     res = cc_check.check_module(_module(body), vendor, arch)
@@ -196,27 +199,27 @@ def test_wave_size_from_the_target_name():
 
 # --------------------------------------------------------------------------- result cache
 def test_the_cache_lives_in_the_user_cache_dir_unless_told(monkeypatch, tmp_path):
-    monkeypatch.delenv(cc_check.CACHE_ENV, raising=False)
+    monkeypatch.delenv(cc_cache.CACHE_ENV, raising=False)
     monkeypatch.setenv("CUPYCONV_CACHE_DIR", str(tmp_path / "user"))
-    assert cc_check.cache_root() == tmp_path / "user" / "compile-check"
+    assert cc_cache.cache_root() == tmp_path / "user" / "compile-check"
     for off in ("off", "0", "none", ""):
-        monkeypatch.setenv(cc_check.CACHE_ENV, off)
-        assert cc_check.cache_root() is None
-    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path / "mine"))
-    assert cc_check.cache_root() == tmp_path / "mine"
+        monkeypatch.setenv(cc_cache.CACHE_ENV, off)
+        assert cc_cache.cache_root() is None
+    monkeypatch.setenv(cc_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert cc_cache.cache_root() == tmp_path / "mine"
 
 
 def test_cache_key_covers_compiler_target_options_source_and_instantiations(monkeypatch):
-    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": f"{vendor} 1.0")
-    base = cc_check.cache_key("clang", "gfx942", "code", ["k<float>"])
-    assert len(base) == 64 and base == cc_check.cache_key("clang", "gfx942", "code", ["k<float>"])
-    others = [cc_check.cache_key("amd", "gfx942", "code", ["k<float>"]),
-              cc_check.cache_key("clang", "gfx1100", "code", ["k<float>"]),
-              cc_check.cache_key("clang", "gfx942", "code2", ["k<float>"]),
-              cc_check.cache_key("clang", "gfx942", "code", ["k<double>"])]
+    monkeypatch.setattr(cc_cache, "_compiler_version", lambda vendor, arch="": f"{vendor} 1.0")
+    base = cc_cache.cache_key("clang", "gfx942", "code", ["k<float>"])
+    assert len(base) == 64 and base == cc_cache.cache_key("clang", "gfx942", "code", ["k<float>"])
+    others = [cc_cache.cache_key("amd", "gfx942", "code", ["k<float>"]),
+              cc_cache.cache_key("clang", "gfx1100", "code", ["k<float>"]),
+              cc_cache.cache_key("clang", "gfx942", "code2", ["k<float>"]),
+              cc_cache.cache_key("clang", "gfx942", "code", ["k<double>"])]
     assert len({base, *others}) == 5
-    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": f"{vendor} 2.0")
-    assert cc_check.cache_key("clang", "gfx942", "code", ["k<float>"]) != base
+    monkeypatch.setattr(cc_cache, "_compiler_version", lambda vendor, arch="": f"{vendor} 2.0")
+    assert cc_cache.cache_key("clang", "gfx942", "code", ["k<float>"]) != base
 
 
 def test_a_cached_compile_is_not_repeated(monkeypatch, tmp_path):
@@ -226,9 +229,9 @@ def test_a_cached_compile_is_not_repeated(monkeypatch, tmp_path):
         calls.append(arch)
         return {n: "_Z1kIfEvPT_" for n in names}
 
-    monkeypatch.setenv(cc_check.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(cc_check, "clang_compile", fake_clang)
-    monkeypatch.setattr(cc_check, "_compiler_version", lambda vendor, arch="": "fake 1")
+    monkeypatch.setenv(cc_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(compilers, "clang_compile", fake_clang)
+    monkeypatch.setattr(cc_cache, "_compiler_version", lambda vendor, arch="": "fake 1")
     mod = FakeModule("// any\n", "x.cu")
     first = cc_check.check_module(mod, "clang", "gfx942")
     again = cc_check.check_module(mod, "clang", "gfx942")
@@ -250,7 +253,7 @@ def test_output_is_one_line_per_target_and_each_hint_once(monkeypatch):
     mods = tuple(FakeModule(f"// {i}\n", source=f"m{i}.cu") for i in range(40))
     monkeypatch.setattr(cc_check, "all_modules", lambda: mods)
     monkeypatch.setattr(cc_check, "check_module", fake)
-    monkeypatch.setattr(cc_check, "CLANG_OPTIONAL_ARCHS", ())
+    monkeypatch.setattr(compilers, "CLANG_OPTIONAL_ARCHS", ())
     monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
     monkeypatch.delenv(cc_check.REQUIRE_ENV, raising=False)
     out = io.StringIO()
@@ -259,8 +262,8 @@ def test_output_is_one_line_per_target_and_each_hint_once(monkeypatch):
     n_targets = len(cc_check.targets())
     assert len(lines) <= n_targets + 5, lines
     assert sum(hint in line for line in lines) == 1
-    assert f"skipped {40 * len(cc_check.AMD_ARCHS)} compiles" in out.getvalue()
-    for arch in cc_check.AMD_ARCHS + cc_check.CLANG_ARCHS + cc_check.NVIDIA_ARCHS:
+    assert f"skipped {40 * len(compilers.AMD_ARCHS)} compiles" in out.getvalue()
+    for arch in compilers.AMD_ARCHS + compilers.CLANG_ARCHS + compilers.NVIDIA_ARCHS:
         assert sum(line.split()[:1] == [arch] for line in lines) == 1, arch
     assert "compile check: " in lines[-1]
 
@@ -327,7 +330,7 @@ amdhsa.version:
 
 
 def test_report_parser_reads_registers_lds_and_spills():
-    k = cc_check.parse_amdgpu_metadata(_ASM)
+    k = compilers.parse_amdgpu_metadata(_ASM)
     assert [x["name"] for x in k] == ["_Z12strided_copyI6__halfEvPKT_PS1_xxxxxxxxxxxxxxxxxxx",
                                       "_Z12strided_copyIfEvPKT_PS0_xxxxxxxxxxxxxxxxxxx"]
     assert (k[0]["vgpr_count"], k[0]["sgpr_count"], k[0]["group_segment_fixed_size"],
@@ -337,22 +340,22 @@ def test_report_parser_reads_registers_lds_and_spills():
             k[1]["vgpr_spill_count"], k[1]["sgpr_spill_count"], k[1]["wavefront_size"]) \
         == (4, 128, 40, 16384, 24, 6, 2, 32)
     assert "args" not in k[0] and "offset" not in k[0]
-    assert cc_check.parse_amdgpu_metadata("no metadata here") == []
+    assert compilers.parse_amdgpu_metadata("no metadata here") == []
 
 
 def test_report_prints_a_row_per_kernel(monkeypatch, capsys):
-    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    monkeypatch.setenv(cc_cache.CACHE_ENV, "off")
     (copy,) = [m for m in REGISTRY if m.source == "common/copy.cu"]
-    if cc_check.clang_for("gfx942") is None:
+    if compilers.clang_for("gfx942") is None:
         if cc_check.require_compilers():
             pytest.fail("clang missing but CUPYCONV_REQUIRE_COMPILERS is set")
         pytest.skip("no clang that knows gfx942")
-    rows = cc_check.resource_report([copy])
-    assert len(rows) == len(copy.name_expressions) * len(cc_check.REPORT_ARCHS)
+    rows = amd_report.resource_report([copy])
+    assert len(rows) == len(copy.name_expressions) * len(amd_report.REPORT_ARCHS)
     assert {r["kernel"] for r in rows} == set(copy.name_expressions)
     assert all(r["vgpr_count"] > 0 and r["sgpr_count"] > 0 and r["wavefront_size"] == 64
                for r in rows)
-    assert cc_check.report_main(modules="common/copy.cu") == 0
+    assert amd_report.report_main(modules="common/copy.cu") == 0
     out = capsys.readouterr().out
     assert "strided_copy<float>" in out and "VGPR spill" in out
 
@@ -419,15 +422,15 @@ def test_dtype_classes():
 
 def test_the_sample_targets_nvidia_and_one_amd_target_where_a_compiler_is_installed(monkeypatch):
     def missing():
-        raise cc_check.CompilerMissing("no HIPRTC")
+        raise compilers.CompilerMissing("no HIPRTC")
 
-    nvidia = [("nvidia", a) for a in cc_check.NVIDIA_ARCHS]
-    monkeypatch.setattr(cc_check, "_load_hiprtc", lambda: None)
+    nvidia = [("nvidia", a) for a in compilers.NVIDIA_ARCHS]
+    monkeypatch.setattr(compilers, "_load_hiprtc", lambda: None)
     assert cc_check.sample_targets() == nvidia + [("amd", "gfx90a")]
-    monkeypatch.setattr(cc_check, "_load_hiprtc", missing)
-    monkeypatch.setattr(cc_check, "clang_for", lambda arch: "/usr/bin/clang-19")
+    monkeypatch.setattr(compilers, "_load_hiprtc", missing)
+    monkeypatch.setattr(compilers, "clang_for", lambda arch: "/usr/bin/clang-19")
     assert cc_check.sample_targets() == nvidia + [("clang", "gfx942")]
-    monkeypatch.setattr(cc_check, "clang_for", lambda arch: None)
+    monkeypatch.setattr(compilers, "clang_for", lambda arch: None)
     assert cc_check.sample_targets() == nvidia
 
 
@@ -465,7 +468,7 @@ def test_the_sample_reports_a_failure_and_the_missing_amd_compiler(monkeypatch):
     monkeypatch.setattr(cc_check, "select_modules", lambda patterns=None: (_module(BROKEN_BODY),))
     monkeypatch.setattr(cc_check, "sample", lambda modules: tuple(modules))
     monkeypatch.setattr(cc_check, "sample_targets", lambda: [("nvidia", "sm_90")])
-    monkeypatch.setenv(cc_check.CACHE_ENV, "off")
+    monkeypatch.setenv(cc_cache.CACHE_ENV, "off")
     out = io.StringIO()
     rc = cc_check.sample_main(out=out)
     text = out.getvalue()

@@ -82,7 +82,7 @@ def test_hopper_build_follows_the_k_range(monkeypatch):
 
 
 def test_compile_check_skips_modules_other_vendors_never_launch(monkeypatch):
-    from cupyconv._cli import compile_check
+    from cupyconv._cli import compile_check, compilers
     from cupyconv._core.kernels import MATH_WGMMA, gemm_module
 
     seen = []
@@ -90,7 +90,7 @@ def test_compile_check_skips_modules_other_vendors_never_launch(monkeypatch):
                         lambda m, vendor, arch, hiprtc=None: seen.append((vendor, arch)))
     compile_check.run_check([gemm_module("float16", MMA_TILES[MATH_WGMMA][0], (1, 1), MATH_WGMMA)],
                             workers=1)
-    assert {v for v, _ in seen} == {"nvidia"} and len(seen) == len(compile_check.NVIDIA_ARCHS)
+    assert {v for v, _ in seen} == {"nvidia"} and len(seen) == len(compilers.NVIDIA_ARCHS)
 
 
 # Measured on an H100 (CUDA-graph timings of every tile x split x build, benchmarks/
