@@ -380,10 +380,10 @@ def sample_main(out=None, modules=None) -> int:
     root = compile_cache.cache_root()
     names = sum(len(s.name_expressions) for s in chosen)
     full = sum(len(m.name_expressions) for m in modules)
-    compilers = ", ".join(f"{a} ({_COMPILER[v]})" for v, a in on)
+    on_names = ", ".join(f"{a} ({_COMPILER[v]})" for v, a in on)
     print(f"compiling a representative sample of the kernels: {names} of their {full} template "
           f"instantiations, one per kernel source, kernel, dtype class and GEMM main loop, from "
-          f"{len(chosen)} of the {len(modules)} kernel modules, for {compilers}\n"
+          f"{len(chosen)} of the {len(modules)} kernel modules, for {on_names}\n"
           f"result cache: {root if root else 'off'}", file=out, flush=True)
     if not any(v in ("amd", "clang") for v, _ in on):
         print("  " + _AMD_HINT, file=out)
