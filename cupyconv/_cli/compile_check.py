@@ -1,17 +1,15 @@
 """GPU-free compile check: every registered kernel module, built for NVIDIA and AMD targets.
 
-The compilers (NVRTC, HIPRTC, clang for the AMD targets HIPRTC cannot compile) and the target
-lists are :mod:`cupyconv._cli.compilers`; the result cache is :mod:`cupyconv._cli.compile_cache`;
-the AMD resource report (``compile-check --report``) is :mod:`cupyconv._cli.amd_report`.  This
-module is the driver: which modules for which targets, compiled in parallel (by clang, the modules
-of one source text as one translation unit: 23 instead of 325 compiles per target), the output.
+This is the driver (which modules for which targets, compiled in parallel, and the output; by
+clang, the modules of one source text as one translation unit: 23 instead of 325 compiles per
+target); the compilers and target lists are :mod:`cupyconv._cli.compilers`, the result cache
+:mod:`cupyconv._cli.compile_cache`, ``compile-check --report`` :mod:`cupyconv._cli.amd_report`.
 
 The demo without a GPU (and ``compile-check --sample``) compiles :func:`sample` instead: one
 template instantiation per (kernel source, kernel, dtype class, GEMM main loop), for sm_80, sm_90a
-and one AMD target where an AMD compiler is installed, in a minute or two on two cores.
-
-A missing compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure,
-which is how CI makes sure the check really ran.
+and one AMD target where an AMD compiler is installed, in a minute or two on two cores.  A missing
+compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure, which
+is how CI makes sure the check really ran.
 """
 
 from __future__ import annotations
