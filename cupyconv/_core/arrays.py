@@ -13,7 +13,7 @@ import math
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import itemsize
-from cupyconv._core.foreign import ForeignArray, describe
+from cupyconv._core.foreign import ForeignArray, byte_bounds, describe
 from cupyconv._core.geometry import ConvGeometry
 from cupyconv._core.kernels import DTYPES
 from cupyconv._core.names import arg
@@ -190,15 +190,7 @@ def memory_bounds(a) -> tuple[int, int]:
     too); ``lo == hi`` for an empty array."""
     if isinstance(a, ForeignArray):
         return a.memory_bounds()
-    lo = hi = a.data.ptr
-    if a.size == 0:
-        return lo, lo
-    for n, s in zip(a.shape, a.strides):
-        if s > 0:
-            hi += (n - 1) * s
-        else:
-            lo += (n - 1) * s
-    return lo, hi + a.itemsize
+    return byte_bounds(a.data.ptr, a.shape, a.strides, a.itemsize)
 
 
 def check_out_disjoint(out, inputs: dict) -> None:

@@ -45,6 +45,20 @@ _bfloat16 = None
 _c_strides: dict = {}
 
 
+def byte_bounds(ptr: int, shape, strides, itemsize: int) -> tuple[int, int]:
+    """``[lo, hi)``: the byte addresses that the elements of an array at ``ptr`` with ``shape``
+    and byte ``strides`` can occupy (negative strides too); ``lo == hi`` when it is empty."""
+    if math.prod(shape) == 0:
+        return ptr, ptr
+    lo = hi = ptr
+    for n, s in zip(shape, strides):
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi + itemsize
+
+
 class ForeignArray:
     """What a prepared call reads of a foreign array: ``ptr`` and ``key`` (its call-cache key
     entry), and for the checks of a call with ``out=`` ``shape``, ``strides`` (bytes),
@@ -70,15 +84,7 @@ class ForeignArray:
 
     def memory_bounds(self) -> tuple[int, int]:
         """As :func:`cupyconv._core.arrays.memory_bounds` (for ``out=`` checks)."""
-        lo = hi = self.ptr
-        if self.size == 0:
-            return lo, lo
-        for n, s in zip(self.shape, self.strides):
-            if s > 0:
-                hi += (n - 1) * s
-            else:
-                lo += (n - 1) * s
-        return lo, hi + self.itemsize
+        return byte_bounds(self.ptr, self.shape, self.strides, self.itemsize)
 
 
 class _TorchArray(ForeignArray):
