@@ -29,13 +29,14 @@ import operator
 import numpy as np
 
 from cupyconv._dispatch.callcache import call_key, lookup, remember
-from cupyconv._ndimage.args import (_axes, _axis, _host_weights, _input, _kernel_checks, _nd_weights,
-                                    _refuse_complex_cval, _resolve_output, gaussian_term_sigmas,
-                                    uniform_axes)
+from cupyconv._ndimage.args import (_axes, _axis, _host_weights, _input, _kernel_checks,
+                                    _nd_weights, _refuse_complex_cval, _resolve_output,
+                                    gaussian_term_sigmas, uniform_axes)
 from cupyconv._ndimage.boundary import mode_code
 from cupyconv._ndimage.callkey import _frozen, _Uncacheable
 from cupyconv._ndimage.gaussian import _gaussian_weights
-from cupyconv._ndimage.gaussian import gaussian_kernel1d  # noqa: F401  (public: the taps SciPy uses)
+# public: the taps SciPy's Gaussian filters use
+from cupyconv._ndimage.gaussian import gaussian_kernel1d  # noqa: F401
 from cupyconv._ndimage.plans import (_dense_launchers, _edge_chain, _gaussian_chain, _Pass,
                                      _uniform_pass)
 from cupyconv._ndimage.runners import (_chain_runner, _correlate1d_runner, _runner,
