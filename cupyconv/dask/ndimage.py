@@ -9,9 +9,10 @@ import operator
 
 import numpy as np
 
-from cupyconv import ndimage as _nd
+from cupyconv._ndimage import args as _args
 from cupyconv._ndimage.boundary import mode_code
 from cupyconv._ndimage.dtypes import default_output_dtype
+from cupyconv._ndimage.gaussian import _gaussian_radius
 from cupyconv.dask.chunks import _backend, _require_dask, _staged
 from cupyconv.dask.graph import _halo_map
 from cupyconv.dask.halo import filter_reach, rechunk_for_depth
@@ -82,7 +83,7 @@ def _out_dtype(x, output, complex_output: bool) -> np.dtype:
 
 def _modes_along(mode, axes) -> dict:
     """axis -> {mode} for a scalar mode or one mode per axis of ``axes``."""
-    items = _nd._sequence(mode, len(axes), "mode")
+    items = _args._sequence(mode, len(axes), "mode")
     for m in items:
         mode_code(m)
     return {ax: {m} for ax, m in zip(axes, items)}
@@ -100,9 +101,9 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
                 gpu=None):
     """:func:`cupyconv.ndimage.correlate1d` of a dask array."""
     x = _require_dask(input)
-    w = _nd._host_weights_1d(weights)
-    axis = _nd._axis(axis, x.ndim)
-    origin = _nd._origin(origin, w.shape[0])
+    w = _args._host_weights_1d(weights)
+    axis = _args._axis(axis, x.ndim)
+    origin = _args._origin(origin, w.shape[0])
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
     return _map_filter(x, "correlate1d", {axis: filter_reach(w.shape[0], origin)},
                        _single_mode(mode, [axis]), out, (w,),
@@ -113,9 +114,9 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
                gpu=None):
     """:func:`cupyconv.ndimage.convolve1d` of a dask array."""
     x = _require_dask(input)
-    w = _nd._host_weights_1d(weights)
-    axis = _nd._axis(axis, x.ndim)
-    origin = _nd._origin(origin, w.shape[0])  # valid exactly when the mirrored one is
+    w = _args._host_weights_1d(weights)
+    axis = _args._axis(axis, x.ndim)
+    origin = _args._origin(origin, w.shape[0])  # valid exactly when the mirrored one is
     # convolution is correlation with the reversed weights and the mirrored origin
     mirrored = -origin - (1 - w.shape[0] % 2)
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
@@ -125,7 +126,7 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
 
 
 def _gaussian_reach(sigma, truncate, radius) -> tuple[int, int]:
-    r = _nd._gaussian_radius(float(sigma), truncate, radius)
+    r = _gaussian_radius(float(sigma), truncate, radius)
     return r, r
 
 
@@ -133,7 +134,7 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
                       truncate=4.0, *, radius=None, gpu=None):
     """:func:`cupyconv.ndimage.gaussian_filter1d` of a dask array."""
     x = _require_dask(input)
-    axis = _nd._axis(axis, x.ndim)
+    axis = _args._axis(axis, x.ndim)
     out = _out_dtype(x, output, False)
     return _map_filter(x, "gaussian_filter1d", {axis: _gaussian_reach(sigma, truncate, radius)},
                        _single_mode(mode, [axis]), out, (sigma,),
@@ -154,7 +155,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
                      gpu=None):
     """:func:`cupyconv.ndimage.uniform_filter1d` of a dask array."""
     x = _require_dask(input)
-    axis = _nd._axis(axis, x.ndim)
+    axis = _args._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter1d", {axis: _uniform_reach(size, origin)},
                        _single_mode(mode, [axis]), out, (size,),
@@ -164,11 +165,11 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
 # --------------------------------------------------------------------------- N-d filters
 def _correlate_nd(name, input, weights, output, mode, cval, origin, convolution, axes, gpu):
     x = _require_dask(input)
-    w = _nd._host_weights(weights)
-    axes_t = _nd._axes(axes, x.ndim)
+    w = _args._host_weights(weights)
+    axes_t = _args._axes(axes, x.ndim)
     # the correlation each chunk runs: weights and origins per dim (convolution: reversed and
     # mirrored), as cupyconv.ndimage pairs them with the dims
-    wd, origins = _nd._nd_weights(x.ndim, w, origin, axes, convolution)
+    wd, origins = _args._nd_weights(x.ndim, w, origin, axes, convolution)
     reaches = {ax: filter_reach(size, operator.index(o))
                for ax, (size, o) in enumerate(zip(wd.shape, origins)) if wd.size}
     out = _out_dtype(x, output, x.dtype.kind == "c" or w.dtype.kind == "c")
@@ -194,9 +195,9 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
                     *, radius=None, axes=None, gpu=None):
     """:func:`cupyconv.ndimage.gaussian_filter` of a dask array."""
     x = _require_dask(input)
-    axes_t = _nd._axes(axes, x.ndim)
+    axes_t = _args._axes(axes, x.ndim)
     n = len(axes_t)
-    sigmas, radii = _nd._sequence(sigma, n, "sigma"), _nd._sequence(radius, n, "radius")
+    sigmas, radii = _args._sequence(sigma, n, "sigma"), _args._sequence(radius, n, "radius")
     reaches = {ax: _gaussian_reach(s, truncate, r) for ax, s, r in zip(axes_t, sigmas, radii)
               if s > 1e-15}  # as the filter: smaller sigmas are skipped
     out = _out_dtype(x, output, False)
@@ -209,10 +210,10 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
                    gpu=None):
     """:func:`cupyconv.ndimage.uniform_filter` of a dask array."""
     x = _require_dask(input)
-    axes_t = _nd._axes(axes, x.ndim)
+    axes_t = _args._axes(axes, x.ndim)
     # the passes cupyconv.ndimage runs (sizes above 1, truncated to integers, as SciPy)
     reaches = {ax: _uniform_reach(s, o)
-               for ax, s, o, _ in _nd.uniform_axes(size, origin, mode, axes, x.ndim)}
+               for ax, s, o, _ in _args.uniform_axes(size, origin, mode, axes, x.ndim)}
     out = _out_dtype(x, output, x.dtype.kind == "c")
     return _map_filter(x, "uniform_filter", reaches, _modes_along(mode, axes_t), out, (size,),
                        dict(mode=mode, cval=cval, origin=origin, axes=axes), gpu)
@@ -220,7 +221,7 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
 
 def _edge_filter(name, input, axis, output, mode, cval, gpu):
     x = _require_dask(input)
-    _nd._axis(axis, x.ndim)
+    _args._axis(axis, x.ndim)
     out = _out_dtype(x, output, x.dtype.kind == "c")
     every = tuple(range(x.ndim))  # 3 taps along the axis, 3 smoothing taps along every other
     return _map_filter(x, name, {ax: (1, 1) for ax in every}, _modes_along(mode, every), out, (),
@@ -240,7 +241,7 @@ def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0, *, gpu=None):
 def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None, gpu=None):
     """:func:`cupyconv.ndimage.laplace` of a dask array."""
     x = _require_dask(input)
-    axes_t = _nd._axes(axes, x.ndim)
+    axes_t = _args._axes(axes, x.ndim)
     out = _out_dtype(x, output, False)
     return _map_filter(x, "laplace", {ax: (1, 1) for ax in axes_t}, _modes_along(mode, axes_t), out,
                        (), dict(mode=mode, cval=cval, axes=axes), gpu)
@@ -248,13 +249,13 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None, gpu=None
 
 def _gaussian_derivative(name, input, sigma, output, mode, cval, axes, gpu, kwargs):
     x = _require_dask(input)
-    axes_t = _nd._axes(axes, x.ndim)
+    axes_t = _args._axes(axes, x.ndim)
     unknown = set(kwargs) - {"truncate", "radius"}
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     # every term runs the Gaussian over every dim with these sigmas (0: that dim is not filtered)
-    full = _nd.gaussian_term_sigmas(name, sigma, axes_t, x.ndim)
-    radii = _nd._sequence(kwargs.get("radius"), x.ndim, "radius")
+    full = _args.gaussian_term_sigmas(name, sigma, axes_t, x.ndim)
+    radii = _args._sequence(kwargs.get("radius"), x.ndim, "radius")
     truncate = kwargs.get("truncate", 4.0)
     reaches = {ax: _gaussian_reach(full[ax], truncate, radii[ax]) for ax in range(x.ndim)
               if full[ax] > 1e-15}

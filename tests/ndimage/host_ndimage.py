@@ -15,15 +15,15 @@ from host_kernels import compiler, host_module  # noqa: E402
 
 
 class HostRunner:
-    """Patches cupyconv.ndimage to run on NumPy arrays with host-compiled kernels."""
+    """Patches cupyconv.ndimage (its _ndimage modules) to run on NumPy arrays with host-compiled kernels."""
 
     def __init__(self, monkeypatch):
-        import cupyconv.ndimage as cn
-        from cupyconv._ndimage import passes
+        from cupyconv._ndimage import args, passes
 
         self.launches = []
-        monkeypatch.setattr(cn, "_cupy", lambda: np)
-        monkeypatch.setattr(cn, "require_array", self._require)
+        # where they are read: args (inputs, outputs, weights) and runners (through args._cupy)
+        monkeypatch.setattr(args, "_cupy", lambda: np)
+        monkeypatch.setattr(args, "require_array", self._require)
         monkeypatch.setattr(passes, "device_copy", lambda h: np.ascontiguousarray(h))
         monkeypatch.setattr(passes.jit, "get_function", self._get_function)
 

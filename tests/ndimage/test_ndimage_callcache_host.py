@@ -22,6 +22,7 @@ from nd_cases import rand
 import cupyconv
 import cupyconv.ndimage as cn
 from cupyconv._dispatch import callcache
+from cupyconv._ndimage import callkey
 
 from host_ndimage import HostRunner, compiler
 
@@ -32,8 +33,8 @@ UNKEYABLE = object()
 
 def frozen(v):
     try:
-        return cn._frozen(v)
-    except cn._Uncacheable:
+        return callkey._frozen(v)
+    except callkey._Uncacheable:
         return UNKEYABLE
 
 
