@@ -13,6 +13,12 @@ from cupyconv._core.kernels import DIRECT_CONV
 from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 
 
+def nan_scan_threads(total: int, itemsize: int) -> int:
+    """Threads of a repair pass over ``total`` elements: each tests 16 bytes of the result at once
+    (``for_each_nan`` in direct_conv.cu)."""
+    return -(-total // max(1, 16 // itemsize))
+
+
 def run_direct(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION,
                only_nan: bool = False) -> None:
     """y = act(conv(x, w) + bias + z) with one thread per output element (all options, any
@@ -32,7 +38,7 @@ def run_direct(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIV
             *spatial_args(geom),
             *int64s(element_strides(x, cl) + element_strides(w, cl) + element_strides(y, cl)),
             *ints((cl, only_nan))]
-    grid, block = launch_grid(total)
+    grid, block = launch_grid(nan_scan_threads(total, y.itemsize) if only_nan else total)
     with x.device:
         fn(grid, block, tuple(args))
 
@@ -58,6 +64,6 @@ def repair_merged_data(geom: ConvGeometry, dy, w, bias, dx) -> None:
             *spatial_args(geom),
             *int64s(element_strides(dy, cl) + element_strides(w, cl) + element_strides(dx, cl)),
             *ints((cl, True))]
-    grid, block = launch_grid(int(np.prod(geom.input_shape)))
+    grid, block = launch_grid(nan_scan_threads(int(np.prod(geom.input_shape)), dx.itemsize))
     with dx.device:
         fn(grid, block, tuple(args))

@@ -5,7 +5,8 @@ A result polluted the way the GEMM over merged groups pollutes it -- the float64
 the block-diagonal merged weights, where a NaN or inf of one group's input meets the zeros of the
 other groups and makes their outputs NaN -- is repaired into exactly the grouped reference: NaN
 and inf masks equal, finite values within tolerance, the outputs that were finite untouched.
-Forward (with bias) and backward-data, both layouts, float32 / float16 / float64.  Skipped
+Forward (with bias) and backward-data, both layouts, float32 / float16 / float64, results at
+16-byte aligned addresses and one element past (the scan's vector and element paths).  Skipped
 without a host C++20 compiler."""
 
 import contextlib
@@ -68,10 +69,21 @@ def _masks_and_values(got, want, dtype):
     assert np.abs(got[fin] - want[fin]).max() <= tol * max(1.0, np.abs(want[fin]).max())
 
 
+def _placed(a, aligned):
+    """``a`` as a C-contiguous HostArray at a 16-byte aligned address, or one element past one (the
+    scan then tests element by element instead of 16 bytes at a time)."""
+    buf = np.empty(a.size + 16 // a.itemsize + 1, a.dtype)
+    start = (-buf.ctypes.data % 16) // a.itemsize + (0 if aligned else 1)
+    out = buf[start:start + a.size].reshape(a.shape)
+    out[...] = a
+    return out.view(HostArray)
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("value", [np.nan, np.inf])
-def test_repair_restores_the_grouped_result(host_kernels, layout, dtype, value):
+@pytest.mark.parametrize("aligned", [True, False])
+def test_repair_restores_the_grouped_result(host_kernels, layout, dtype, value, aligned):
     groups, factor, cg, kg = 4, 4, 3, 2
     xs = (2, 9, 10, groups * cg) if layout == "NHWC" else (2, groups * cg, 9, 10)
     ws = (groups * kg, 3, 3, cg) if layout == "NHWC" else (groups * kg, cg, 3, 3)
@@ -90,7 +102,7 @@ def test_repair_restores_the_grouped_result(host_kernels, layout, dtype, value):
     merged = dict(opts, groups=groups // factor)
     nd = numpy_dtype(dtype)
     # forward
-    y = reference.conv(x, wm, b, **merged).astype(nd).view(HostArray)
+    y = _placed(reference.conv(x, wm, b, **merged).astype(nd), aligned)
     want = reference.conv(x, w, b, **opts)
     assert np.isnan(y).sum() > np.isnan(want).sum()  # (the merge's pollution is there to repair)
     finite_before = np.isfinite(np.asarray(y, np.float64))
@@ -102,7 +114,7 @@ def test_repair_restores_the_grouped_result(host_kernels, layout, dtype, value):
     bx = random_array(rng, (geom.in_channels,), dtype)
     dx = reference.conv_backward_data(dy, wm, geom.input_shape, **merged)
     cshape = (1,) * (dx.ndim - 1) + (-1,) if layout == "NHWC" else (1, -1, 1, 1)
-    dx = (dx + bx.astype(np.float64).reshape(cshape)).astype(nd).view(HostArray)
+    dx = _placed((dx + bx.astype(np.float64).reshape(cshape)).astype(nd), aligned)
     want = reference.conv_backward_data(dy, w, geom.input_shape, **opts) + \
         bx.astype(np.float64).reshape(cshape)
     assert np.isnan(dx).sum() > np.isnan(want).sum()

@@ -13,9 +13,36 @@
 // so hit is NaN (the epilogue's activations let NaN through), and an output whose inputs are all
 // finite is exact.  So the pass recomputes, skipping taps outside the window, only the outputs
 // that are NaN: each then reads only its own group, as PyTorch's result does.  The result must be
-// C-contiguous in its layout (the host checks).
+// C-contiguous in its layout (the host checks), so an element's index is its offset, and the scan
+// reads it 16 bytes per thread: a finite result costs one coalesced vector read (for_each_nan).
 #include "common.cuh"
 #include "activation.cuh"
+
+// Calls visit(idx) for every idx < total with p[idx] NaN, over the whole grid.  Where p is 16-byte
+// aligned each thread tests V = 16 / sizeof(T) consecutive elements with one load (the launch
+// covers total / V threads); the tail, and an unaligned p, are tested one element at a time.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_nan(const T* __restrict__ p, cc::index_t total, F visit) {
+  typedef typename cc::acc_type<T>::type A;
+  constexpr int V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+  const cc::index_t first = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const cc::index_t step = (cc::index_t)blockDim.x * gridDim.x;
+  const bool aligned = reinterpret_cast<unsigned long long>(p) % 16 == 0;
+  const cc::index_t vectors = aligned ? total / V : 0;
+  for (cc::index_t v = first; v < vectors; v += step) {
+    const uint4 raw = reinterpret_cast<const uint4*>(p)[v];
+    const T* e = reinterpret_cast<const T*>(&raw);
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < V; ++j) any |= cc::is_nan(cc::load_as<A>(e[j]));
+    if (any) {  // rare: the repaired outputs
+      for (int j = 0; j < V; ++j)
+        if (cc::is_nan(cc::load_as<A>(e[j]))) visit(v * V + j);
+    }
+  }
+  for (cc::index_t idx = vectors * V + first; idx < total; idx += step)
+    if (cc::is_nan(cc::load_as<A>(p[idx]))) visit(idx);
+}
 
 template <typename T>
 __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
@@ -34,11 +61,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
   const int cpg = C / groups, kpg = K / groups;
   const bool narrow = total <= 0xffffffffLL;
   const cc::Epilogue<T> ep = {z, has_z, act};
-  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (cc::index_t)blockDim.x * gridDim.x) {
-    // (the repair pass's y is C-contiguous in its layout, so idx is the element's offset: the
-    // common case, a finite output, costs one coalesced load and no index arithmetic)
-    if (only_nan && !cc::is_nan(cc::load_as<A>(y[idx]))) continue;
+  auto compute = [&](const cc::index_t idx) {
     int n, k, od, oh, ow;
     cc::split_activation(idx, K, OD, OH, OW, channels_last, narrow, n, k, od, oh, ow);
     const cc::index_t y_off = n * ysn + k * ysk + od * ysd + oh * ysh + ow * ysw;
@@ -64,7 +87,14 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
     }
     if (has_bias) acc += cc::load_as<A>(bias[k]);
     y[y_off] = cc::store_as<T>(ep(acc, y_off));
+  };
+  if (only_nan) {
+    for_each_nan(y, total, compute);
+    return;
   }
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x)
+    compute(idx);
 }
 
 // Backward-data (a transposed convolution), one dx element per thread: dx[n, c, i] = sum over
@@ -87,9 +117,7 @@ __global__ void direct_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
   const cc::index_t total = (cc::index_t)N * C * D * H * W;
   const int cpg = C / groups, kpg = K / groups;
   const bool narrow = total <= 0xffffffffLL;
-  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (cc::index_t)blockDim.x * gridDim.x) {
-    if (only_nan && !cc::is_nan(cc::load_as<A>(dx[idx]))) continue;  // (dx C-contiguous, above)
+  auto compute = [&](const cc::index_t idx) {
     int n, c, id, ih, iw;
     cc::split_activation(idx, C, D, H, W, channels_last, narrow, n, c, id, ih, iw);
     const cc::index_t x_off = n * xsn + c * xsc + id * xsd + ih * xsh + iw * xsw;
@@ -120,5 +148,12 @@ __global__ void direct_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
     }
     if (has_bias) acc += cc::load_as<A>(bias[c]);
     dx[x_off] = cc::store_as<T>(acc);
+  };
+  if (only_nan) {
+    for_each_nan(dx, total, compute);  // (dx C-contiguous, above)
+    return;
   }
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x)
+    compute(idx);
 }
