@@ -48,6 +48,7 @@ KERNEL_CONSTANTS: dict[str, int] = {
     "DWB_THREADS": 256,     # depthwise band kernel (depthwise_bands.cu): threads per block
     "DWB_RX": 4,            # ... destination columns per item
     "DWB_MIN_BLOCKS": 6,    # ... blocks per SM (caps registers at 40; 4 and 8 measured slower)
+    "NAN_SCAN_UNROLL": 4,   # repair pass (direct_conv.cu for_each_nan): 16-byte loads per thread-step
     "GC_THREADS": 256,      # grouped direct kernel (grouped_conv.cu): threads per block
     "GC_WEIGHTS": 4096,     # ... weights staged in shared memory at once (accumulator type)
     "GC_MAX_TAPS": 32,      # ... most kernel taps (a pixel's valid taps are the bits of a word)

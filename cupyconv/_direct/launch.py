@@ -9,14 +9,14 @@ from cupyconv._core import jit
 from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.epilogue import same_strides
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import DIRECT_CONV
+from cupyconv._core.kernels import DIRECT_CONV, KERNEL_CONSTANTS
 from cupyconv._core.launch import element_strides, int64s, ints, launch_grid, spatial_args
 
 
 def nan_scan_threads(total: int, itemsize: int) -> int:
-    """Threads of a repair pass over ``total`` elements: each tests 16 bytes of the result at once
-    (``for_each_nan`` in direct_conv.cu)."""
-    return -(-total // max(1, 16 // itemsize))
+    """Threads of a repair pass over ``total`` elements: each tests NAN_SCAN_UNROLL times 16
+    bytes of the result per step (``for_each_nan`` in direct_conv.cu)."""
+    return -(-total // (max(1, 16 // itemsize) * KERNEL_CONSTANTS["NAN_SCAN_UNROLL"]))
 
 
 def run_direct(geom: ConvGeometry, x, w, bias, y, *, z=None, act: int = NO_ACTIVATION,

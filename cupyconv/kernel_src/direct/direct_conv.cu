@@ -19,25 +19,35 @@
 #include "activation.cuh"
 
 // Calls visit(idx) for every idx < total with p[idx] NaN, over the whole grid.  Where p is 16-byte
-// aligned each thread tests V = 16 / sizeof(T) consecutive elements with one load (the launch
-// covers total / V threads); the tail, and an unaligned p, are tested one element at a time.
+// aligned each thread tests NAN_SCAN_UNROLL x V elements per step (V = 16 / sizeof(T)), issuing
+// its vector loads before any test so that several are in flight (the direct kernel's registers
+// keep occupancy low: one load per thread measured ~1 TB/s); the launch covers
+// total / (V * NAN_SCAN_UNROLL) threads.  The tail, and an unaligned p, go element by element.
 template <typename T, typename F>
 __device__ __forceinline__ void for_each_nan(const T* __restrict__ p, cc::index_t total, F visit) {
   typedef typename cc::acc_type<T>::type A;
-  constexpr int V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+  constexpr int V = sizeof(T) < 16 ? 16 / sizeof(T) : 1, U = NAN_SCAN_UNROLL;
   const cc::index_t first = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x;
   const cc::index_t step = (cc::index_t)blockDim.x * gridDim.x;
   const bool aligned = reinterpret_cast<unsigned long long>(p) % 16 == 0;
   const cc::index_t vectors = aligned ? total / V : 0;
-  for (cc::index_t v = first; v < vectors; v += step) {
-    const uint4 raw = reinterpret_cast<const uint4*>(p)[v];
-    const T* e = reinterpret_cast<const T*>(&raw);
-    bool any = false;
+  const uint4* pv = reinterpret_cast<const uint4*>(p);
+  for (cc::index_t v0 = first; v0 < vectors; v0 += step * U) {
+    uint4 raw[U];
 #pragma unroll
-    for (int j = 0; j < V; ++j) any |= cc::is_nan(cc::load_as<A>(e[j]));
-    if (any) {  // rare: the repaired outputs
-      for (int j = 0; j < V; ++j)
-        if (cc::is_nan(cc::load_as<A>(e[j]))) visit(v * V + j);
+    for (int u = 0; u < U; ++u)
+      if (v0 + u * step < vectors) raw[u] = pv[v0 + u * step];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (v0 + u * step >= vectors) break;
+      const T* e = reinterpret_cast<const T*>(&raw[u]);
+      bool any = false;
+#pragma unroll
+      for (int j = 0; j < V; ++j) any |= cc::is_nan(cc::load_as<A>(e[j]));
+      if (any) {  // rare: the outputs to repair
+        for (int j = 0; j < V; ++j)
+          if (cc::is_nan(cc::load_as<A>(e[j]))) visit((v0 + u * step) * V + j);
+      }
     }
   }
   for (cc::index_t idx = vectors * V + first; idx < total; idx += step)
