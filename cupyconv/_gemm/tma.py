@@ -1,0 +1,283 @@
+"""Host side of the Hopper GEMM fed by TMA (``kernel_src/gemm/gemm_tma.cu``): tensor maps encoded
+by the CUDA driver, operand checks, and a launcher for 2-D CuPy arrays.
+
+Not wired into the convolution dispatch or ``cupyconv.gemm`` yet (issue 46, first step): the
+launcher :func:`gemm_tma` is what the GPU tests and ``benchmarks/experiments/exp_gemm_tma.py``
+call.
+
+TMA reads a 2-D tile ("box") of a matrix described by a 128-byte tensor map that the driver
+encodes (``cuTensorMapEncodeTiled``); the kernel takes the map by value as a
+``const __grid_constant__`` parameter.  The driver is reached through NVIDIA's ``cuda-bindings``
+(the ``cuda13`` / ``cuda12`` extras), imported on first use only.
+
+How the map travels through CuPy: CuPy's kernel launch (``cupy/cuda/function.pyx``,
+``_pointer``) passes a ``numpy.ndarray`` *of size one* by value -- it hands the driver a pointer
+to the array's data (``CNumpyArray``), and ``cuLaunchKernel`` copies as many bytes as the
+kernel's parameter declares (128 for ``cc::TensorMap``) into the parameter buffer, at the
+parameter's own 64-byte aligned offset, which the compiler laid out.  So a one-element array of a
+128-byte structured dtype carries the map with no CuPy-side size limit (NumPy scalars stop at 16
+bytes there).  Its host buffer is 64-byte aligned as well, matching the driver's CUtensorMap
+alignment, though the driver's copy does not require it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cupyconv._core.dtypes import dtype_name
+
+__all__ = ["encode_tiled", "gemm_tma", "prepare_gemm_tma", "check_operands", "smem_bytes",
+           "TENSOR_MAP_DTYPE"]
+
+# The driver's CUtensorMap: 16 opaque 64-bit words (cuda.h: alignas(64) cuuint64_t opaque[16]).
+TENSOR_MAP_DTYPE = np.dtype([("opaque", "<u8", (16,))])
+TENSOR_MAP_BYTES = 128
+_ALIGN = 64
+SWIZZLE_BYTES = 128  # the widest TMA swizzle: a box row of at most 128 bytes
+BOX_MAX = 256        # TMA's largest box extent per dimension
+THREADS = 384        # one producer and two consumer warpgroups (gemm_tma.cu)
+# A dense row pitch / base address that TMA accepts: multiples of 16 bytes.
+TMA_ALIGN = 16
+_TMA_DTYPES = ("float16", "bfloat16")
+_DRIVER_HINT = ("the TMA GEMM encodes its tensor maps with NVIDIA's cuda-bindings: "
+                "pip install 'cupyconv[cuda13]' (or 'cupyconv[cuda12]' for CUDA 12 drivers), "
+                "or pip install 'cuda-bindings==13.*'")
+
+
+def _driver():
+    """``cuda.bindings.driver``, imported on first use."""
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise ImportError(_DRIVER_HINT) from exc
+    return driver
+
+
+def _tma_dims(name: str, shape, strides, itemsize: int) -> tuple[tuple[int, int], int]:
+    """((inner extent, outer extent), outer pitch in bytes) of a 2-D view whose last dim is
+    contiguous, as TMA takes it; ValueError (naming ``name``) where TMA cannot read it.  An outer
+    extent of 1 has no meaningful pitch: the dense one, rounded up to 16 bytes, is used."""
+    rows, cols = (int(s) for s in shape)
+    rstride, cstride = (int(s) for s in strides)
+    if rows == 0 or cols == 0:
+        raise ValueError(f"{name} is empty: TMA needs non-empty dims")
+    if cols > 1 and cstride != itemsize:
+        raise ValueError(f"{name} must be contiguous along its last dim for TMA (element stride "
+                         f"{cstride // itemsize}, need 1): pass cupy.ascontiguousarray({name})")
+    pitch = rstride if rows > 1 else -(-cols * itemsize // TMA_ALIGN) * TMA_ALIGN
+    if pitch <= 0 or pitch % TMA_ALIGN:
+        raise ValueError(f"{name}'s rows must start 16 bytes apart for TMA (a multiple of 16 bytes:"
+                         f" {16 // itemsize} elements), got a row pitch of {rstride} bytes; pad "
+                         f"the contiguous dim to a multiple of {16 // itemsize} elements")
+    if pitch < cols * itemsize:
+        raise ValueError(f"{name}'s rows overlap (row pitch {pitch} bytes < {cols * itemsize})")
+    if max(rows, cols) > 2**32 or pitch >= 2**40:
+        raise ValueError(f"{name} is too large for a TMA tensor map (dims up to 2^32, pitch "
+                         f"below 2^40 bytes)")
+    return (cols, rows), pitch
+
+
+def encode_tiled(array2d, box_rows: int, box_cols: int, swizzle128: bool = True) -> np.ndarray:
+    """The tensor map of a 2-D CuPy array (float16 or bfloat16, last dim contiguous, rows 16-byte
+    aligned) for boxes of ``box_rows`` x ``box_cols`` elements, ``box_cols`` along the contiguous
+    dim; with ``swizzle128`` the box lands in shared memory in the 128-byte swizzle (rows of at
+    most 128 bytes).  Elements outside the array read as zeros.
+
+    Returns a one-element NumPy array of :data:`TENSOR_MAP_DTYPE` (128 bytes, 64-byte aligned),
+    which a CuPy kernel launch passes by value (see the module docstring).  The map holds the
+    array's address: keep the array alive while kernels use the map."""
+    dtype = dtype_name(array2d.dtype)
+    if dtype not in _TMA_DTYPES:
+        raise TypeError(f"encode_tiled: dtype {dtype} not supported (float16, bfloat16)")
+    if array2d.ndim != 2:
+        raise ValueError(f"encode_tiled: a 2-D array is needed, got {array2d.ndim}-D")
+    itemsize = array2d.dtype.itemsize
+    dims, pitch = _tma_dims("array2d", array2d.shape, array2d.strides, itemsize)
+    ptr = int(array2d.data.ptr)
+    if ptr % TMA_ALIGN:
+        raise ValueError("encode_tiled: the array must start 16-byte aligned for TMA")
+    if not (0 < box_rows <= BOX_MAX and 0 < box_cols <= BOX_MAX):
+        raise ValueError(f"encode_tiled: box extents must be 1..{BOX_MAX}, got "
+                         f"{box_rows} x {box_cols}")
+    if (box_cols * itemsize) % TMA_ALIGN or (swizzle128 and box_cols * itemsize > SWIZZLE_BYTES):
+        raise ValueError(f"encode_tiled: a box row of {box_cols * itemsize} bytes; need a "
+                         f"multiple of 16 bytes{', at most 128 with the 128-byte swizzle' if swizzle128 else ''}")
+    drv = _driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    kind = {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    swizzle = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128
+               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        kind, 2, ptr, [u64(dims[0]), u64(dims[1])], [u64(pitch)], [u32(box_cols), u32(box_rows)],
+        [u32(1), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        # FILL_NONE: out-of-bounds elements are zeros (NAN_REQUEST_ZERO_FMA would give NaNs)
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err!r} (dims {dims}, pitch {pitch} "
+                           f"bytes, box {box_rows} x {box_cols})")
+    return _map_record([int(w) for w in tmap.opaque])
+
+
+def _map_record(words) -> np.ndarray:
+    """A one-element TENSOR_MAP_DTYPE array holding ``words`` (16 uint64), in a 64-byte aligned
+    host buffer (the view keeps its buffer alive)."""
+    buf = np.zeros(TENSOR_MAP_BYTES + _ALIGN, dtype=np.uint8)
+    off = -buf.ctypes.data % _ALIGN
+    rec = buf[off:off + TENSOR_MAP_BYTES].view(TENSOR_MAP_DTYPE)
+    rec["opaque"][0] = np.asarray(words, dtype=np.uint64)
+    return rec
+
+
+def smem_bytes(tile: tuple[int, ...], itemsize: int = 2) -> int:
+    """Dynamic shared memory of ``gemm_tma`` with ``tile`` = (BM, BN, BK, STAGES), as the kernel
+    lays it out: STAGES stages of A and B from a 1024-byte aligned base (1024 bytes of slack for
+    the alignment), then a full and an empty barrier (8 bytes each) per stage."""
+    bm, bn, bk, stages = tile
+    return stages * (bm + bn) * bk * itemsize + 1024 + 2 * stages * 8
+
+
+def check_operands(a, b, out=None, tile=None) -> dict:
+    """Check ``a`` (M, K), ``b`` (K, N) and ``out`` (M, N) for the TMA GEMM from their dtype,
+    shape, strides and address (``.data.ptr``) alone, so the rules are testable without a GPU;
+    raises TypeError / ValueError naming the argument.  Returns the launch facts: dtype, m, n, k,
+    whether B is K-major (``b_kmajor``: b is a view of an [N, K] array, ``b.T`` contiguous
+    rows) and C's row pitch in elements (``ldc``, None where ``out`` is None: a fresh C-contiguous
+    array)."""
+    from cupyconv._core.kernels import TMA_TILES
+
+    tile = TMA_TILES[0] if tile is None else tuple(tile)
+    if tile not in TMA_TILES:
+        raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    dtype = dtype_name(a.dtype)
+    if dtype not in _TMA_DTYPES:
+        raise TypeError(f"a has dtype {dtype}; the TMA GEMM takes float16 or bfloat16")
+    if dtype_name(b.dtype) != dtype:
+        raise TypeError(f"b has dtype {dtype_name(b.dtype)}, a has {dtype}: they must match")
+    (m, k), (kb, n) = a.shape, b.shape
+    if k != kb:
+        raise ValueError(f"a is {m} x {k} and b is {kb} x {n}: a's columns must equal b's rows")
+    itemsize = a.dtype.itemsize
+    # b: rows contiguous (row-major [K, N]: MN-major for wgmma) or columns contiguous (the
+    # transpose of a row-major [N, K]: K-major).  A single column reads best K-major (one row).
+    rs, cs = (int(s) for s in b.strides)
+    b_kmajor = (n == 1 or cs != itemsize) and (k == 1 or rs == itemsize)
+    if m and n and k:  # (an empty product launches nothing: no layout rules)
+        _tma_dims("a", a.shape, a.strides, itemsize)
+        if b_kmajor:
+            _tma_dims("b.T", (n, k), (cs, rs), itemsize)
+        elif cs != itemsize:
+            raise ValueError("b must be contiguous along one of its dims for TMA (row-major "
+                             "[K, N], or the transpose of a row-major [N, K]): pass "
+                             "cupy.ascontiguousarray(b)")
+        else:
+            _tma_dims("b", b.shape, b.strides, itemsize)
+        for name, x in (("a", a), ("b", b)):
+            if int(x.data.ptr) % TMA_ALIGN:
+                raise ValueError(f"{name} must start 16-byte aligned for TMA (a view at an offset "
+                                 f"of {int(x.data.ptr) % TMA_ALIGN} bytes): pass a copy")
+    ldc = None
+    if out is not None:
+        if out.ndim != 2 or tuple(out.shape) != (m, n):
+            raise ValueError(f"out must have shape {(m, n)}, got {tuple(out.shape)}")
+        if dtype_name(out.dtype) != dtype:
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, need {dtype}")
+        rs, cs = out.strides
+        if (n > 1 and cs != itemsize) or (m > 1 and (rs < n * itemsize or rs % itemsize)):
+            raise ValueError("out must have contiguous, non-overlapping rows (element stride 1 "
+                             "along its last dim)")
+        ldc = rs // itemsize if m > 1 else n
+    tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    if tiles >= 2**31 or m >= 2**31 or n >= 2**31 or k >= 2**31:
+        raise ValueError(f"problem too large for the TMA GEMM's 32-bit tile indices ({m} x {n} x {k})")
+    return {"dtype": dtype, "m": m, "n": n, "k": k, "b_kmajor": b_kmajor, "ldc": ldc,
+            "tile": tile}
+
+
+def _require_hopper(device_id: int) -> None:
+    import cupy
+
+    if cupy.cuda.runtime.is_hip:
+        raise RuntimeError("the TMA GEMM runs on NVIDIA Hopper (compute capability 9.0) only")
+    cc = cupy.cuda.Device(device_id).compute_capability
+    if cc != "90":
+        raise RuntimeError(f"the TMA GEMM needs compute capability 9.0 (sm_90a: TMA, wgmma, "
+                           f"setmaxnreg); device {device_id} is {cc[:-1]}.{cc[-1]}")
+
+
+def prepare_gemm_tma(a, b, out=None, *, tile=None):
+    """The launch of ``a @ b`` (see :func:`gemm_tma`) prepared once: operands checked, tensor
+    maps encoded, kernel compiled.  Returns ``(launch, out)``: each ``launch()`` runs the kernel
+    again on the same arrays (benchmarks time this without the host work)."""
+    import cupy
+
+    from cupyconv._core import jit
+    from cupyconv._core.arrays import require_array, same_device
+    from cupyconv._core.kernels import gemm_tma_module
+    from cupyconv._core.launch import sm_count
+
+    a = require_array(a, "a")
+    b = require_array(b, "b")
+    arrays = {"a": a, "b": b}
+    if out is not None:
+        out = require_array(out, "out")
+        arrays["out"] = out
+    facts = check_operands(a, b, out, tile)
+    same_device(arrays)
+    device = a.device.id
+    m, n, k, tile = facts["m"], facts["n"], facts["k"], facts["tile"]
+    with cupy.cuda.Device(device):
+        _require_hopper(device)
+        _driver()  # (the ImportError with its hint before any compile)
+        if out is None:
+            out = cupy.empty((m, n), dtype=a.dtype)
+        if m == 0 or n == 0:
+            return (lambda: None), out
+        if k == 0:
+            def zeros():
+                out[...] = 0
+            return zeros, out
+        bm, bn, bk, _ = tile
+        map_a = encode_tiled(a, bm, bk)
+        if facts["b_kmajor"]:
+            map_b = encode_tiled(b.T, bn, bk)
+        else:
+            map_b = encode_tiled(b, bk, 64)  # BN / 64 boxes of 64 n per stage
+        ldc = facts["ldc"] if facts["ldc"] is not None else n
+        c_vec = int(ldc % 2 == 0 and int(out.data.ptr) % 4 == 0)
+        fn = jit.get_function(gemm_tma_module(facts["dtype"], tile), "gemm_tma", facts["dtype"],
+                              (int(facts["b_kmajor"]),))
+        smem = smem_bytes(tile, a.dtype.itemsize)
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        grid = (min(sm_count(device), tiles),)
+        # (a and b ride along in the closure: the maps hold their addresses)
+        args = (map_a, map_b, out, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
+                np.int32(c_vec))
+
+        def launch(a=a, b=b):
+            with cupy.cuda.Device(device):
+                fn(grid, (THREADS,), args, shared_mem=smem)
+
+        return launch, out
+
+
+def gemm_tma(a, b, out=None, *, tile=None):
+    """``a @ b`` for 2-D float16 / bfloat16 CuPy arrays on a Hopper GPU, with the TMA-fed,
+    warp-specialized kernel (fp32 accumulation, result in the input dtype).
+
+    ``a``: (M, K) with contiguous rows 16-byte aligned (K a multiple of 8 for dense rows).
+    ``b``: (K, N), either row-major (N contiguous) or the transpose of a row-major (N, K) array
+    (``bt.T``), its contiguous rows 16-byte aligned.  ``out``: optional (M, N) array with
+    contiguous rows.  ``tile``: one of ``kernels.TMA_TILES`` (default the first, 128 x 256).
+    Every check runs before anything is compiled or launched."""
+    launch, out = prepare_gemm_tma(a, b, out, tile=tile)
+    launch()
+    return out

@@ -1,0 +1,122 @@
+"""The Hopper TMA GEMM without a GPU: its kernel module compiles with NVRTC for sm_90a (and to a
+trapping stub for sm_80), is registered for NVIDIA only, and the launcher's operand rules reject
+bad dtypes, shapes and strides before anything is compiled or launched."""
+
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cupyconv._core.dtypes import numpy_dtype
+from cupyconv._core.kernels import REGISTRY, TMA_DTYPES, TMA_TILES, gemm_tma_module
+from cupyconv._gemm import tma
+
+
+def _fake(shape, dtype="float16", strides=None, ptr=0x10000):
+    """What check_operands reads of an array: ndim, shape, dtype, strides, data.ptr."""
+    dt = numpy_dtype(dtype)
+    if strides is None:
+        strides = (shape[1] * dt.itemsize, dt.itemsize)
+    return SimpleNamespace(ndim=len(shape), shape=tuple(shape), dtype=dt, strides=tuple(strides),
+                           data=SimpleNamespace(ptr=ptr))
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+@pytest.mark.parametrize("tile", TMA_TILES)
+def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile):
+    from cupyconv._cli import compile_check
+
+    res = compile_check.check_module(gemm_tma_module(dtype, tile), "nvidia", arch)
+    if res.status == "skipped":
+        pytest.skip(res.log)
+    assert res.status == "ok", res.log
+
+
+def test_the_tma_modules_are_registered_for_nvidia_only():
+    mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
+    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES)
+    assert all(m.vendors == ("nvidia",) for m in mods)
+    # both orientations of B in each binary
+    assert all(m.variants == ((0,), (1,)) for m in mods)
+
+
+@pytest.mark.parametrize("tile", TMA_TILES)
+def test_the_stages_fit_a_hopper_block(tile):
+    assert tma.smem_bytes(tile) <= 227 * 1024
+    bm, bn, bk, _ = tile
+    assert bk * 2 == tma.SWIZZLE_BYTES and bm <= tma.BOX_MAX and bn <= tma.BOX_MAX
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+def test_both_orientations_of_b_are_recognised(dtype):
+    a = _fake((100, 64), dtype)
+    row_major = tma.check_operands(a, _fake((64, 40), dtype))
+    assert not row_major["b_kmajor"] and (row_major["m"], row_major["n"], row_major["k"]) == (100, 40, 64)
+    # the transpose of a row-major (N, K) array: K contiguous
+    transposed = tma.check_operands(a, _fake((64, 40), dtype, strides=(2, 128)))
+    assert transposed["b_kmajor"]
+    # one column reads K-major (its single row needs no 16-byte pitch)
+    assert tma.check_operands(a, _fake((64, 1), dtype))["b_kmajor"]
+
+
+@pytest.mark.parametrize("a, b, out, error, words", [
+    (_fake((8, 64), "float32"), _fake((64, 8), "float32"), None, TypeError, "float16 or bfloat16"),
+    (_fake((8, 64), "float16"), _fake((64, 8), "bfloat16"), None, TypeError, "must match"),
+    (_fake((8, 64)), _fake((63, 8)), None, ValueError, "columns must equal"),
+    (_fake((2, 8, 64)), _fake((64, 8)), None, ValueError, "2-D"),
+    (_fake((8, 63)), _fake((63, 8)), None, ValueError, "16 bytes apart"),          # K % 8
+    (_fake((8, 64)), _fake((64, 12)), None, ValueError, "16 bytes apart"),         # row-major N % 8
+    (_fake((8, 64)), _fake((64, 8), strides=(4, 256)), None, ValueError, "contiguous"),
+    (_fake((8, 64), strides=(128, 4)), _fake((64, 8)), None, ValueError, "contiguous"),
+    (_fake((8, 64), ptr=0x10008), _fake((64, 8)), None, ValueError, "16-byte aligned"),
+    (_fake((8, 64)), _fake((64, 8)), _fake((8, 9)), ValueError, "shape"),
+    (_fake((8, 64)), _fake((64, 8)), _fake((8, 8), "bfloat16"), TypeError, "out has dtype"),
+    (_fake((8, 64)), _fake((64, 8)), _fake((8, 8), strides=(32, 4)), ValueError, "contiguous"),
+])
+def test_bad_operands_are_refused(a, b, out, error, words):
+    with pytest.raises(error, match=words):
+        tma.check_operands(a, b, out)
+
+
+def test_out_with_a_row_pitch_gives_ldc():
+    facts = tma.check_operands(_fake((8, 64)), _fake((64, 8)), _fake((8, 8), strides=(48, 2)))
+    assert facts["ldc"] == 24
+
+
+def test_an_unknown_tile_is_refused():
+    with pytest.raises(ValueError, match="tile"):
+        tma.check_operands(_fake((8, 64)), _fake((64, 8)), tile=(64, 64, 64, 2))
+
+
+def test_host_arrays_are_refused_before_compiling(monkeypatch):
+    from cupyconv._core import jit
+
+    monkeypatch.setattr(jit, "get_function", lambda *a, **k: pytest.fail("compiled"))
+    a = np.zeros((8, 64), np.float16)
+    with pytest.raises(TypeError, match="cupy"):
+        tma.gemm_tma(a, a.T.copy())
+
+
+def test_encode_checks_its_box_before_the_driver(monkeypatch):
+    monkeypatch.setattr(tma, "_driver", lambda: pytest.fail("reached the driver"))
+    arr = _fake((64, 64))
+    with pytest.raises(ValueError, match="at most 128"):
+        tma.encode_tiled(arr, 64, 128)       # 256-byte box rows: wider than the swizzle
+    with pytest.raises(ValueError, match="1..256"):
+        tma.encode_tiled(arr, 512, 64)
+    with pytest.raises(TypeError, match="float16"):
+        tma.encode_tiled(_fake((64, 64), "float32"), 64, 32)
+
+
+def test_missing_cuda_bindings_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    with pytest.raises(ImportError, match="cuda13"):
+        tma._driver()
+
+
+def test_the_tensor_map_record_is_128_aligned_bytes():
+    rec = tma._map_record(range(16))
+    assert rec.shape == (1,) and rec.nbytes == 128 and rec.ctypes.data % 64 == 0
+    assert rec.view(np.uint64).tolist() == list(range(16))

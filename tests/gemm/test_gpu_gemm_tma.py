@@ -1,0 +1,106 @@
+"""The Hopper TMA GEMM (gemm_tma.cu, cupyconv._gemm.tma) on an sm_90 GPU: both operand
+orientations of B, both tiles, float16 and bfloat16, shapes with M, N and K edges, against the
+float64 product of the same inputs (within 2x the rounding of that product to the storage type:
+``verify.tolerance``).  Outputs are poisoned first, so an unwritten element fails; an ``out`` with
+a row pitch keeps its padding."""
+
+import numpy as np
+import pytest
+
+from cupyconv._core.kernels import TMA_DTYPES, TMA_TILES
+from cupyconv._core.verify import random_array, rel_error, tolerance
+
+pytestmark = pytest.mark.gpu
+
+# (M, N, K): K and (for row-major B) N multiples of 8 (16-byte rows for TMA)
+SHAPES = [(129, 264, 264), (1000, 1000, 1000), (128, 256, 64), (1, 8, 8), (300, 8, 1032),
+          (2048, 520, 4096)]
+
+
+@pytest.fixture(autouse=True)
+def _hopper():
+    import cupy
+
+    if cupy.cuda.runtime.is_hip or cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the TMA GEMM needs an NVIDIA GPU of compute capability 9.0")
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings (the cuda13/cuda12 extra)")
+
+
+def _operands(m, n, k, dtype, b_kmajor, seed=0):
+    import cupy
+
+    rng = np.random.default_rng(seed)
+    a = cupy.asarray(random_array(rng, (m, k), dtype))
+    if b_kmajor:  # b = bt.T, bt row-major (N, K)
+        b = cupy.asarray(random_array(rng, (n, k), dtype)).T
+    else:
+        b = cupy.asarray(random_array(rng, (k, n), dtype))
+    return a, b
+
+
+def _reference(a, b):
+    import cupy
+
+    return (a.astype(cupy.float64) @ b.astype(cupy.float64)).get()
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+@pytest.mark.parametrize("b_kmajor", [0, 1])
+@pytest.mark.parametrize("tile", TMA_TILES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tma_gemm_matches_float64(shape, tile, b_kmajor, dtype):
+    import cupy
+
+    from cupyconv._gemm.tma import gemm_tma
+
+    m, n, k = shape
+    a, b = _operands(m, n, k, dtype, b_kmajor)
+    out = cupy.empty((m, n), dtype=a.dtype)
+    out.fill(np.nan)
+    got = gemm_tma(a, b, out, tile=tile)
+    assert got is out
+    ref = _reference(a, b)
+    err = rel_error(got.astype(cupy.float64), ref)
+    assert err <= tolerance(dtype, ref), f"relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+def test_out_with_a_row_pitch_and_odd_width(dtype):
+    """ldc > N, N odd (scalar stores at the edge), the padding columns left alone."""
+    import cupy
+
+    from cupyconv._gemm.tma import gemm_tma
+
+    m, n, k = 200, 257, 136
+    a, b = _operands(m, n, k, dtype, b_kmajor=1, seed=1)
+    big = cupy.full((m, n + 7), 7.0, dtype=a.dtype)
+    out = big[:, :n]
+    out.fill(np.nan)
+    gemm_tma(a, b, out)
+    ref = _reference(a, b)
+    assert rel_error(out.astype(cupy.float64), ref) <= tolerance(dtype, ref)
+    assert bool((big[:, n:].astype(cupy.float32) == 7.0).all())
+
+
+def test_persistent_blocks_take_several_tiles():
+    """More tiles than multiprocessors: every block loops (ring phases across tiles)."""
+    import cupy
+
+    from cupyconv._gemm.tma import gemm_tma
+
+    m, n, k = 4096, 4096, 512  # 32 x 16 = 512 tiles of 128 x 256
+    a, b = _operands(m, n, k, "float16", b_kmajor=0, seed=2)
+    got = gemm_tma(a, b)
+    ref = (a.astype(cupy.float32) @ b.astype(cupy.float32)).astype(cupy.float64)
+    assert rel_error(got.astype(cupy.float64), ref) <= tolerance("float16", ref)
+
+
+def test_empty_and_k0_products():
+    import cupy
+
+    from cupyconv._gemm.tma import gemm_tma
+
+    a = cupy.ones((16, 0), cupy.float16)
+    b = cupy.ones((0, 8), cupy.float16)
+    assert bool((gemm_tma(a, b) == 0).all())
+    assert gemm_tma(cupy.ones((0, 8), cupy.float16), cupy.ones((8, 8), cupy.float16)).shape == (0, 8)
