@@ -14,6 +14,7 @@ from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._gemm.kernel_args import MatrixView, OutMap
 from cupyconv._gemm.launch import MAX_GRID_COLUMNS, run_gemm
+from cupyconv._gemm.tma import gemm_tile, prepare_gemm_tma
 
 __all__ = ["gemm"]
 
@@ -39,7 +40,10 @@ def gemm(a, b, out=None, *, precision=None):
         ``CUPYCONV_ALLOW_TF32=1``, else "exact" (see :func:`cupyconv.conv`).
 
     Operands are read through their strides (transposed views need no copy); an operand with no
-    unit stride in its last two dims is copied once.
+    unit stride in its last two dims is copied once.  On Hopper GPUs, 2-D float16 / bfloat16
+    products of at least half a wave of 128 x 128 tiles whose operands TMA can read (rows 16-byte
+    aligned) run on a TMA-fed, warp-specialized kernel (needs ``cuda-bindings``, part of the
+    ``cuda13`` / ``cuda12`` extras; ``CUPYCONV_TMA=0`` turns it off).
     """
     key, ops = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
     call = lookup(key)
@@ -82,6 +86,11 @@ def _run(a, b, c, precision: str = "exact") -> None:
     batch = c.shape[0] if c.ndim == 3 else None
     if k == 0:
         zero_fill(c)
+        return
+    tile = gemm_tile(a, b, c)
+    if tile is not None:  # Hopper, 16-bit: the TMA-fed warp-specialized kernel
+        launch, _ = prepare_gemm_tma(a, b, c, tile=tile)
+        launch()
         return
     sa, sb = _elem_strides(a), _elem_strides(b)
     if sa[-1] != 1 and sa[-2] != 1:

@@ -1,9 +1,10 @@
 """Host side of the Hopper GEMM fed by TMA (``kernel_src/gemm/gemm_tma.cu``): tensor maps encoded
 by the CUDA driver, operand checks, and a launcher for 2-D CuPy arrays.
 
-Not wired into the convolution dispatch or ``cupyconv.gemm`` yet (issue 46, first step): the
-launcher :func:`gemm_tma` is what the GPU tests and ``benchmarks/experiments/exp_gemm_tma.py``
-call.
+``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where :func:`gemm_tile` says so
+(Hopper, TMA-readable operands, at least half a wave of tiles; ``CUPYCONV_TMA=0`` turns it off).
+Not wired into the convolution dispatch yet.  :func:`gemm_tma` is the launcher the GPU tests and
+``benchmarks/experiments/exp_gemm_tma.py`` call.
 
 TMA reads a 2-D tile ("box") of a matrix described by a 128-byte tensor map that the driver
 encodes (``cuTensorMapEncodeTiled``); the kernel takes the map by value as a
@@ -23,13 +24,15 @@ alignment, though the driver's copy does not require it.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
+from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import dtype_name
 
-__all__ = ["encode_tiled", "gemm_tma", "prepare_gemm_tma", "check_operands", "smem_bytes",
-           "TENSOR_MAP_DTYPE"]
+__all__ = ["encode_tiled", "gemm_tma", "gemm_tile", "prepare_gemm_tma", "check_operands",
+           "smem_bytes", "TENSOR_MAP_DTYPE"]
 
 # The driver's CUtensorMap: 16 opaque 64-bit words (cuda.h: alignas(64) cuuint64_t opaque[16]).
 TENSOR_MAP_DTYPE = np.dtype([("opaque", "<u8", (16,))])
@@ -209,6 +212,51 @@ def _require_hopper(device_id: int) -> None:
     if cc != "90":
         raise RuntimeError(f"the TMA GEMM needs compute capability 9.0 (sm_90a: TMA, wgmma, "
                            f"setmaxnreg); device {device_id} is {cc[:-1]}.{cc[-1]}")
+
+
+@memoized(None)
+def _runs_here(device_id: int) -> bool:
+    """Whether ``device_id`` is a Hopper GPU and the driver binding is importable."""
+    import cupy
+
+    if cupy.cuda.runtime.is_hip or cupy.cuda.Device(device_id).compute_capability != "90":
+        return False
+    try:
+        _driver()
+    except ImportError:
+        return False
+    return True
+
+
+def gemm_tile(a, b, c):
+    """The tile :func:`cupyconv.gemm` runs ``c = a @ b`` with on the TMA kernel, or None where it
+    keeps its other loops: not a 2-D float16 / bfloat16 product on a Hopper GPU with
+    cuda-bindings, operands TMA cannot read (:func:`check_operands`), fewer 128 x 128 tiles than
+    half the multiprocessors (the persistent grid has no split-K: the other loop splits K for
+    small outputs), or ``CUPYCONV_TMA=0``.
+
+    The tile is 128 x 128 x 64 with 6 stages: on an H200 it matched or beat 128 x 256 in 6 of 8
+    cases at 4096^3 and 8192^3 (benchmarks/notes/gemm.md, session 28), and it fills the
+    multiprocessors at half the output size."""
+    from cupyconv._core.kernels import TMA_TILES
+    from cupyconv._core.launch import sm_count
+
+    if os.environ.get("CUPYCONV_TMA", "1") == "0":
+        return None
+    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in _TMA_DTYPES:
+        return None
+    tile = TMA_TILES[1]
+    device = c.data.device_id
+    if not _runs_here(device):
+        return None
+    m, n = c.shape
+    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sm_count(device) // 2:
+        return None
+    try:
+        check_operands(a, b, c, tile)
+    except (TypeError, ValueError):
+        return None
+    return tile
 
 
 def prepare_gemm_tma(a, b, out=None, *, tile=None):

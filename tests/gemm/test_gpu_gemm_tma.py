@@ -104,3 +104,62 @@ def test_empty_and_k0_products():
     b = cupy.ones((0, 8), cupy.float16)
     assert bool((gemm_tma(a, b) == 0).all())
     assert gemm_tma(cupy.ones((0, 8), cupy.float16), cupy.ones((8, 8), cupy.float16)).shape == (0, 8)
+
+
+def _spy(monkeypatch):
+    """Count the TMA launches that cupyconv.gemm prepares."""
+    import cupyconv.gemm as public
+
+    calls = []
+    real = public.prepare_gemm_tma
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("tile"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(public, "prepare_gemm_tma", spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+@pytest.mark.parametrize("b_kmajor", [0, 1])
+def test_public_gemm_runs_on_tma_and_rereads_new_operands(monkeypatch, dtype, b_kmajor):
+    """cupyconv.gemm takes the TMA kernel for a product of more than half a wave of tiles, and a
+    second call with new arrays of the same shapes (the warm path: the tensor maps hold
+    addresses, so they must be made again) computes the product of the new arrays."""
+    import cupy
+
+    import cupyconv
+
+    calls = _spy(monkeypatch)
+    m, n, k = 1536, 1032, 520
+    for seed in (1, 2):
+        a, b = _operands(m, n, k, dtype, b_kmajor, seed=seed)
+        out = cupy.full((m, n), np.nan, dtype=a.dtype)
+        got = cupyconv.gemm(a, b, out=out)
+        assert got is out
+        want = _reference(a, b)
+        assert rel_error(got.astype(cupy.float64), want) <= tolerance(dtype, want)
+    assert len(calls) == 2 and all(t == TMA_TILES[1] for t in calls)
+
+
+@pytest.mark.parametrize("case", ["small", "batched", "unaligned", "switched_off"])
+def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch, case):
+    import cupy
+
+    import cupyconv
+
+    calls = _spy(monkeypatch)
+    m, n, k = (256, 256, 4096) if case == "small" else (1536, 1024, 520)
+    a, b = _operands(m, n, k, "float16", 0, seed=3)
+    if case == "batched":
+        a, b = cupy.stack([a, a]), cupy.stack([b, b])
+    if case == "unaligned":  # rows 1 element past 16-byte alignment
+        a = cupy.empty((m, k + 1), a.dtype)[:, 1:]
+        a[...] = _operands(m, n, k, "float16", 0, seed=3)[0]
+    if case == "switched_off":
+        monkeypatch.setenv("CUPYCONV_TMA", "0")
+    got = cupyconv.gemm(a, b)
+    want = (a.astype(cupy.float64) @ b.astype(cupy.float64)).get()
+    assert rel_error(got.astype(cupy.float64), want) <= tolerance("float16", want)
+    assert calls == []
