@@ -31,10 +31,10 @@ from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._dispatch.signal import choose, dense_volume_runner, use_dense_volume
 from cupyconv._signal.direct import direct_runner, lean_plane_runner
 from cupyconv._signal.fft import fft_work_dtype, overlap_add_blocks, run_fft
-from cupyconv._signal.plan import (NUMPY_LOOP_DTYPES, axes_key, check_boundary,
-                                   check_direct_dtype, check_direct_sizes, check_fillvalue,
-                                   check_method, check_mode, compute_dtype, direct_fits,
-                                   numpy_direct_path, plan_filter, scipy_fft_faster)
+from cupyconv._signal.dtypes import (NUMPY_LOOP_DTYPES, check_direct_dtype, check_fillvalue,
+                                     compute_dtype, numpy_direct_path)
+from cupyconv._signal.plan import (axes_key, check_boundary, check_direct_sizes, check_method,
+                                   check_mode, direct_fits, plan_filter, scipy_fft_faster)
 
 __all__ = ["correlate", "convolve", "correlate2d", "convolve2d", "fftconvolve", "oaconvolve",
            "choose_conv_method"]

@@ -20,8 +20,8 @@ from cupyconv._dispatch import signal as _signal_cost
 from cupyconv._signal import direct as _signal_direct
 from cupyconv._signal import fft as _signal_fft
 from cupyconv._core.kernels import plane_rows_per_thread
-from cupyconv._signal.plan import (BOUNDARY_CODE, boundary_indices, check_fillvalue,
-                                   compute_dtype, plan_filter)
+from cupyconv._signal.dtypes import check_fillvalue, compute_dtype
+from cupyconv._signal.plan import BOUNDARY_CODE, boundary_indices, plan_filter
 
 CODES = {v: k for k, v in BOUNDARY_CODE.items()}
 

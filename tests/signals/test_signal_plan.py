@@ -15,8 +15,9 @@ from scipy import signal
 import cupyconv.signal as cs
 from cupyconv._dispatch import signal as _signal_cost
 from cupyconv._signal import fft as _signal_fft
-from cupyconv._signal.plan import (FilterPlan, check_fillvalue, compute_dtype, fftconvolve_dtype,
-                                   numpy_filter, plan_filter, result_dtype)
+from cupyconv._signal.dtypes import (check_fillvalue, compute_dtype, fftconvolve_dtype,
+                                     result_dtype)
+from cupyconv._signal.plan import FilterPlan, numpy_filter, plan_filter
 
 DTYPES = ["float32", "float64", "complex64", "complex128", "int32", "int16", "uint8"]
 

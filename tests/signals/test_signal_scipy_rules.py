@@ -16,8 +16,8 @@ from scipy import signal
 
 import cupyconv.signal as cs
 from cupyconv._signal import fft as _signal_fft
-from cupyconv._signal.plan import (axes_key, check_direct_dtype, check_fillvalue,
-                                   numpy_direct_path, plan_filter)
+from cupyconv._signal.dtypes import check_direct_dtype, check_fillvalue, numpy_direct_path
+from cupyconv._signal.plan import axes_key, plan_filter
 
 BAD_AXES = [[[1, 2], [3, 4]], [1., 2.], 1.0, [0.5], "a", [None], [[0]]]
 
