@@ -12,7 +12,7 @@ import cupyconv
 from cupyconv import reference
 from cupyconv._core import arrays
 from cupyconv._core.activation import ACTIVATIONS, activate_reference, activation_code
-from cupyconv._core.kernels import KERNEL_CONSTANTS, load_source
+from cupyconv._core.kernel_module import KERNEL_CONSTANTS, load_source
 
 V = np.array([-20.0, -6.5, -3.0, -1.0, -0.25, -0.0, 0.0, 0.3, 1.0, 2.5, 5.999, 6.0, 7.5, 30.0])
 

@@ -51,7 +51,7 @@ template <typename T> __global__ void k(T* y) { y[threadIdx.x] = cc::store_as<T>
 
 
 def _module(body):
-    from cupyconv._core.kernels import load_source
+    from cupyconv._core.kernel_module import load_source
 
     return FakeModule(load_source("common/common.cuh") + body)
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from cupyconv._core import jit
-from cupyconv._core.kernels import (CTYPES, DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, KernelModule,
-                               load_source)
+from cupyconv._core.kernel_module import CTYPES, KernelModule, load_source
+from cupyconv._core.kernels import DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, TMA_DTYPES
 
 
 def test_sources_inline_local_includes_once():
@@ -31,8 +31,10 @@ def test_registry_covers_every_dtype_and_is_unique():
         by_source.setdefault(m.source, set()).update(m.dtypes)
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
-    # the signal API's filter kernels have their own compute types (complex, wrapping integers)
-    expected = {"signal/filter_direct.cu": set(FILTER_DTYPES), "signal/filter_plane.cu": set(PLANE_DTYPES)}
+    # the signal API's filter kernels have their own compute types (complex, wrapping integers);
+    # the Hopper TMA GEMM is 16-bit only
+    expected = {"signal/filter_direct.cu": set(FILTER_DTYPES), "signal/filter_plane.cu": set(PLANE_DTYPES),
+                "gemm/gemm_tma.cu": set(TMA_DTYPES)}
     assert all(d == expected.get(src, set(CTYPES)) for src, d in by_source.items()), by_source
     assert len(set(REGISTRY)) == len(REGISTRY)
 
@@ -105,7 +107,7 @@ def test_shared_constants_are_defined_once_for_python_and_the_kernels():
     source, and no source defines it with a value of its own."""
     import re
 
-    from cupyconv._core.kernels import KERNEL_CONSTANTS, KERNEL_DIR
+    from cupyconv._core.kernel_module import KERNEL_CONSTANTS, KERNEL_DIR
 
     sources = {p.name: p.read_text() for p in KERNEL_DIR.rglob("*") if p.suffix in (".cu", ".cuh")}
     for name, value in KERNEL_CONSTANTS.items():
