@@ -1,5 +1,6 @@
-"""The convolutions of a training step of ResNet-50, EfficientNet-B0 and ConvNeXt-T against
-cuDNN (issue 46, item 5).
+"""Training-step convolutions of ResNet-50, EfficientNet-B0 and ConvNeXt-T against cuDNN.
+
+Issue 46, item 5.
 
     python3 benchmarks/bench_train_step.py [--out DIR] [--precisions bf16,tf32]
         [--networks resnet50,efficientnet_b0,convnext_t] [--batch 32] [--repeat 3] [--target-ms 5]
