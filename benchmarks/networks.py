@@ -1,9 +1,10 @@
-"""The convolution layers of ResNet-50, ResNeXt-50 (32x4d), MobileNetV2 and EfficientNet-B0
-(224x224 input), in network order.
+"""The convolution layers of ResNet-50, ResNeXt-50 (32x4d), MobileNetV2, EfficientNet-B0 and
+ConvNeXt-T (224x224 input), in network order.
 
 Pure Python (no GPU, no cupyconv): ``bench_network.py`` runs these layers as one pass,
 ``bench_depthwise_nets.py`` and ``experiments/sweep_auto.py`` their depthwise and grouped layers (through
-:func:`distinct_layers`), and tests/bench/test_networks.py checks the counts, the chaining, the
+:func:`distinct_layers`), ``bench_train_step.py`` the training step of every distinct layer,
+and tests/bench/test_networks.py checks the counts, the chaining, the
 multiply-add totals and the parameter counts.
 
 - ``resnet50()``: torchvision's ResNet-50 (v1.5: the stride of a stage's first bottleneck sits
@@ -21,13 +22,19 @@ multiply-add totals and the parameter counts.
   16 MBConv blocks (expand 1x1 except in the first block; depthwise 3x3 or 5x5; the
   squeeze-excitation pair of 1x1 convs on the pooled 1x1 map; project 1x1) and the final 1x1 to
   1280 channels.  About 3.9e8 multiply-adds per image.
+- ``convnext_t()``: ConvNeXt-T (depths 3/3/9/3, widths 96/192/384/768), 58 convolutions: the
+  4x4 stride-4 patchify stem, per block a 7x7 depthwise conv (padding 3) and the two pointwise
+  layers of its MLP (dim -> 4 dim -> dim) as 1x1 convs (ConvNeXt runs them as Linear layers on
+  channels-last activations: the same GEMMs), and the 2x2 stride-2 downsampling convs between
+  stages.  About 4.5e9 multiply-adds per image.
 
 Each layer names the layer whose output it reads (``source``), where that output reaches it
 unchanged in shape: a residual add keeps the shape of the block's last conv, so a block's first
 conv reads that conv; a squeeze-excitation scale keeps the shape of the depthwise output, so the
 projection reads the depthwise conv.  ``source`` is None where a non-convolution layer changes
 the shape in between (ResNet's max-pool after the stem, the squeeze-excitation's pooling) or for
-the network's first layer.
+the network's first layer.  (ConvNeXt's layer norms and GELU keep the shape: every layer but
+its stem has a source.)
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Layer", "resnet50", "resnext50_32x4d", "mobilenetv2", "efficientnet_b0", "NETWORKS",
+__all__ = ["Layer", "resnet50", "resnext50_32x4d", "mobilenetv2", "efficientnet_b0", "convnext_t",
+           "NETWORKS",
            "total_macs", "pass_bytes", "maxpool_out", "distinct_layers"]
 
 
@@ -203,8 +211,38 @@ def efficientnet_b0(image: int = 224) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
+# ConvNeXt-T's stages: (width, blocks)
+_CONVNEXT_T = ((96, 3), (192, 3), (384, 9), (768, 3))
+
+
+def convnext_t(image: int = 224) -> tuple[Layer, ...]:
+    """The 58 convolutions of ConvNeXt-T, in network order, named as torchvision's
+    ``convnext_tiny`` names its modules: the stem ``features.0`` (4x4, stride 4, 3 -> 96), stage
+    ``features.{1,3,5,7}`` of blocks ``.{i}``, each a 7x7 depthwise conv (padding 3, groups =
+    width) and the MLP's ``pwconv1`` (width -> 4 width) and ``pwconv2`` (4 width -> width) as
+    1x1 convs, and the 2x2 stride-2 downsampling convs ``features.{2,4,6}`` between stages."""
+    stem = Layer(3, _CONVNEXT_T[0][0], image, image, 4, 4, 0, name="features.0")
+    layers, channels, size, last = [stem], stem.out_channels, stem.out_H, stem.name
+    for stage, (width, blocks) in enumerate(_CONVNEXT_T):
+        if stage:  # layer norm, then the 2x2 stride-2 conv to the stage's width
+            down = Layer(channels, width, size, size, 2, 2, 0, name=f"features.{2 * stage}",
+                         source=last)
+            layers.append(down)
+            channels, size, last = width, down.out_H, down.name
+        for i in range(blocks):
+            p = f"features.{2 * stage + 1}.{i}"
+            dw = Layer(width, width, size, size, 7, 1, 3, groups=width, name=f"{p}.depthwise",
+                       source=last)
+            pw1 = Layer(width, 4 * width, size, size, 1, 1, 0, name=f"{p}.pwconv1", source=dw.name)
+            pw2 = Layer(4 * width, width, size, size, 1, 1, 0, name=f"{p}.pwconv2",
+                        source=pw1.name)
+            layers += [dw, pw1, pw2]
+            last = pw2.name  # the residual add keeps the block's shape
+    return tuple(layers)
+
+
 NETWORKS = {"resnet50": resnet50, "resnext50_32x4d": resnext50_32x4d, "mobilenetv2": mobilenetv2,
-            "efficientnet_b0": efficientnet_b0}
+            "efficientnet_b0": efficientnet_b0, "convnext_t": convnext_t}
 
 
 def total_macs(layers, batch: int = 1) -> int:

@@ -1,5 +1,5 @@
-"""benchmarks/networks.py: the conv layers of ResNet-50, ResNeXt-50, MobileNetV2 and EfficientNet-B0
-(CPU only)."""
+"""benchmarks/networks.py: the conv layers of ResNet-50, ResNeXt-50, MobileNetV2, EfficientNet-B0
+and ConvNeXt-T (CPU only)."""
 
 import importlib.util
 import sys
@@ -240,3 +240,58 @@ def test_distinct_layers_count_each_shape_per_network(networks):
                                        lambda layer: layer.groups > 1)
     assert [counts["resnext50_32x4d"] for _, counts in grouped] == [3, 1, 3, 1, 5, 1, 2]
     assert networks.distinct_layers(nets, lambda layer: False) == []
+
+
+def test_convnext_t_has_58_convs_in_four_stages(networks):
+    layers = networks.convnext_t()
+    # stem + 18 blocks x (depthwise, pwconv1, pwconv2) + 3 downsampling convs
+    assert len(layers) == 1 + 18 * 3 + 3 == 58
+    _check_chain(layers)
+    assert [layer.name for layer in layers if layer.source is None] == ["features.0"]
+    stem = layers[0]
+    assert (stem.in_channels, stem.out_channels, stem.kernel, stem.stride, stem.padding) == (
+        3, 96, 4, 4, 0)
+    assert stem.output_shape(32) == (32, 96, 56, 56)
+    assert stem.output_shape(32, "NHWC") == (32, 56, 56, 96)
+    down = [layer for layer in layers if layer.kernel == 2]
+    assert [(d.name, d.in_channels, d.out_channels, d.H, d.out_H) for d in down] == [
+        ("features.2", 96, 192, 56, 28), ("features.4", 192, 384, 28, 14),
+        ("features.6", 384, 768, 14, 7)]
+    assert all(d.stride == 2 and d.padding == 0 and d.groups == 1 for d in down)
+    dw = [layer for layer in layers if layer.groups > 1]
+    assert len(dw) == 18 and all(d.depthwise for d in dw)
+    assert all(d.kernel == 7 and d.padding == 3 and d.stride == 1 and d.out_H == d.H for d in dw)
+    assert [(d.in_channels, d.H) for d in dw] == (
+        [(96, 56)] * 3 + [(192, 28)] * 3 + [(384, 14)] * 9 + [(768, 7)] * 3)
+    assert dw[0].weight_shape() == (96, 1, 7, 7) and dw[0].weight_shape("NHWC") == (96, 7, 7, 1)
+    # the MLP as 1x1 convs: dim -> 4 dim -> dim at the stage's size
+    pw1 = [layer for layer in layers if layer.name.endswith("pwconv1")]
+    pw2 = [layer for layer in layers if layer.name.endswith("pwconv2")]
+    assert [(p.in_channels, p.out_channels) for p in pw1] == [(d.in_channels, 4 * d.in_channels)
+                                                              for d in dw]
+    assert [(p.in_channels, p.out_channels) for p in pw2] == [(4 * d.in_channels, d.in_channels)
+                                                              for d in dw]
+    assert all(p.kernel == 1 and p.stride == 1 and p.out_H == p.H for p in pw1 + pw2)
+    assert pw1[0].output_shape(32) == (32, 384, 56, 56)
+    assert layers[-1].output_shape(1) == (1, 768, 7, 7)
+    assert layers[1].name == "features.1.0.depthwise" and layers[-1].name == "features.7.2.pwconv2"
+
+
+def test_convnext_t_multiply_adds_and_parameters(networks):
+    layers = networks.convnext_t()
+    macs = networks.total_macs(layers)
+    # the paper's 4.5 G "FLOPs" are multiply-adds (with the 768x1000 classifier and norms)
+    assert macs == pytest.approx(4.5e9, rel=0.15)
+    assert macs == 4_454_763_264
+    assert networks.total_macs(networks.resnet50()) == pytest.approx(4.1e9, rel=0.15)
+    # 28.59 M parameters in all (timm's and torchvision's convnext_tiny): conv weights and biases,
+    # a layer norm after the stem, before each downsampling conv, in each block and before the
+    # classifier, each block's layer scale, the 768 x 1000 classifier
+    total = sum(layer.weight_elements() + layer.out_channels for layer in layers)
+    total += 2 * 96 + sum(2 * layer.in_channels for layer in layers if layer.kernel == 2)
+    total += sum(3 * layer.in_channels for layer in layers if layer.depthwise)
+    total += 2 * 768 + 768 * 1000 + 1000
+    assert total == 28_589_128
+    distinct = networks.distinct_layers({"convnext_t": layers})
+    assert len(distinct) == 16
+    assert sum(counts["convnext_t"] for _, counts in distinct) == 58
