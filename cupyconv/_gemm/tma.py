@@ -1,9 +1,11 @@
 """Host side of the Hopper GEMM fed by TMA (``kernel_src/gemm/gemm_tma.cu``): tensor maps encoded
 by the CUDA driver, operand checks, and a launcher for 2-D CuPy arrays.
 
-``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where :func:`gemm_tile` says so
-(Hopper, TMA-readable operands, at least half a wave of tiles; ``CUPYCONV_TMA=0`` turns it off).
-Not wired into the convolution dispatch yet.  :func:`gemm_tma` is the launcher the GPU tests and
+With ``CUPYCONV_TMA=1``, ``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where
+:func:`gemm_tile` says so (Hopper, TMA-readable operands, at least half a wave of tiles).  Opt-in
+until that routing has passed the GPU suite: at 44d8275 the benchmark through ``cupyconv.gemm``
+did not show the kernel's speed (benchmarks/notes/gemm.md, session 28).  Not wired into the
+convolution dispatch yet.  :func:`gemm_tma` is the launcher the GPU tests and
 ``benchmarks/experiments/exp_gemm_tma.py`` call.
 
 TMA reads a 2-D tile ("box") of a matrix described by a 128-byte tensor map that the driver
@@ -230,10 +232,10 @@ def _runs_here(device_id: int) -> bool:
 
 def gemm_tile(a, b, c):
     """The tile :func:`cupyconv.gemm` runs ``c = a @ b`` with on the TMA kernel, or None where it
-    keeps its other loops: not a 2-D float16 / bfloat16 product on a Hopper GPU with
-    cuda-bindings, operands TMA cannot read (:func:`check_operands`), fewer 128 x 128 tiles than
-    half the multiprocessors (the persistent grid has no split-K: the other loop splits K for
-    small outputs), or ``CUPYCONV_TMA=0``.
+    keeps its other loops: ``CUPYCONV_TMA`` not set to 1 (opt-in, see the module docstring), not
+    a 2-D float16 / bfloat16 product on a Hopper GPU with cuda-bindings, operands TMA cannot read
+    (:func:`check_operands`), or fewer 128 x 128 tiles than half the multiprocessors (the
+    persistent grid has no split-K: the other loop splits K for small outputs).
 
     The tile is 128 x 128 x 64 with 6 stages: on an H200 it matched or beat 128 x 256 in 6 of 8
     cases at 4096^3 and 8192^3 (benchmarks/notes/gemm.md, session 28), and it fills the
@@ -241,7 +243,7 @@ def gemm_tile(a, b, c):
     from cupyconv._core.kernels import TMA_TILES
     from cupyconv._core.launch import sm_count
 
-    if os.environ.get("CUPYCONV_TMA", "1") == "0":
+    if os.environ.get("CUPYCONV_TMA", "0") != "1":
         return None
     if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in _TMA_DTYPES:
         return None

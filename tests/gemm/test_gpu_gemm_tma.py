@@ -108,7 +108,10 @@ def test_empty_and_k0_products():
 
 def _spy(monkeypatch):
     """Count the TMA launches that cupyconv.gemm prepares."""
-    import cupyconv.gemm as public
+    import importlib
+
+    # (the module: ``import cupyconv.gemm as m`` would give the function the package exports)
+    public = importlib.import_module("cupyconv.gemm")
 
     calls = []
     real = public.prepare_gemm_tma
@@ -124,7 +127,8 @@ def _spy(monkeypatch):
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 @pytest.mark.parametrize("b_kmajor", [0, 1])
 def test_public_gemm_runs_on_tma_and_rereads_new_operands(monkeypatch, dtype, b_kmajor):
-    """cupyconv.gemm takes the TMA kernel for a product of more than half a wave of tiles, and a
+    """With CUPYCONV_TMA=1, cupyconv.gemm takes the TMA kernel for a product of more than half a
+    wave of tiles, and a
     second call with new arrays of the same shapes (the warm path: the tensor maps hold
     addresses, so they must be made again) computes the product of the new arrays."""
     import cupy
@@ -132,6 +136,7 @@ def test_public_gemm_runs_on_tma_and_rereads_new_operands(monkeypatch, dtype, b_
     import cupyconv
 
     calls = _spy(monkeypatch)
+    monkeypatch.setenv("CUPYCONV_TMA", "1")
     m, n, k = 1536, 1032, 520
     for seed in (1, 2):
         a, b = _operands(m, n, k, dtype, b_kmajor, seed=seed)
@@ -150,6 +155,7 @@ def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch,
     import cupyconv
 
     calls = _spy(monkeypatch)
+    monkeypatch.setenv("CUPYCONV_TMA", "1")
     m, n, k = (256, 256, 4096) if case == "small" else (1536, 1024, 520)
     a, b = _operands(m, n, k, "float16", 0, seed=3)
     if case == "batched":
@@ -157,8 +163,8 @@ def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch,
     if case == "unaligned":  # rows 1 element past 16-byte alignment
         a = cupy.empty((m, k + 1), a.dtype)[:, 1:]
         a[...] = _operands(m, n, k, "float16", 0, seed=3)[0]
-    if case == "switched_off":
-        monkeypatch.setenv("CUPYCONV_TMA", "0")
+    if case == "switched_off":  # (the default)
+        monkeypatch.delenv("CUPYCONV_TMA")
     got = cupyconv.gemm(a, b)
     want = (a.astype(cupy.float64) @ b.astype(cupy.float64)).get()
     assert rel_error(got.astype(cupy.float64), want) <= tolerance("float16", want)
