@@ -24,7 +24,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
         "compile-check", help="compile every kernel for NVIDIA (NVRTC) and AMD (HIPRTC, clang) "
                               "targets, without a GPU",
         description="Compile every registered kernel module for NVIDIA sm_80/sm_90a (NVRTC) and "
-                    "AMD gfx90a/gfx908/gfx1030 (HIPRTC), gfx942/gfx1100/gfx1201 (+ gfx950 where "
+                    "AMD gfx90a/gfx908/gfx1030 (HIPRTC), and a sample of them (one instantiation "
+                    "per kernel, dtype class and GEMM loop; all with "
+                    "CUPYCONV_COMPILE_CHECK_CLANG=full) for gfx942/gfx1100/gfx1201 (+ gfx950 where "
                     "the installed clang knows it) (clang -x hip), without a GPU.  Successful "
                     "compiles are cached by a hash of source, options, target and compiler in "
                     "~/.cache/cupyconv/compile-check ($CUPYCONV_COMPILE_CHECK_CACHE; 'off': no "

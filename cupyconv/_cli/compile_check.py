@@ -1,13 +1,16 @@
 """GPU-free compile check: every registered kernel module, built for NVIDIA and AMD targets.
 
 This is the driver (which modules for which targets, compiled in parallel, and the output; by
-clang, the modules of one source text as one translation unit: 23 instead of 325 compiles per
+clang, the modules of one source text as one translation unit: 22 instead of 272 compiles per
 target); the compilers and target lists are :mod:`cupyconv._cli.compilers`, the result cache
 :mod:`cupyconv._cli.compile_cache`, ``compile-check --report`` :mod:`cupyconv._cli.amd_report`.
+Every module is built for NVIDIA and the HIPRTC targets; the clang-only targets build
+:func:`sample` unless ``CUPYCONV_COMPILE_CHECK_CLANG=full`` (all of it was 42 % of the CPU time).
 
-The demo without a GPU (and ``compile-check --sample``) compiles :func:`sample` instead: one
-template instantiation per (kernel source, kernel, dtype class, GEMM main loop), for sm_80, sm_90a
-and one AMD target where an AMD compiler is installed, in a minute or two on two cores.  A missing
+The demo without a GPU (and ``compile-check --sample``) compiles the sample of
+:mod:`cupyconv._cli.compile_sample` instead (one template instantiation per kernel source, kernel,
+dtype class and GEMM main loop) for sm_80, sm_90a and one AMD target where an AMD compiler is
+installed, in a minute or two on two cores.  A missing
 compiler is reported as ``skipped``; with ``CUPYCONV_REQUIRE_COMPILERS=1`` it is a failure, which
 is how CI makes sure the check really ran.
 """
@@ -15,20 +18,21 @@ is how CI makes sure the check really ran.
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cupyconv._cli import compile_cache, compilers
-from cupyconv._core.kernels import REGISTRY, KernelModule, main_loop
+from cupyconv._cli.compile_sample import sample, sample_targets
+from cupyconv._core.kernels import REGISTRY, KernelModule
 
 REQUIRE_ENV = "CUPYCONV_REQUIRE_COMPILERS"
 # Comma-separated fnmatch patterns of module sources (e.g. "common/copy.cu,gemm/im2col.cu"):
 # check only those (the demo without a GPU reads it too).
 MODULES_ENV = "CUPYCONV_COMPILE_CHECK_MODULES"
+CLANG_ENV = "CUPYCONV_COMPILE_CHECK_CLANG"  # "full": every module for the clang targets too
 
 
 @dataclass
@@ -135,76 +139,6 @@ def select_modules(patterns: str | None = None) -> tuple:
         raise ValueError(f"no kernel module matches {patterns!r} (sources: "
                          f"{', '.join(sorted({m.source for m in modules}))})")
     return chosen
-
-
-# --------------------------------------------------------------------------- the demo's sample
-def dtype_class(dtype: str) -> str:
-    """The class of a module's dtype for the sample: each float type is its own (float16 and
-    bfloat16 take different code paths: intrinsics, tensor-core instructions, AMD's bfloat16
-    struct), complex64/complex128 are "complex", the integer types "integer"; an ndimage
-    "in:out:compute" triple is the classes of its parts."""
-    def one(d):
-        if d.startswith("complex"):
-            return "complex"
-        return "integer" if d.startswith(("int", "uint")) else d
-
-    return ":".join(one(d) for d in dtype.split(":"))
-
-
-@dataclass(frozen=True)
-class Sample:
-    """Some of a module's template instantiations, compiled from the module's own source text:
-    quacks like a KernelModule (``code``, ``name_expressions``, ``source``, ``vendors``)."""
-
-    module: KernelModule
-    name_expressions: tuple
-
-    @property
-    def code(self) -> str:
-        return self.module.code
-
-    @property
-    def source(self) -> str:
-        return self.module.source
-
-    @property
-    def vendors(self) -> tuple:
-        return self.module.vendors
-
-
-def sample(modules=None) -> tuple[Sample, ...]:
-    """The demo's representative subset of ``modules`` (default: :func:`select_modules`): one
-    template instantiation for each (source file, kernel template, dtype class, GEMM main loop),
-    compiled in the module it comes from (its defines and source text), so every kernel source
-    is compiled for every dtype class it serves and every GEMM source on each of its main loops.
-    Of the candidates, the first in registry order among the modules of the smallest tile (the
-    cheapest to compile: a 64x64 GEMM tile compiles in about half the time of a 128x128 one).
-    Chosen by this rule, so new modules join by themselves."""
-    modules = select_modules() if modules is None else tuple(modules)
-    chosen: dict[tuple, tuple] = {}
-    for m in sorted(modules, key=lambda m: math.prod(m.tile)):  # (stable: registry order)
-        for t in m.templates:
-            for d in m.dtypes:
-                key = (m.source, t, dtype_class(d), main_loop(m))
-                if key not in chosen:
-                    chosen[key] = (m, replace(m, templates=(t,), dtypes=(d,)).name_expressions[0])
-    by_module: dict = {}
-    for m, ne in chosen.values():
-        by_module.setdefault(m, []).append(ne)
-    return tuple(Sample(m, tuple(nes)) for m, nes in by_module.items())
-
-
-def sample_targets() -> list[tuple[str, str]]:
-    """The demo's targets: NVIDIA_ARCHS and, where an AMD compiler is installed, one AMD target:
-    gfx90a with HIPRTC (the compiler ROCm runs at first use), else gfx942 with clang."""
-    nvidia = [("nvidia", a) for a in compilers.NVIDIA_ARCHS]
-    try:
-        compilers._load_hiprtc()
-        return nvidia + [("amd", compilers.AMD_ARCHS[0])]
-    except compilers.CompilerMissing:
-        pass
-    clang = compilers.CLANG_ARCHS[0]
-    return nvidia + ([("clang", clang)] if compilers.clang_for(clang) else [])
 
 
 def run_check(modules=None, vendors=("nvidia", "amd", "clang"), progress=None,
@@ -340,26 +274,34 @@ def main(out=None, modules=None, use_cache: bool = True) -> int:
     if not use_cache:
         os.environ[compile_cache.CACHE_ENV] = "off"
     chosen = select_modules(modules)
-    vendors = ("nvidia", "amd", "clang")
-    plan = _plan(chosen, targets(vendors))
+    full_clang = os.environ.get(CLANG_ENV, "") == "full"
+    by_clang = chosen if full_clang else sample(chosen)
+    plan = _plan(chosen, targets(("nvidia", "amd"))) + _plan(by_clang, targets(("clang",)))
     clang_targets = [a for (v, a), _ in plan if v == "clang"]
     root = compile_cache.cache_root()
     print(f"compiling {len(chosen)} kernel modules for NVIDIA "
           f"{', '.join(compilers.NVIDIA_ARCHS)} (NVRTC), "
-          f"AMD {', '.join(compilers.AMD_ARCHS)} (HIPRTC) and {', '.join(clang_targets)} (clang)\n"
+          f"AMD {', '.join(compilers.AMD_ARCHS)} (HIPRTC) and {', '.join(clang_targets)} (clang"
+          f"{'' if full_clang else f': the sample, {CLANG_ENV}=full for all'})\n"
           f"result cache: {root if root else 'off'}", file=out, flush=True)
     for arch in compilers.CLANG_OPTIONAL_ARCHS:
         if arch not in clang_targets:
             print(f"  {arch:8s} not checked: no installed clang knows it "
                   f"(clang-19 does not; Debian's clang-22 does)", file=out)
     printer = _Printer(out, plan)
-    results = run_check(chosen, vendors, progress=printer)
+    passed = _finish(out, printer, run_check(chosen, ("nvidia", "amd"), progress=printer)
+                     + run_check(by_clang, ("clang",), progress=printer))
+    return 0 if passed else 1
+
+
+def _finish(out, printer, results) -> bool:
+    """Print each distinct skip reason with its count and the summary; whether all passed."""
     for hint in printer.hints:
         n = sum(r.log == hint for r in results)
         print(f"  skipped {n} compiles: " + hint.strip().replace("\n", "\n    "), file=out)
     passed, line = summarize(results)
     print(line + ("" if passed else "  -> FAILED"), file=out)
-    return 0 if passed else 1
+    return passed
 
 
 FULL_CHECK = "python3 -m cupyconv compile-check"
@@ -386,15 +328,9 @@ def sample_main(out=None, modules=None) -> int:
     if not any(v in ("amd", "clang") for v, _ in on):
         print("  " + _AMD_HINT, file=out)
     printer = _Printer(out, _plan(chosen, on, by_family=True), by_family=True)
-    results = run_check(chosen, progress=printer, on=on)
-    for hint in printer.hints:
-        n = sum(r.log == hint for r in results)
-        print(f"  skipped {n} compiles: " + hint.strip().replace("\n", "\n    "), file=out)
-    passed, line = summarize(results)
-    print(line + ("" if passed else "  -> FAILED"), file=out)
-    print(f"That was a sample.  Every kernel module for every target (NVIDIA "
-          f"{', '.join(compilers.NVIDIA_ARCHS)}; AMD {', '.join(compilers.AMD_ARCHS)} with HIPRTC "
-          f"and {', '.join(compilers.CLANG_ARCHS)} with clang, where installed), as CI runs it: "
-          f"{FULL_CHECK}",
-          file=out)
+    passed = _finish(out, printer, run_check(chosen, progress=printer, on=on))
+    print(f"That was a sample.  Every kernel module for NVIDIA {', '.join(compilers.NVIDIA_ARCHS)} "
+          f"and AMD {', '.join(compilers.AMD_ARCHS)} with HIPRTC (this sample for "
+          f"{', '.join(compilers.CLANG_ARCHS)} with clang, where installed), as CI runs it: "
+          f"{FULL_CHECK}", file=out)
     return 0 if passed else 1

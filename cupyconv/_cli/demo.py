@@ -3,7 +3,7 @@ check each result against the float64 reference and SciPy, time it.
 
 Without a GPU the demo says so and compiles a representative sample of the kernels instead (the
 GPU-free compile check on one instantiation per kernel source, kernel, dtype class and GEMM main
-loop: :func:`cupyconv._cli.compile_check.sample`), so the command is useful (and honest) on any
+loop: :func:`cupyconv._cli.compile_sample.sample`), so the command is useful (and honest) on any
 machine in a minute or two; ``python -m cupyconv compile-check`` compiles everything.
 """
 

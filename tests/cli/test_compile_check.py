@@ -8,6 +8,7 @@ from cupyconv._cli import amd_report
 from cupyconv._cli import compile_cache as cc_cache
 from cupyconv._cli import compilers
 from cupyconv._cli import compile_check as cc_check
+from cupyconv._cli import compile_sample
 from cupyconv._core.kernels import REGISTRY
 
 
@@ -69,6 +70,7 @@ def test_check_fails_on_a_broken_kernel(vendor, arch):
 
 def test_main_reports_failure(monkeypatch, capsys):
     monkeypatch.setattr(cc_check, "all_modules", lambda: (_module(BROKEN_BODY),))
+    monkeypatch.setenv(cc_check.CLANG_ENV, "full")  # (stand-ins have no tiles to sample by)
     monkeypatch.setattr(compilers, "NVIDIA_ARCHS", ("sm_90",))
     monkeypatch.setattr(compilers, "AMD_ARCHS", ("gfx90a",))
     monkeypatch.setattr(compilers, "CLANG_ARCHS", ("gfx942",))
@@ -252,6 +254,7 @@ def test_output_is_one_line_per_target_and_each_hint_once(monkeypatch):
 
     mods = tuple(FakeModule(f"// {i}\n", source=f"m{i}.cu") for i in range(40))
     monkeypatch.setattr(cc_check, "all_modules", lambda: mods)
+    monkeypatch.setenv(cc_check.CLANG_ENV, "full")  # (stand-ins have no tiles to sample by)
     monkeypatch.setattr(cc_check, "check_module", fake)
     monkeypatch.setattr(compilers, "CLANG_OPTIONAL_ARCHS", ())
     monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
@@ -371,7 +374,7 @@ def test_every_cli_option_has_help():
         assert "exit status" in (sub.epilog or ""), name
 
 
-# --------------------------------------------------------------------------- the demo's sample
+# --------------------------------------------------------------------------- the demo's sample (compile_sample)
 def _sample_key(module, name_expression):
     """(source, template, dtype class, main loop) of one instantiation of ``module``."""
     from dataclasses import replace
@@ -381,7 +384,7 @@ def _sample_key(module, name_expression):
     for t in module.templates:
         for d in module.dtypes:
             if name_expression in replace(module, templates=(t,), dtypes=(d,)).name_expressions:
-                return module.source, t, cc_check.dtype_class(d), main_loop(module)
+                return module.source, t, compile_sample.dtype_class(d), main_loop(module)
     raise AssertionError(f"{name_expression} is not an instantiation of {module}")
 
 
@@ -394,7 +397,7 @@ def test_the_sample_has_one_instantiation_per_source_kernel_dtype_class_and_main
     monkeypatch.delenv(cc_check.MODULES_ENV, raising=False)
     modules = cc_check.all_modules()
     everything = {_sample_key(m, ne) for m in modules for ne in m.name_expressions}
-    picked = [(s, ne) for s in cc_check.sample() for ne in s.name_expressions]
+    picked = [(s, ne) for s in compile_sample.sample(modules) for ne in s.name_expressions]
     keys = [_sample_key(s.module, ne) for s, ne in picked]
     assert len(keys) == len(set(keys)) and set(keys) == everything
     assert all(s.code == s.module.code and s.vendors == s.module.vendors and s.module in modules
@@ -408,16 +411,16 @@ def test_the_sample_has_one_instantiation_per_source_kernel_dtype_class_and_main
     assert gemm and all(m.tile[:2] == (64, 64) for m in gemm)
     assert len(picked) * 4 < sum(len(m.name_expressions) for m in modules)
     # a restriction by pattern samples only those sources
-    assert {s.source for s in cc_check.sample(cc_check.select_modules("gemm/im2col.cu"))} == \
+    assert {s.source for s in compile_sample.sample(cc_check.select_modules("gemm/im2col.cu"))} == \
         {"gemm/im2col.cu"}
 
 
 def test_dtype_classes():
-    assert [cc_check.dtype_class(d) for d in ("float16", "bfloat16", "float32", "float64")] == \
+    assert [compile_sample.dtype_class(d) for d in ("float16", "bfloat16", "float32", "float64")] == \
         ["float16", "bfloat16", "float32", "float64"]
-    assert {cc_check.dtype_class(d) for d in ("complex64", "complex128")} == {"complex"}
-    assert {cc_check.dtype_class(d) for d in ("uint8", "int64", "uint64")} == {"integer"}
-    assert cc_check.dtype_class("int16:complex128:complex128") == "integer:complex:complex"
+    assert {compile_sample.dtype_class(d) for d in ("complex64", "complex128")} == {"complex"}
+    assert {compile_sample.dtype_class(d) for d in ("uint8", "int64", "uint64")} == {"integer"}
+    assert compile_sample.dtype_class("int16:complex128:complex128") == "integer:complex:complex"
 
 
 def test_the_sample_targets_nvidia_and_one_amd_target_where_a_compiler_is_installed(monkeypatch):
@@ -426,12 +429,12 @@ def test_the_sample_targets_nvidia_and_one_amd_target_where_a_compiler_is_instal
 
     nvidia = [("nvidia", a) for a in compilers.NVIDIA_ARCHS]
     monkeypatch.setattr(compilers, "_load_hiprtc", lambda: None)
-    assert cc_check.sample_targets() == nvidia + [("amd", "gfx90a")]
+    assert compile_sample.sample_targets() == nvidia + [("amd", "gfx90a")]
     monkeypatch.setattr(compilers, "_load_hiprtc", missing)
     monkeypatch.setattr(compilers, "clang_for", lambda arch: "/usr/bin/clang-19")
-    assert cc_check.sample_targets() == nvidia + [("clang", "gfx942")]
+    assert compile_sample.sample_targets() == nvidia + [("clang", "gfx942")]
     monkeypatch.setattr(compilers, "clang_for", lambda arch: None)
-    assert cc_check.sample_targets() == nvidia
+    assert compile_sample.sample_targets() == nvidia
 
 
 def test_the_sample_prints_a_line_per_family_and_target_and_the_full_check(monkeypatch):
@@ -476,3 +479,30 @@ def test_the_sample_reports_a_failure_and_the_missing_amd_compiler(monkeypatch):
         pytest.skip("NVRTC is not installed")
     assert rc == 1 and "FAILED" in text and "undeclared_name" in text
     assert "AMD not checked" in text
+
+
+@pytest.mark.parametrize("setting", ["", "full"])
+def test_the_full_check_builds_the_sample_for_the_clang_targets_unless_asked(monkeypatch, setting):
+    """Every module goes to NVRTC and HIPRTC; the clang targets get the sample, or every module
+    with CUPYCONV_COMPILE_CHECK_CLANG=full.  The header says which."""
+    import io
+
+    seen = []
+
+    def fake_run(modules, vendors=("nvidia", "amd", "clang"), progress=None, **kw):
+        seen.append((tuple(vendors), tuple(modules)))
+        return [cc_check.CheckResult(m.source, v, a, "ok") for v, a in cc_check.targets(vendors)
+                for m in modules if ("amd" if v == "clang" else v) in m.vendors]
+
+    mods = (FakeModule("// a\n", "fam1/a.cu", ("k<float>", "k<double>")),)
+    sampled = (FakeModule("// a\n", "fam1/a.cu", ("k<float>",)),)
+    monkeypatch.setattr(cc_check, "select_modules", lambda patterns=None: mods)
+    monkeypatch.setattr(cc_check, "sample", lambda modules: sampled)
+    monkeypatch.setattr(cc_check, "run_check", fake_run)
+    monkeypatch.setattr(compilers, "clang_archs", lambda: ("gfx942",))
+    monkeypatch.setenv(cc_check.CLANG_ENV, setting)
+    out = io.StringIO()
+    assert cc_check.main(out=out) == 0
+    assert seen == [(("nvidia", "amd"), mods), (("clang",), mods if setting else sampled)]
+    header = out.getvalue().splitlines()[0]
+    assert ("the sample" in header) == (setting != "full")
