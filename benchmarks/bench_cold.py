@@ -152,6 +152,22 @@ def child(args) -> dict:
     return row
 
 
+def markdown(result: dict) -> str:
+    """The table of one run's JSON: a row per mode (seconds; modules and their compile time)."""
+    a = result["args"]
+    lines = [f"{a['network']}[{a.get('layers', ':')}] {a.get('passes', 'forward')} pass, batch "
+             f"{a['batch']}, {a['dtype']} {a['layout']}; fresh processes, {result['cpus']} CPUs; "
+             f"imports not timed.", "",
+             "| mode | precompile s | first pass s | second pass ms | modules | their compile s |",
+             "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        pre = f"{r['precompile_s']:.2f}" if r.get("precompile_s") is not None else ""
+        lines.append(f"| {r['mode']} | {pre} | {r['first_pass_s']:.2f} | "
+                     f"{r['second_pass_s'] * 1e3:.1f} | {r['modules']} | "
+                     f"{r['module_seconds']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--network", default="resnet50", choices=sorted(NETWORKS))
@@ -206,8 +222,8 @@ def main(argv=None) -> int:
         if args.layers != ":":
             tag += "-layers" + args.layers.replace(":", "_")
         path = Path(args.out) / f"cold-{tag}-{name}-{git_commit()}.json"
-        path.write_text(json.dumps({"args": vars(args), "cpus": os.cpu_count(), "rows": rows},
-                                   indent=1))
+        path.write_text(json.dumps({"benchmark": "cold", "args": vars(args),
+                                    "cpus": os.cpu_count(), "rows": rows}, indent=1))
         print(f"wrote {path}")
     return 0
 

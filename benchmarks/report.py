@@ -44,14 +44,14 @@ def kind_of(data) -> str | None:
     "signal" (bench_signal.py), "calibration" (calibrate_signal.py), "network"
     (bench_network.py), "host" (bench_host.py), "precision" (bench_precision.py),
     "depthwise_nets" (bench_depthwise_nets.py), "auto_sweep" (experiments/sweep_auto.py), "ndimage"
-    (bench_ndimage.py), "dask" (bench_dask.py), "dask-cluster" (bench_dask_cluster.py), or
-    None."""
+    (bench_ndimage.py), "dask" (bench_dask.py), "dask-cluster" (bench_dask_cluster.py), "cold"
+    (bench_cold.py), "train_step" (bench_train_step.py), or None."""
     if not isinstance(data, dict):
         return None
     if data.get("benchmark") == "dask-cluster" and isinstance(data.get("volume_rows"), list):
         return "dask-cluster"
     if data.get("benchmark") in ("network", "host", "depthwise_nets", "auto_sweep", "ndimage",
-                                 "dask") and \
+                                 "dask", "cold", "train_step") and \
             isinstance(data.get("rows"), list):
         return data["benchmark"]
     if isinstance(data.get("layers"), list) and "summary" in data:
@@ -272,7 +272,8 @@ def _ratio(peer, ours):
 
 def _script_markdown(script: str):
     """A renderer of the results of ``script`` (bench_precision.py, bench_depthwise_nets.py,
-    experiments/sweep_auto.py, bench_ndimage.py, bench_dask.py, bench_dask_cluster.py; a path
+    experiments/sweep_auto.py, bench_ndimage.py, bench_dask.py, bench_dask_cluster.py,
+    bench_cold.py, bench_train_step.py; a path
     under benchmarks/ without ".py"): the tables of that script's own ``markdown``, no plot
     metrics."""
 
@@ -300,7 +301,9 @@ def markdown(data: dict, name: str) -> tuple[str, list[dict], list[dict]]:
                 "auto_sweep": _script_markdown("experiments/sweep_auto"),
                 "ndimage": _script_markdown("bench_ndimage"),
                 "dask": _script_markdown("bench_dask"),
-                "dask-cluster": _script_markdown("bench_dask_cluster")}[kind](data, name)
+                "dask-cluster": _script_markdown("bench_dask_cluster"),
+                "cold": _script_markdown("bench_cold"),
+                "train_step": _script_markdown("bench_train_step")}[kind](data, name)
     ceil = ceilings_of(data)
     lines = [f"### {name}: {data.get('gpu')}, commit {data.get('commit')}, {data.get('date')}", ""]
     lines.append(f"CuPy {data.get('cupy')}, PyTorch {data.get('torch')}, cuDNN {data.get('cudnn')}; "
