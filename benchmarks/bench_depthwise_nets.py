@@ -45,7 +45,6 @@ on an H100 once the kernels are in the disk cache (a first run compiles them: ad
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import platform
 import sys
@@ -243,7 +242,6 @@ def measure_row(entry: BenchLayer, dtype: str, layout: str, passes, torch, l2_by
                                            seed=zlib.crc32(f"{entry.label} {dtype}".encode()))
     arrays = [tuple(measure.cupy_view(t, nhwc) for t in ops) for ops in tensors]
     ours, peer = our_calls(layer, geom), peer_calls(torch, layer)
-    torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
     row = {"family": entry.family, "layer": entry.label, "first": layer.name,
            "counts": dict(entry.counts), "uses": entry.uses, "dtype": dtype, "layout": layout,
            "shape": {"C": layer.in_channels, "K": layer.out_channels, "H": layer.H, "W": layer.W,
@@ -256,10 +254,9 @@ def measure_row(entry: BenchLayer, dtype: str, layout: str, passes, torch, l2_by
         err = measure.rel_err_gpu(ours[name](arrays[0]),
                                   ref.permute(0, 2, 3, 1).contiguous() if nhwc else ref)
         del ref
-        times, how, why = measure.device_times(
-            {"ours": (ours[name], arrays, measure.cupy_graph_ms),
-             "peer": (peer[name], tensors, torch_graph_ms)},
-            repeat=args.repeat, target_ms=args.target_ms, log=progress)
+        times, how, why = measure.ours_and_torch_times(
+            torch, ours[name], arrays, peer[name], tensors, repeat=args.repeat,
+            target_ms=args.target_ms, log=progress)
         row["passes"][name] = {**pass_metrics(times["ours"], times["peer"], nbytes, copy_rate),
                                "err": err, "ok": err <= AGREEMENT[dtype], "timing": how}
         if why:

@@ -41,7 +41,6 @@ H200 with the kernels in the disk cache (a first run compiles them).
 from __future__ import annotations
 
 import argparse
-import functools
 import platform
 import sys
 import time
@@ -249,7 +248,6 @@ def measure_row(entry: BenchLayer, label: str, torch, l2_bytes: int, args) -> di
                                            seed=zlib.crc32(f"{entry.label} {label}".encode()))
     arrays = [tuple(measure.cupy_view(t, nhwc) for t in ops) for ops in tensors]
     ours, peer = our_calls(layer, batch, precision, layout), peer_calls(torch, layer)
-    torch_graph_ms = functools.partial(measure.torch_graph_ms, torch)
     row = {"layer": entry.label, "first": layer.name, "counts": dict(entry.counts),
            "precision": label, "dtype": dtype, "layout": layout,
            "shape": {"C": layer.in_channels, "K": layer.out_channels, "H": layer.H, "W": layer.W,
@@ -259,10 +257,9 @@ def measure_row(entry: BenchLayer, label: str, torch, l2_bytes: int, args) -> di
            "passes": {}}
     for name in PASSES:
         check = check_pass(torch, label, nhwc, ours[name], peer[name], arrays[0], tensors[0])
-        times, how, why = measure.device_times(
-            {"ours": (ours[name], arrays, measure.cupy_graph_ms),
-             "peer": (peer[name], tensors, torch_graph_ms)},
-            repeat=args.repeat, target_ms=args.target_ms, log=progress)
+        times, how, why = measure.ours_and_torch_times(
+            torch, ours[name], arrays, peer[name], tensors, repeat=args.repeat,
+            target_ms=args.target_ms, log=progress)
         row["passes"][name] = {"ours_ms": times["ours"], "peer_ms": times["peer"],
                                "ratio": measure.ratio(times["peer"], times["ours"]),
                                **check, "timing": how}

@@ -39,7 +39,7 @@ from cupyconv._core.timing import host_overhead_us, time_gpu  # noqa: E402  (the
 __all__ = ["time_gpu", "host_overhead_us", "rotation_copies", "loop_count", "ratio", "geomean",
            "rotating", "synchronize", "device_facts", "load_torch", "torch_facts",
            "set_cudnn_tf32", "host_us", "wall_ms", "cupy_graph_ms", "torch_graph_ms",
-           "rel_err_gpu", "L2_FACTOR", "MAX_COPIES", "copy_bandwidth", "release_memory",
+           "ours_and_torch_times", "rel_err_gpu", "L2_FACTOR", "MAX_COPIES", "copy_bandwidth", "release_memory",
            "torch_dtype", "torch_operand_copies", "cupy_view", "graph_rounds", "rotated_graph_ms",
            "device_times", "GRAPH_MIN_MS"]
 
@@ -364,6 +364,17 @@ def rotated_graph_ms(call, copies, graph_ms, *, repeat: int = 5, target_ms: floa
     rounds = graph_rounds((time.perf_counter() - t) * 1e3)
     return graph_ms(lambda: [call(c) for _ in range(rounds) for c in copies],
                     per_graph=rounds * len(copies), repeat=repeat, target_ms=target_ms)
+
+
+def ours_and_torch_times(torch, ours, arrays, peer, tensors, *, repeat: int = 5,
+                         target_ms: float = 10.0, log=print) -> tuple[dict, str, str | None]:
+    """:func:`device_times` of our call on the CuPy ``arrays`` (copies rotated past L2) and the
+    PyTorch peer's on ``tensors``, as {"ours": ms, "peer": ms}, how, why."""
+    import functools
+
+    return device_times({"ours": (ours, arrays, cupy_graph_ms),
+                         "peer": (peer, tensors, functools.partial(torch_graph_ms, torch))},
+                        repeat=repeat, target_ms=target_ms, log=log)
 
 
 def device_times(calls: dict, *, repeat: int = 5, target_ms: float = 10.0,
