@@ -26,8 +26,10 @@ _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.MULTILINE)
 
 
 # Constants that the Python plans and the kernels both depend on: written once here and defined
-# in front of every module's source (the kernels stop with #error where one is missing), so a
-# change reaches both sides.  Tile shapes travel as template arguments (KernelModule.tile).
+# in front of each module whose source names them (the kernels stop with #error where one is
+# missing), so a change reaches both sides -- and only the modules that use it: every compile
+# cache is keyed by the module's text.  Tile shapes travel as template arguments
+# (KernelModule.tile).
 KERNEL_CONSTANTS: dict[str, int] = {
     "CC_COPY_DIMS": 6,      # dims of the strided-copy kernel (common/copy.cu)
     "DW_THREADS": 256,      # depthwise tile/gather kernels: threads per block
@@ -110,8 +112,17 @@ class KernelModule:
         without include paths.
         """
         head = "".join(f"#define {k} {v}\n"
-                       for k, v in tuple(self.defines) + tuple(KERNEL_CONSTANTS.items()))
+                       for k, v in tuple(self.defines) + constants_named(self.source))
         return head + load_source(self.source)
+
+
+@memoized(None)
+def constants_named(name: str) -> tuple[tuple[str, int], ...]:
+    """The :data:`KERNEL_CONSTANTS` entries that ``kernel_src/name``, its includes inlined, names
+    as whole identifiers: the defines in front of its modules.  (Before, every module carried
+    every constant, so adding one recompiled all 384 modules for every target.)"""
+    text = load_source(name)
+    return tuple((k, v) for k, v in KERNEL_CONSTANTS.items() if re.search(rf"\b{k}\b", text))
 
 
 @memoized(None)

@@ -103,8 +103,9 @@ def test_concurrent_first_calls_compile_once(monkeypatch):
 
 
 def test_shared_constants_are_defined_once_for_python_and_the_kernels():
-    """Every KERNEL_CONSTANTS entry reaches every module as a define, is used by some kernel
-    source, and no source defines it with a value of its own."""
+    """Every KERNEL_CONSTANTS entry is used by some kernel source and reaches, as a define, every
+    module whose source (includes inlined) names it and no other; no source defines it with a
+    value of its own."""
     import re
 
     from cupyconv._core.kernel_module import KERNEL_CONSTANTS, KERNEL_DIR
@@ -115,7 +116,19 @@ def test_shared_constants_are_defined_once_for_python_and_the_kernels():
         for file, text in sources.items():
             assert not re.search(rf"^\s*#\s*define\s+{name}\b", text, re.M), (file, name)
         for module in REGISTRY:
-            assert f"#define {name} {value}\n" in module.code
+            named = re.search(rf"\b{name}\b", load_source(module.source)) is not None
+            assert (f"#define {name} {value}\n" in module.code) == named, (module.source, name)
+
+
+def test_a_constant_reaches_only_the_modules_that_name_it():
+    """The define of the repair scan's unroll is in the direct kernels' text only, so changing
+    it leaves every other module's text (and compile caches) as it was."""
+    from cupyconv._core.kernels import STRIDED_COPY
+
+    assert "NAN_SCAN_UNROLL" in DIRECT_CONV.code
+    assert "NAN_SCAN_UNROLL" not in STRIDED_COPY.code
+    with_unroll = sum("#define NAN_SCAN_UNROLL" in m.code for m in REGISTRY)
+    assert with_unroll == sum(m.source == DIRECT_CONV.source for m in REGISTRY)
 
 
 class _FakeKernel:
