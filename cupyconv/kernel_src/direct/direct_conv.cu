@@ -54,6 +54,20 @@ __device__ __forceinline__ void for_each_nan(const T* __restrict__ p, cc::index_
     if (cc::is_nan(cc::load_as<A>(p[idx]))) visit(idx);
 }
 
+// compute(idx) for every output element idx < total over the whole grid, or with only_nan (the
+// repair pass) for those whose stored value is NaN (for_each_nan).
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_output(const T* __restrict__ result, cc::index_t total,
+                                                int only_nan, F compute) {
+  if (only_nan) {
+    for_each_nan(result, total, compute);
+    return;
+  }
+  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (cc::index_t)blockDim.x * gridDim.x)
+    compute(idx);
+}
+
 template <typename T>
 __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
                             const T* __restrict__ bias, const T* __restrict__ z,
@@ -98,13 +112,7 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
     if (has_bias) acc += cc::load_as<A>(bias[k]);
     y[y_off] = cc::store_as<T>(ep(acc, y_off));
   };
-  if (only_nan) {
-    for_each_nan(y, total, compute);
-    return;
-  }
-  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (cc::index_t)blockDim.x * gridDim.x)
-    compute(idx);
+  for_each_output(y, total, only_nan, compute);
 }
 
 // Backward-data (a transposed convolution), one dx element per thread: dx[n, c, i] = sum over
@@ -159,11 +167,5 @@ __global__ void direct_dgrad(const T* __restrict__ dy, const T* __restrict__ w,
     if (has_bias) acc += cc::load_as<A>(bias[c]);
     dx[x_off] = cc::store_as<T>(acc);
   };
-  if (only_nan) {
-    for_each_nan(dx, total, compute);  // (dx C-contiguous, above)
-    return;
-  }
-  for (cc::index_t idx = (cc::index_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (cc::index_t)blockDim.x * gridDim.x)
-    compute(idx);
+  for_each_output(dx, total, only_nan, compute);  // (dx C-contiguous with only_nan, above)
 }
