@@ -137,6 +137,21 @@ def gemm_tiles(dtype: str, math: int) -> tuple[tuple[int, ...], ...]:
     return GEMM_TILES[dtype] if math == MATH_SIMT else MMA_TILES[math]
 
 
+def wgmma_feeds(tile: tuple[int, ...], math: int, b_kmajor: bool) -> bool:
+    """Whether the Hopper loop runs ``tile`` with B loaded K-major (``b_kmajor``) or MN-major,
+    mirroring ``WgmmaTile::feeds`` (gemm_mma.cuh): an MN-major 16-bit B tile of a warpgroup must
+    span whole 64-column atoms.  A tile it cannot feed runs the register-staged mma.sync loop,
+    which measured 3.5-10x slower (backward-weight's 64 x 64 tile, benchmarks/notes/gemm.md,
+    session 29).  TF32 takes any tile (MN-major slices are transposed once landed); the other
+    loops are not concerned."""
+    if math != MATH_WGMMA or b_kmajor:
+        return True
+    bm, bn, _, tm, tn = tile
+    warpgroups = (bm // tm) * (bn // tn) // 128
+    columns_per_warpgroup = bn // (warpgroups // (bm // 64))
+    return columns_per_warpgroup % 64 == 0
+
+
 def mma_smem_bytes(tile: tuple[int, ...], math: int, hip: bool, blocks: int = 1) -> int:
     """Dynamic shared memory of a tensor-core GEMM kernel, the largest of what its loops take
     (gemm_mma.cuh, which this mirrors): the resident k-slices of A and B -- rows of BK elements

@@ -228,11 +228,13 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
 # copy asynchronously) only where the group's channels of dy and x split into them; otherwise
 # element by element.  A guess at the slowdown, NOT measured.
 _WGRAD_UNALIGNED_FACTOR = 2.0
-# On Hopper, backward-weight's tiles of fewer than 128 rows (output channels) cannot feed the
-# wgmma loop (its im2col operand is MN-major, which needs 64-column warpgroup tiles:
-# WgmmaTile::feeds) and run on mma.sync: with 64 merged output channels instead of 128 the pass
-# took 3.5-4.3x as long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/notes/gemm.md,
-# "Issue 17, item 2").
+# On Hopper, backward-weight with fewer than 128 rows (output channels per group) pays more than
+# its plan's estimate: with 64 merged output channels instead of 128 the pass took 3.5-4.3x as
+# long (H100, ResNeXt-50 3x3 layers, float16; benchmarks/notes/gemm.md, "Issue 17, item 2").
+# Part of that was the 64 x 64 tile, which cannot feed the wgmma loop with the MN-major im2col
+# operand and ran on mma.sync; plan_gemm no longer picks it (b_kmajor=False, session 29), and the
+# 128-row tiles taken instead waste the rows past Kg, which the estimate counts.  The factor
+# still steers merges toward 128 rows; it has not been re-measured since.
 _WGRAD_WGMMA_ROWS = 128
 _WGRAD_NARROW_FACTOR = 3.5
 
@@ -243,7 +245,8 @@ def weight_seconds(geom: ConvGeometry, device_id: int) -> float:
     g = geom.groups
     kg, cg = geom.out_channels // g, geom.in_channels // g
     plan = plan_gemm(geom.dtype, kg, cg * math.prod(geom.kernel),
-                     geom.batch * math.prod(geom.out_spatial), g, device_id, geom.precision)
+                     geom.batch * math.prod(geom.out_spatial), g, device_id, geom.precision,
+                     b_kmajor=False)
     width = 4 if plan.math == MATH_SIMT else max(4, 16 // itemsize(geom.dtype))
     aligned = geom.channels_last and kg % width == 0 and cg % width == 0
     narrow = plan.math == MATH_WGMMA and kg < _WGRAD_WGMMA_ROWS

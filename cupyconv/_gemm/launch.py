@@ -151,8 +151,8 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     if not (a.kcontig or a.rs == 1) or not (b.kcontig or b.rs == 1):
         raise ValueError("GEMM operands need a unit stride along rows or k")
     device_id = c.data.device_id
-    plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, device_id, precision),
-                                             dtype, k), "gemm", (m, n, k, batch), dtype,
+    plan = _resolve(plan, lambda: dense_plan(plan_gemm(dtype, m, n, k, batch, device_id, precision,
+                                                       b.kcontig), dtype, k), "gemm", (m, n, k, batch), dtype,
                     gemm_math(dtype, precision, device_id), device_id)
     variant = (int(a.kcontig), int(b.kcontig))
     fn, smem = _tiled_kernel(gemm_module(dtype, plan.tile, variant, plan.math, plan.blocks), "gemm", dtype,
@@ -295,7 +295,8 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
                 dw += part
         return
     device_id = dw.data.device_id
-    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id, prob.precision),
+    plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id,
+                                            prob.precision, b_kmajor=False),  # (Im2colTLoader)
                     "conv_wgrad", (kg, tcg, pixels, g), prob.dtype,
                     gemm_math(prob.dtype, prob.precision, device_id), device_id)
     fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math, plan.blocks), "conv_wgrad",

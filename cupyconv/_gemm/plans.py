@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.kernels import (LONG_K, LONG_K_TILE, MATH_MMA, MATH_SIMT, MATH_TF32, MATH_WGMMA,
-                                    MATH_WGMMA_TF32, WGMMA_KINDS, gemm_tiles)
+                                    MATH_WGMMA_TF32, WGMMA_KINDS, gemm_tiles,
+                                    wgmma_feeds)
 from cupyconv._core.launch import GRID_YZ_MAX, sm_count
 from cupyconv._core.precision import gemm_math
 
@@ -115,9 +116,11 @@ def _hopper_time(tile, splits, m, n, k, batch, sms, rate) -> float:
 
 @memoized(4096)
 def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0,
-              precision: str = "exact") -> GemmPlan:
+              precision: str = "exact", b_kmajor: bool = True) -> GemmPlan:
     """The (tile, splits) with the least estimated time for an m x n x k GEMM batch, on the main
-    loop that ``dtype`` at ``precision`` gets on the device.
+    loop that ``dtype`` at ``precision`` gets on the device.  ``b_kmajor``: whether the kernel
+    loads B K-major (else MN-major: backward-weight's transposed im2col, a row-major dense B),
+    which rules out the tiles the Hopper loop cannot feed that way (``kernels.wgmma_feeds``).
 
     Splits are tried only where the tiles alone make fewer than two waves (beyond that the wave
     tail is small and the workspace round trip is not worth it), and while each part keeps at
@@ -130,6 +133,8 @@ def plan_gemm(dtype: str, m: int, n: int, k: int, batch: int, device_id: int = 0
     acc_bytes = 8 if dtype == "float64" else 4
     best = None
     for tile in gemm_tiles(dtype, math_kind):
+        if not wgmma_feeds(tile, math_kind, b_kmajor):
+            continue
         slices = math.ceil(k / tile[2])
         tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
         max_splits = min(MAX_SPLITS, max(1, slices // 4)) if tiles < 2 * slots else 1

@@ -124,3 +124,42 @@ def test_hopper_plan_picks_what_measured_fastest(monkeypatch, shape, dtype, prec
     finally:
         clear_caches()
     assert (plan.tile[:2], plan.splits, plan.blocks) == best
+
+
+def test_wgmma_feeds_mirrors_the_kernel():
+    """An MN-major 16-bit B feeds the Hopper loop only where each warpgroup's columns are whole
+    64-column atoms (WgmmaTile::feeds): the 64 x 64 tile (two warpgroups of 32 columns) does
+    not; K-major B, TF32 and the other loops take every tile."""
+    from cupyconv._core.kernels import MATH_WGMMA, MATH_WGMMA_TF32, wgmma_feeds
+
+    fed = {t[:2]: wgmma_feeds(t, MATH_WGMMA, False) for t in MMA_TILES[MATH_WGMMA]}
+    assert fed == {(128, 128): True, (128, 64): True, (64, 64): False}
+    assert all(wgmma_feeds(t, MATH_WGMMA, True) for t in MMA_TILES[MATH_WGMMA])
+    assert all(wgmma_feeds(t, MATH_WGMMA_TF32, False) for t in MMA_TILES[MATH_WGMMA_TF32])
+    assert all(wgmma_feeds(t, MATH_MMA, False) for t in MMA_TILES[MATH_MMA])
+
+
+# Backward-weight, bf16 NHWC batch 32, measured on an H200 (benchmarks/notes/gemm.md, session 29:
+# graph us of every tile x split): the 64 x 64 tile, which ran the register-staged mma.sync loop,
+# took 3-7x the 128-row tiles' time on every layer, and the plan used to pick it.
+# (m = output channels, n = taps x input channels, k = pixels).
+WGRAD_SHAPES = [(512, 1024, 6272), (64, 576, 100352), (64, 64, 100352), (64, 256, 100352),
+                (16, 32, 401408), (144, 24, 100352), (512, 4608, 1568)]
+
+
+@pytest.mark.parametrize("shape", WGRAD_SHAPES)
+def test_backward_weight_never_plans_a_tile_the_hopper_loop_cannot_feed(monkeypatch, shape):
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._core.kernels import MATH_WGMMA
+    from cupyconv._gemm import plans
+
+    monkeypatch.setattr(plans, "sm_count", lambda device_id: 132)
+    monkeypatch.setattr(plans, "gemm_math", lambda d, p, device_id: MATH_WGMMA)
+    clear_caches()
+    try:
+        plan = plans.plan_gemm("bfloat16", *shape, 1, 0, "exact", b_kmajor=False)
+        kmajor = plans.plan_gemm("bfloat16", *shape, 1, 0, "exact")
+    finally:
+        clear_caches()
+    assert plan.tile[0] == 128
+    assert kmajor.seconds <= plan.seconds  # (the K-major plan chooses among more tiles)
