@@ -40,11 +40,11 @@ def gemm(a, b, out=None, *, precision=None):
         ``CUPYCONV_ALLOW_TF32=1``, else "exact" (see :func:`cupyconv.conv`).
 
     Operands are read through their strides (transposed views need no copy); an operand with no
-    unit stride in its last two dims is copied once.  With ``CUPYCONV_TMA=1`` (opt-in, not yet
-    verified through this function on a GPU), 2-D float16 / bfloat16 products on Hopper GPUs of
-    at least half a wave of 128 x 128 tiles whose operands TMA can read (rows 16-byte aligned)
-    run on a TMA-fed, warp-specialized kernel (needs ``cuda-bindings``, part of the ``cuda13`` /
-    ``cuda12`` extras).
+    unit stride in its last two dims is copied once.  2-D float16 / bfloat16 products on Hopper
+    GPUs of at least half a wave of 128 x 128 tiles whose operands TMA can read (rows 16-byte
+    aligned) run on a TMA-fed, warp-specialized kernel where ``cuda-bindings`` is installed
+    (part of the ``cuda13`` / ``cuda12`` extras); ``CUPYCONV_TMA=0`` keeps them on the other
+    loop.
     """
     key, ops = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
     call = lookup(key)
@@ -89,7 +89,7 @@ def _run(a, b, c, precision: str = "exact") -> None:
         zero_fill(c)
         return
     tile = gemm_tile(a, b, c)
-    if tile is not None:  # Hopper, 16-bit, CUPYCONV_TMA=1: the TMA-fed warp-specialized kernel
+    if tile is not None:  # Hopper, 16-bit: the TMA-fed warp-specialized kernel
         launch, _ = prepare_gemm_tma(a, b, c, tile=tile)
         launch()
         return

@@ -1,38 +1,63 @@
-"""1x1 stride-1 NHWC 16-bit convs as dense GEMMs on the TMA kernel vs cupyconv auto (graph us)."""
-import sys; sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-import cupy, cupyconv as cc, measure
-from cupyconv._gemm import tma
-from cupyconv._core.kernels import TMA_TILES
+"""1x1 stride-1 NHWC 16-bit convolutions (forward, backward-data, backward-weight), batch 32:
+cupyconv's default (the TMA GEMM where ``_gemm/tma_conv.py`` routes) against the same calls with
+``CUPYCONV_TMA=0`` (the implicit-GEMM kernels), graph-timed device us, operands not rotated.
+Session 28's version timed ``gemm_tma`` directly on the same matrices (its log:
+results/experiments/tma-1x1-NVIDIA_H200-92fcaf7.log)."""
+import importlib
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cupy  # noqa: E402
+
+import cupyconv as cc  # noqa: E402
+import measure  # noqa: E402
+from cupyconv._core.caches import clear_caches  # noqa: E402
+
+SHAPES = [(64, 64, 56), (64, 256, 56), (256, 64, 56), (256, 128, 56), (128, 512, 28),
+          (512, 128, 28), (256, 1024, 14), (1024, 256, 14), (1024, 512, 14), (512, 2048, 7),
+          (2048, 512, 7), (32, 16, 112), (16, 96, 112), (96, 24, 56), (144, 24, 56),
+          (192, 768, 28), (768, 192, 28), (40, 240, 28), (240, 40, 28), (384, 96, 56)]
+
 
 def t(body):
     body()
     return measure.cupy_graph_ms(body, repeat=3, target_ms=3) * 1e3
 
-shapes = [(64, 64, 56), (64, 256, 56), (256, 64, 56), (256, 128, 56), (128, 512, 28), (512, 128, 28),
-          (256, 1024, 14), (1024, 256, 14), (1024, 512, 14), (512, 2048, 7), (2048, 512, 7),
-          (32, 16, 112), (16, 96, 112), (96, 24, 56), (144, 24, 56), (192, 768, 28), (768, 192, 28)]
-for dt in ("bfloat16",):
-    for cin, cout, hw in shapes:
-        x = cupy.random.standard_normal((32, hw, hw, cin)).astype(dt)
-        w = cupy.random.standard_normal((cout, 1, 1, cin)).astype(dt)
-        dy = cupy.random.standard_normal((32, hw, hw, cout)).astype(dt)
-        y = cc.conv(x, w, layout="NHWC"); dx = cc.conv_backward_data(dy, w, x.shape, layout="NHWC")
-        a = x.reshape(-1, cin); w2 = w.reshape(cout, cin); dya = dy.reshape(-1, cout)
-        ref_y = y.reshape(-1, cout).astype(cupy.float32); ref_dx = dx.reshape(-1, cin).astype(cupy.float32)
-        row = f"{cin}->{cout} @{hw}: fwd auto {t(lambda: cc.conv(x, w, layout='NHWC', out=y)):7.1f}"
-        for tile in TMA_TILES:
-            try:
-                yy = tma.gemm_tma(a, w2.T, tile=tile)
-                err = float(cupy.abs(yy.astype(cupy.float32) - ref_y).max())
-                row += f" tma{tile[1]} {t(lambda: tma.gemm_tma(a, w2.T, out=yy, tile=tile)):7.1f} (err {err:.2g})"
-            except Exception as e:
-                row += f" tma{tile[1]} {type(e).__name__}: {e}"[:80]
-        row += f" | data auto {t(lambda: cc.conv_backward_data(dy, w, x.shape, layout='NHWC', out=dx)):7.1f}"
-        for tile in TMA_TILES:
-            try:
-                xx = tma.gemm_tma(dya, w2, tile=tile)
-                err = float(cupy.abs(xx.astype(cupy.float32) - ref_dx).max())
-                row += f" tma{tile[1]} {t(lambda: tma.gemm_tma(dya, w2, out=xx, tile=tile)):7.1f} (err {err:.2g})"
-            except Exception as e:
-                row += f" tma{tile[1]} {type(e).__name__}: {e}"[:80]
+
+def main(dtype="bfloat16"):
+    tma_conv = importlib.import_module("cupyconv._gemm.tma_conv")
+    real = tma_conv.prepare_gemm_tma
+    routed = []
+    tma_conv.prepare_gemm_tma = lambda *a, **k: (routed.append(k.get("splits", 1)), real(*a, **k))[1]
+    print(f"{dtype}, batch 32: us default (TMA where routed, '*') / CUPYCONV_TMA=0", flush=True)
+    for cin, cout, hw in SHAPES:
+        x = cupy.random.standard_normal((32, hw, hw, cin)).astype(dtype)
+        w = cupy.random.standard_normal((cout, 1, 1, cin)).astype(dtype)
+        dy = cupy.random.standard_normal((32, hw, hw, cout)).astype(dtype)
+        y, dx, dw = cc.conv(x, w, layout="NHWC"), cc.conv_backward_data(dy, w, x.shape, layout="NHWC"), \
+            cc.conv_backward_weight(x, dy, w.shape, layout="NHWC")
+        calls = {"fwd": lambda: cc.conv(x, w, layout="NHWC", out=y),
+                 "data": lambda: cc.conv_backward_data(dy, w, x.shape, layout="NHWC", out=dx),
+                 "wgt": lambda: cc.conv_backward_weight(x, dy, w.shape, layout="NHWC", out=dw)}
+        row = f"{cin}->{cout} @{hw}:"
+        for name, call in calls.items():
+            results = []
+            for switch in ("1", "0"):
+                os.environ["CUPYCONV_TMA"] = switch
+                clear_caches()
+                routed.clear()
+                out = (y, dx, dw)[list(calls).index(name)]
+                us = t(call)
+                results.append((us, list(routed), out.astype(cupy.float32)))
+            (on, r_on, v_on), (off, _, v_off) = results
+            err = float(cupy.abs(v_on - v_off).max() / (cupy.abs(v_off).max() + 1e-30))
+            mark = f"*{r_on[0]}" if r_on else " "
+            row += f"  {name} {on:6.1f}{mark:>4} / {off:6.1f} ({off / on:4.2f}x, diff {err:.1e})"
+        os.environ.pop("CUPYCONV_TMA", None)
         print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

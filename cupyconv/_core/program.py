@@ -11,6 +11,9 @@ strides, dtypes, device and alignment (the call-cache key): it allocates the tem
 the new pointers into the recorded argument bytes and launches through the driver, with no Python
 work per scalar argument.
 
+A tensor map (TMA's descriptor of an array, passed by value) is an :class:`AddressArg`: the
+recording keeps its encoder, and a replay re-encodes it where an operand's address changed.
+
 Anything the recorder cannot place (an array of unknown origin, a Python scalar of unknown width,
 device work other than a recorded launch or :func:`zero_fill`, declared with
 :func:`not_preparable`) makes the recording fail, and the call stays on the full path: slower,
@@ -54,6 +57,20 @@ def bind_thread_context() -> None:
         _THREAD.bound = True
 
 
+class AddressArg:
+    """A by-value kernel argument derived from an array's address, such as a TMA tensor map:
+    ``encode(ptr)`` returns its bytes for the array at ``ptr`` as a one-element NumPy array
+    (which CuPy's launch passes by value) of at most 128 bytes, 64-byte aligned in the kernel's
+    parameter space.  A recorded launch re-encodes it on replay for the replay's address."""
+
+    __slots__ = ("array", "encode", "value")
+    ALIGN = 64
+
+    def __init__(self, array, encode):
+        self.array, self.encode = array, encode
+        self.value = encode(array.data.ptr)
+
+
 class Kernel:
     """A compiled kernel (a ``cupy.RawKernel``) whose launches a :func:`recording` sees."""
 
@@ -78,6 +95,8 @@ class Kernel:
         rec = _RECORDER.get()
         if rec is not None:
             rec.launch(self.raw, grid, block, args, shared_mem)
+        if any(type(v) is AddressArg for v in args):
+            args = tuple(v.value if type(v) is AddressArg else v for v in args)
         self.raw(grid, block, args, shared_mem=shared_mem)
 
 
@@ -171,8 +190,15 @@ class Recorder:
         try:
             # the kernel object keeps its module loaded while the program exists (a module freed
             # by jit.clear_cache() would leave the recorded function handle dangling)
-            layout, slots, offsets, keep = bytearray(), [], [], [raw]
+            layout, slots, offsets, keep, encoded = bytearray(), [], [], [raw], []
             for v in args:
+                if type(v) is AddressArg:
+                    buf, off = self._place(v.array)
+                    layout += bytes(-len(layout) % AddressArg.ALIGN)
+                    offsets.append(len(layout))
+                    encoded.append((len(layout), buf, off, v.encode))
+                    layout += v.value.tobytes()
+                    continue
                 if isinstance(v, cupy.ndarray):
                     buf, off = self._place(v)
                     size, data = 8, None
@@ -194,7 +220,7 @@ class Recorder:
             grid = tuple(grid) + (1,) * (3 - len(grid))
             block = tuple(block) + (1,) * (3 - len(block))
             self.steps.append(_LaunchStep(raw.kernel.ptr, grid, block, smem, bytes(layout),
-                                          offsets, slots, keep))
+                                          offsets, slots, keep, encoded))
         except _Failed as e:
             self.fail(str(e))
 
@@ -218,9 +244,10 @@ class _LaunchStep:
     """One recorded launch: argument bytes with pointer slots, and the kernelParams array (one
     address per argument into those bytes) that cuLaunchKernel / hipModuleLaunchKernel read."""
 
-    __slots__ = ("fptr", "grid", "block", "smem", "storage", "words", "params", "slots", "keep")
+    __slots__ = ("fptr", "grid", "block", "smem", "storage", "words", "params", "slots", "keep",
+                 "encoded")
 
-    def __init__(self, fptr, grid, block, smem, layout: bytes, offsets, slots, keep):
+    def __init__(self, fptr, grid, block, smem, layout: bytes, offsets, slots, keep, encoded=()):
         self.fptr, self.grid, self.block, self.smem = fptr, grid, block, smem
         self.keep = keep  # the kernel and the constant arrays the argument bytes point at
         self.storage = np.zeros(len(layout) + -len(layout) % 8, dtype=np.uint8)
@@ -229,11 +256,19 @@ class _LaunchStep:
         base = self.storage.ctypes.data
         self.params = np.array([base + o for o in offsets], dtype=np.uint64)
         self.slots = [(off // 8, buf, delta) for off, buf, delta in slots]
+        # AddressArg slots: [byte offset, buffer, delta, encoder, address last encoded]
+        self.encoded = [[pos, buf, delta, encode, None] for pos, buf, delta, encode in encoded]
 
     def run(self, ptrs, stream: int, launch) -> None:
         words = self.words
         for word, buf, delta in self.slots:
             words[word] = ptrs[buf] + delta
+        for slot in self.encoded:
+            ptr = ptrs[slot[1]] + slot[2]
+            if ptr != slot[4]:
+                value = slot[3](ptr).view(np.uint8)
+                self.storage[slot[0]:slot[0] + value.size] = value
+                slot[4] = ptr
         g, b = self.grid, self.block
         launch(self.fptr, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream,
                self.params.ctypes.data, 0)

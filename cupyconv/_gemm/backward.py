@@ -25,6 +25,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
+from cupyconv._core.activation import NO_ACTIVATION
 from cupyconv._core.caches import memoized
 from cupyconv._core.copy import contiguous, copy_into
 from cupyconv._core.dtypes import itemsize
@@ -36,7 +37,8 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, 
                                     merge_margin, merged_geometry)
 from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
-from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv
+from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv, plain_launch
+from cupyconv._gemm.tma_conv import pointwise_gemm, pointwise_weight_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -104,6 +106,12 @@ def _weight_for_phase(w_cf, taps3, groups: int):
     out = scratch((groups * cg, math.prod(taps), kg), w_cf.dtype)
     copy_into(sel, out.reshape(sel.shape))
     return out
+
+
+def _weight_matrix(geom: ConvGeometry, w):
+    """w of a 1x1 problem as the (K, C) matrix it is (a view of a C-contiguous w, either
+    layout): backward-data's B, MN-major."""
+    return w.reshape(geom.out_channels, -1)
 
 
 @dataclass(frozen=True)
@@ -207,6 +215,10 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     w_cf = w if not geom.channels_last else cupy.moveaxis(w, -1, 1)  # (a view)
     w_cf = w_cf.reshape(w_cf.shape[:2] + geom.as_3d()["kernel"])
     plan = phase_plan(geom)
+    if (len(plan.phases) == 1 and not plan.zero_fill and w.flags.c_contiguous
+            and plain_launch(None, bias, None, NO_ACTIVATION)
+            and pointwise_gemm(plan.phases[0].prob, dy, _weight_matrix(geom, w), dx, "data")):
+        return False
     if plan.zero_fill:
         zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset
         bias = None
@@ -273,6 +285,9 @@ def _weight_merge(geom: ConvGeometry, device_id: int) -> tuple[int, float]:
 def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = the gradient of conv(x, w) with respect to w, given dy; dw C-contiguous.  The caller
     holds the arrays' device."""
+    if (plain_launch(None, None, None, NO_ACTIVATION)
+            and pointwise_weight_gemm(ImplicitConv.from_geometry(geom), x, dy, dw)):
+        return
     factor = weight_merge(geom, dw.data.device_id)[0]
     if factor > 1:
         dw_m = scratch(merged_geometry(geom, factor).weight_shape, geom.dtype)

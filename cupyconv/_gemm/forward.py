@@ -23,7 +23,8 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, forced_factor, m
 from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.implicit_cost import implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, MatrixView, OutMap
-from cupyconv._gemm.launch import run_conv_fprop, run_gemm
+from cupyconv._gemm.launch import plain_launch, run_conv_fprop, run_gemm
+from cupyconv._gemm.tma_conv import pointwise_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -45,6 +46,10 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int, z=None,
     n_img, c, k = geom.batch, geom.in_channels, geom.out_channels
     g = geom.groups
     cg_t, kg, L = c // g * taps, k // g, math.prod(geom.out_spatial)
+    if (taps == 1 and is_pointwise(geom) and plain_launch(None, bias, z, act)
+            and pointwise_gemm(ImplicitConv.from_geometry(geom), a_src,
+                               w.reshape(k, -1).T, y, "forward")):
+        return  # (Hopper, 16-bit, channels-last: one launch on the TMA GEMM, _gemm/tma_conv.py)
     b = MatrixView(w, rs=cg_t, ks=1, si=kg * cg_t)
     if geom.channels_last:
         a = MatrixView(a_src, rs=c * taps, ks=1, si=cg_t)

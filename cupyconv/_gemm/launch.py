@@ -129,7 +129,7 @@ def _workspace(dtype: str, splits: int, count: int, placeholder):
     return scratch(count * splits, "float64" if dtype == "float64" else "float32")
 
 
-def _reduce(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap,
+def reduce_splits(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap,
             n_fast: bool, z=None, act: int = NO_ACTIVATION) -> None:
     """Second split-K stage: c = act(sum of the parts (deterministic order) + bias + z).
     ``n_fast``: the order the first stage wrote the parts in (n fastest, else m fastest)."""
@@ -169,7 +169,7 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     with c.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            _reduce(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out,
+            reduce_splits(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out,
                     out.col == 1, z, act)  # (gemm.cu's parts: n fastest where C's columns are)
 
 
@@ -229,6 +229,14 @@ def run_conv_fprop(geom: ConvGeometry, x, w, bias, y, plan: GemmPlan | None = No
     launch_implicit_conv(ImplicitConv.from_geometry(geom), x, wt, bias, y, plan, w_cf, z=z, act=act)
 
 
+def plain_launch(plan: GemmPlan | None, bias, z, act: int) -> bool:
+    """Whether a launch may leave the implicit kernel for the TMA GEMM: no plan given or forced
+    (nor recorded: tests that force plans must see the kernel they force), and no epilogue
+    options, which the TMA kernel does not have."""
+    return (plan is None and not plan_hooks_active() and bias is None and z is None
+            and act == NO_ACTIVATION)
+
+
 def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | None = None,
                          w_cf: bool = False, *, z=None, act: int = NO_ACTIVATION) -> None:
     """y = act(conv(x, wt) + bias + z) with the implicit kernel (bias, z and the activation code
@@ -272,7 +280,7 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     with y.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            _reduce(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
+            reduce_splits(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
                     n, out, prob.y_channels_last, z, act)
 
 
@@ -316,5 +324,5 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     with dw.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            _reduce(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out,
+            reduce_splits(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out,
                     True)

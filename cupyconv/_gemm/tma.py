@@ -1,12 +1,14 @@
 """Host side of the Hopper GEMM fed by TMA (``kernel_src/gemm/gemm_tma.cu``): tensor maps encoded
 by the CUDA driver, operand checks, and a launcher for 2-D CuPy arrays.
 
-With ``CUPYCONV_TMA=1``, ``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where
-:func:`gemm_tile` says so (Hopper, TMA-readable operands, at least half a wave of tiles).  Opt-in
-until that routing has passed the GPU suite: at 44d8275 the benchmark through ``cupyconv.gemm``
-did not show the kernel's speed (benchmarks/notes/gemm.md, session 28).  Not wired into the
-convolution dispatch yet.  :func:`gemm_tma` is the launcher the GPU tests and
-``benchmarks/experiments/exp_gemm_tma.py`` call.
+``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where :func:`gemm_tile` says so
+(Hopper, TMA-readable operands, at least half a wave of tiles), and so do channels-last 1x1
+convolutions (``_gemm/tma_conv.py``); ``CUPYCONV_TMA=0`` turns both off.  :func:`gemm_tma` is
+the launcher the GPU tests and ``benchmarks/experiments/exp_gemm_tma.py`` call.
+
+A call that runs it records for replay like any other (``cupyconv._core.program``): the maps
+are ``AddressArg`` arguments, re-encoded where a replay's operands sit elsewhere, and encodings
+are cached by address and layout.
 
 TMA reads a 2-D tile ("box") of a matrix described by a 128-byte tensor map that the driver
 encodes (``cuTensorMapEncodeTiled``); the kernel takes the map by value as a
@@ -32,8 +34,9 @@ import numpy as np
 
 from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import dtype_name
+from cupyconv._core.program import AddressArg
 
-__all__ = ["encode_tiled", "gemm_tma", "gemm_tile", "prepare_gemm_tma", "check_operands",
+__all__ = ["encode_tiled", "map_encoder", "gemm_tma", "gemm_tile", "prepare_gemm_tma", "check_operands",
            "smem_bytes", "TENSOR_MAP_DTYPE"]
 
 # The driver's CUtensorMap: 16 opaque 64-bit words (cuda.h: alignas(64) cuuint64_t opaque[16]).
@@ -45,7 +48,7 @@ BOX_MAX = 256        # TMA's largest box extent per dimension
 THREADS = 384        # one producer and two consumer warpgroups (gemm_tma.cu)
 # A dense row pitch / base address that TMA accepts: multiples of 16 bytes.
 TMA_ALIGN = 16
-_TMA_DTYPES = ("float16", "bfloat16")
+TMA_DTYPES = ("float16", "bfloat16")
 _DRIVER_HINT = ("the TMA GEMM encodes its tensor maps with NVIDIA's cuda-bindings: "
                 "pip install 'cupyconv[cuda13]' (or 'cupyconv[cuda12]' for CUDA 12 drivers), "
                 "or pip install 'cuda-bindings==13.*'")
@@ -92,16 +95,24 @@ def encode_tiled(array2d, box_rows: int, box_cols: int, swizzle128: bool = True)
 
     Returns a one-element NumPy array of :data:`TENSOR_MAP_DTYPE` (128 bytes, 64-byte aligned),
     which a CuPy kernel launch passes by value (see the module docstring).  The map holds the
-    array's address: keep the array alive while kernels use the map."""
+    array's address: keep the array alive while kernels use the map.  Maps are cached by
+    address and layout (:func:`map_encoder`); the returned array must not be written."""
+    return map_encoder(array2d, box_rows, box_cols, swizzle128)(int(array2d.data.ptr))
+
+
+def map_encoder(array2d, box_rows: int, box_cols: int, swizzle128: bool = True):
+    """``encode(ptr)``: the tensor map (as :func:`encode_tiled` returns it) of an array laid out
+    as ``array2d`` (dtype, shape, strides) at address ``ptr``, for the given boxes.  Checks the
+    layout now, naming the problem; a recorded call's replay calls it with its own operands'
+    addresses (``program.AddressArg``)."""
     dtype = dtype_name(array2d.dtype)
-    if dtype not in _TMA_DTYPES:
+    if dtype not in TMA_DTYPES:
         raise TypeError(f"encode_tiled: dtype {dtype} not supported (float16, bfloat16)")
     if array2d.ndim != 2:
         raise ValueError(f"encode_tiled: a 2-D array is needed, got {array2d.ndim}-D")
     itemsize = array2d.dtype.itemsize
     dims, pitch = _tma_dims("array2d", array2d.shape, array2d.strides, itemsize)
-    ptr = int(array2d.data.ptr)
-    if ptr % TMA_ALIGN:
+    if int(array2d.data.ptr) % TMA_ALIGN:
         raise ValueError("encode_tiled: the array must start 16-byte aligned for TMA")
     if not (0 < box_rows <= BOX_MAX and 0 < box_cols <= BOX_MAX):
         raise ValueError(f"encode_tiled: box extents must be 1..{BOX_MAX}, got "
@@ -109,6 +120,18 @@ def encode_tiled(array2d, box_rows: int, box_cols: int, swizzle128: bool = True)
     if (box_cols * itemsize) % TMA_ALIGN or (swizzle128 and box_cols * itemsize > SWIZZLE_BYTES):
         raise ValueError(f"encode_tiled: a box row of {box_cols * itemsize} bytes; need a "
                          f"multiple of 16 bytes{', at most 128 with the 128-byte swizzle' if swizzle128 else ''}")
+    layout = (dtype, dims, pitch, box_rows, box_cols, swizzle128)
+    return lambda ptr: _encoded(ptr, layout)
+
+
+@memoized(1024)
+def _encoded(ptr: int, layout: tuple) -> np.ndarray:
+    """The driver's tensor map for an array at ``ptr`` of a checked ``layout`` (see
+    :func:`map_encoder`).  Cached: encoding through cuda-bindings costs tens of microseconds, and
+    a training loop's arrays come back at the same pool addresses."""
+    dtype, dims, pitch, box_rows, box_cols, swizzle128 = layout
+    if ptr % TMA_ALIGN:  # (a replay's operand at another alignment: the call key prevents it)
+        raise ValueError("a TMA operand must start 16-byte aligned")
     drv = _driver()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     kind = {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -149,9 +172,10 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     """Check ``a`` (M, K), ``b`` (K, N) and ``out`` (M, N) for the TMA GEMM from their dtype,
     shape, strides and address (``.data.ptr``) alone, so the rules are testable without a GPU;
     raises TypeError / ValueError naming the argument.  Returns the launch facts: dtype, m, n, k,
-    whether B is K-major (``b_kmajor``: b is a view of an [N, K] array, ``b.T`` contiguous
-    rows) and C's row pitch in elements (``ldc``, None where ``out`` is None: a fresh C-contiguous
-    array)."""
+    whether A is K-major (``a_kmajor``: rows contiguous; else a view of a [K, M] array, ``a.T``
+    contiguous rows), whether B is K-major (``b_kmajor``: b is a view of an [N, K] array,
+    ``b.T`` contiguous rows) and C's row pitch in elements (``ldc``, None where ``out`` is None:
+    a fresh C-contiguous array)."""
     from cupyconv._core.kernels import TMA_TILES
 
     tile = TMA_TILES[0] if tile is None else tuple(tile)
@@ -161,7 +185,7 @@ def check_operands(a, b, out=None, tile=None) -> dict:
         if x.ndim != 2:
             raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
     dtype = dtype_name(a.dtype)
-    if dtype not in _TMA_DTYPES:
+    if dtype not in TMA_DTYPES:
         raise TypeError(f"a has dtype {dtype}; the TMA GEMM takes float16 or bfloat16")
     if dtype_name(b.dtype) != dtype:
         raise TypeError(f"b has dtype {dtype_name(b.dtype)}, a has {dtype}: they must match")
@@ -173,8 +197,14 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     # transpose of a row-major [N, K]: K-major).  A single column reads best K-major (one row).
     rs, cs = (int(s) for s in b.strides)
     b_kmajor = (n == 1 or cs != itemsize) and (k == 1 or rs == itemsize)
+    # a: rows contiguous (K-major), or columns contiguous (the transpose of a row-major [K, M]).
+    ars, acs = (int(s) for s in a.strides)
+    a_kmajor = k == 1 or acs == itemsize or not (m == 1 or ars == itemsize)
     if m and n and k:  # (an empty product launches nothing: no layout rules)
-        _tma_dims("a", a.shape, a.strides, itemsize)
+        if a_kmajor:
+            _tma_dims("a", a.shape, a.strides, itemsize)
+        else:
+            _tma_dims("a.T", (k, m), (acs, ars), itemsize)
         if b_kmajor:
             _tma_dims("b.T", (n, k), (cs, rs), itemsize)
         elif cs != itemsize:
@@ -201,8 +231,8 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     if tiles >= 2**31 or m >= 2**31 or n >= 2**31 or k >= 2**31:
         raise ValueError(f"problem too large for the TMA GEMM's 32-bit tile indices ({m} x {n} x {k})")
-    return {"dtype": dtype, "m": m, "n": n, "k": k, "b_kmajor": b_kmajor, "ldc": ldc,
-            "tile": tile}
+    return {"dtype": dtype, "m": m, "n": n, "k": k, "a_kmajor": a_kmajor, "b_kmajor": b_kmajor,
+            "ldc": ldc, "tile": tile}
 
 
 def _require_hopper(device_id: int) -> None:
@@ -216,8 +246,13 @@ def _require_hopper(device_id: int) -> None:
                            f"setmaxnreg); device {device_id} is {cc[:-1]}.{cc[-1]}")
 
 
+def tma_enabled() -> bool:
+    """Whether the TMA kernel may be routed to (``CUPYCONV_TMA``, default on; 0 turns it off)."""
+    return os.environ.get("CUPYCONV_TMA", "1") != "0"
+
+
 @memoized(None)
-def _runs_here(device_id: int) -> bool:
+def runs_here(device_id: int) -> bool:
     """Whether ``device_id`` is a Hopper GPU and the driver binding is importable."""
     import cupy
 
@@ -232,10 +267,10 @@ def _runs_here(device_id: int) -> bool:
 
 def gemm_tile(a, b, c):
     """The tile :func:`cupyconv.gemm` runs ``c = a @ b`` with on the TMA kernel, or None where it
-    keeps its other loops: ``CUPYCONV_TMA`` not set to 1 (opt-in, see the module docstring), not
-    a 2-D float16 / bfloat16 product on a Hopper GPU with cuda-bindings, operands TMA cannot read
-    (:func:`check_operands`), or fewer 128 x 128 tiles than half the multiprocessors (the
-    persistent grid has no split-K: the other loop splits K for small outputs).
+    keeps its other loops: ``CUPYCONV_TMA=0``, not a 2-D float16 / bfloat16 product on a Hopper
+    GPU with cuda-bindings, operands TMA cannot read (:func:`check_operands`), or fewer 128 x 128
+    tiles than half the multiprocessors (the persistent grid has no split-K: the other loop
+    splits K for small outputs).
 
     The tile is 128 x 128 x 64 with 6 stages: on an H200 it matched or beat 128 x 256 in 6 of 8
     cases at 4096^3 and 8192^3 (benchmarks/notes/gemm.md, session 28), and it fills the
@@ -243,13 +278,13 @@ def gemm_tile(a, b, c):
     from cupyconv._core.kernels import TMA_TILES
     from cupyconv._core.launch import sm_count
 
-    if os.environ.get("CUPYCONV_TMA", "0") != "1":
+    if not tma_enabled():
         return None
-    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in _TMA_DTYPES:
+    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in TMA_DTYPES:
         return None
     tile = TMA_TILES[1]
     device = c.data.device_id
-    if not _runs_here(device):
+    if not runs_here(device):
         return None
     m, n = c.shape
     if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sm_count(device) // 2:
@@ -261,17 +296,26 @@ def gemm_tile(a, b, c):
     return tile
 
 
-def prepare_gemm_tma(a, b, out=None, *, tile=None):
+def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
     """The launch of ``a @ b`` (see :func:`gemm_tma`) prepared once: operands checked, tensor
     maps encoded, kernel compiled.  Returns ``(launch, out)``: each ``launch()`` runs the kernel
-    again on the same arrays (benchmarks time this without the host work)."""
+    again on the same arrays (benchmarks time this without the host work).
+
+    ``splits`` > 1 splits the k slices into that many parts (fewer where parts would be empty),
+    summed in fp32 into a workspace and added in part order by a second kernel
+    (``splitk_reduce.cu``): for long k over a small output (backward-weight)."""
     import cupy
 
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import gemm_tma_module
     from cupyconv._core.launch import sm_count
+    from cupyconv._core.program import scratch
+    from cupyconv._gemm.kernel_args import OutMap
+    from cupyconv._gemm.launch import reduce_splits
 
+    if not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"splits must be a positive int, got {splits!r}")
     a = require_array(a, "a")
     b = require_array(b, "b")
     arrays = {"a": a, "b": b}
@@ -294,40 +338,56 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None):
                 out[...] = 0
             return zeros, out
         bm, bn, bk, _ = tile
-        map_a = encode_tiled(a, bm, bk)
+        # (as AddressArgs: a recorded call re-encodes them for its replay's operands)
+        if facts["a_kmajor"]:
+            map_a = AddressArg(a, map_encoder(a, bm, bk))
+        else:  # BM / 64 boxes of 64 m per stage, one per consumer warpgroup
+            map_a = AddressArg(a, map_encoder(a.T, bk, 64))
         if facts["b_kmajor"]:
-            map_b = encode_tiled(b.T, bn, bk)
+            map_b = AddressArg(b, map_encoder(b.T, bn, bk))  # (b.T: a view at b's address)
         else:
-            map_b = encode_tiled(b, bk, 64)  # BN / 64 boxes of 64 n per stage
+            map_b = AddressArg(b, map_encoder(b, bk, 64))  # BN / 64 boxes of 64 n per stage
         ldc = facts["ldc"] if facts["ldc"] is not None else n
-        c_vec = int(ldc % 2 == 0 and int(out.data.ptr) % 4 == 0)
-        fn = jit.get_function(gemm_tma_module(facts["dtype"], tile), "gemm_tma", facts["dtype"],
-                              (int(facts["b_kmajor"]),))
+        slices = math.ceil(k / bk)
+        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+        if splits > 1:  # the kernel writes fp32 rows of n to the workspace, not to out
+            ws = scratch(splits * m * n, "float32")
+            c_vec = int(n % 2 == 0)
+        else:
+            ws = out  # (not touched)
+            c_vec = int(ldc % 2 == 0 and int(out.data.ptr) % 4 == 0)
+        fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, facts["a_kmajor"]),
+                              "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
         smem = smem_bytes(tile, a.dtype.itemsize)
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        grid = (min(sm_count(device), tiles),)
+        units = math.ceil(m / bm) * math.ceil(n / bn) * splits
+        grid = (min(sm_count(device), units),)
         # (a and b ride along in the closure: the maps hold their addresses)
         args = (map_a, map_b, out, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
-                np.int32(c_vec))
+                np.int32(c_vec), np.int32(splits), ws)
+        rows = OutMap(m, 0, ldc, 1)
 
         def launch(a=a, b=b):
             with cupy.cuda.Device(device):
                 fn(grid, (THREADS,), args, shared_mem=smem)
+                if splits > 1:
+                    reduce_splits(facts["dtype"], ws, out, None, splits, 1, m, n, 1, 0, 0, 0,
+                                  rows, True)
 
         return launch, out
 
 
-def gemm_tma(a, b, out=None, *, tile=None):
+def gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
     """``a @ b`` for 2-D float16 / bfloat16 CuPy arrays on a Hopper GPU, with the TMA-fed,
     warp-specialized kernel (fp32 accumulation, result in the input dtype).
 
-    ``a``: (M, K) with contiguous rows 16-byte aligned (K a multiple of 8 for dense rows).
+    ``a``: (M, K), either row-major (K contiguous) or the transpose of a row-major (K, M) array
+    (``at.T``), its contiguous rows 16-byte aligned (a multiple of 8 elements for dense rows).
     ``b``: (K, N), either row-major (N contiguous) or the transpose of a row-major (N, K) array
-    (``bt.T``), its contiguous rows 16-byte aligned.  ``out``: optional (M, N) array with
-    contiguous rows.  ``tile``: one of ``kernels.TMA_TILES`` (default the first, 128 x 256).
-    Every check runs before anything is compiled or launched."""
-    launch, out = prepare_gemm_tma(a, b, out, tile=tile)
+    (``bt.T``), likewise.  ``out``: optional (M, N) array with contiguous rows.  ``tile``: one
+    of ``kernels.TMA_TILES`` (default the first, 128 x 256).  ``splits``: split-K parts (see
+    :func:`prepare_gemm_tma`).  Every check runs before anything is compiled or launched."""
+    launch, out = prepare_gemm_tma(a, b, out, tile=tile, splits=splits)
     launch()
     return out

@@ -25,10 +25,11 @@ def _fake(shape, dtype="float16", strides=None, ptr=0x10000):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 @pytest.mark.parametrize("tile", TMA_TILES)
-def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile):
+@pytest.mark.parametrize("a_kmajor", [True, False])
+def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_kmajor):
     from cupyconv._cli import compile_check
 
-    res = compile_check.check_module(gemm_tma_module(dtype, tile), "nvidia", arch)
+    res = compile_check.check_module(gemm_tma_module(dtype, tile, a_kmajor), "nvidia", arch)
     if res.status == "skipped":
         pytest.skip(res.log)
     assert res.status == "ok", res.log
@@ -36,7 +37,7 @@ def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile):
 
 def test_the_tma_modules_are_registered_for_nvidia_only():
     mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
-    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES)
+    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 2  # (both orientations of A)
     assert all(m.vendors == ("nvidia",) for m in mods)
     # both orientations of B in each binary
     assert all(m.variants == ((0,), (1,)) for m in mods)
@@ -47,6 +48,21 @@ def test_the_stages_fit_a_hopper_block(tile):
     assert tma.smem_bytes(tile) <= 227 * 1024
     bm, bn, bk, _ = tile
     assert bk * 2 == tma.SWIZZLE_BYTES and bm <= tma.BOX_MAX and bn <= tma.BOX_MAX
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
+def test_both_orientations_of_a_are_recognised(dtype):
+    b = _fake((64, 40), dtype)
+    assert tma.check_operands(_fake((100, 64), dtype), b)["a_kmajor"]
+    # the transpose of a row-major (K, M) array (backward-weight's dy^T): M contiguous
+    facts = tma.check_operands(_fake((100, 64), dtype, strides=(2, 208)), b)
+    assert not facts["a_kmajor"] and (facts["m"], facts["k"]) == (100, 64)
+    # its rows (k) must start 16 bytes apart as well: 100 elements of 2 bytes do not
+    with pytest.raises(ValueError, match="a.T's rows must start 16 bytes apart"):
+        tma.check_operands(_fake((100, 64), dtype, strides=(2, 200)), b)
+    # contiguous along neither dim
+    with pytest.raises(ValueError, match="a must be contiguous along its last dim"):
+        tma.check_operands(_fake((100, 64), dtype, strides=(256, 4)), b)
 
 
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
@@ -120,3 +136,16 @@ def test_the_tensor_map_record_is_128_aligned_bytes():
     rec = tma._map_record(range(16))
     assert rec.shape == (1,) and rec.nbytes == 128 and rec.ctypes.data % 64 == 0
     assert rec.view(np.uint64).tolist() == list(range(16))
+
+
+@pytest.mark.parametrize("m,n,k,sms,want", [
+    (512, 1024, 6272, 132, 4),      # 32 tiles: 4 parts fill 128 of 132 multiprocessors
+    (64, 64, 100352, 132, 132),     # one tile, 1568 slices: a part per multiprocessor
+    (2048, 2048, 1568, 132, 1),     # 256 tiles: no split
+    (64, 64, 1024, 132, None),      # 16 slices: at most 4 parts, 128 multiprocessors idle
+    (8, 32, 32, 132, None),         # a squeeze-excite layer: one slice
+])
+def test_backward_weight_splits_fill_the_gpu(m, n, k, sms, want):
+    from cupyconv._gemm.tma_conv import weight_splits
+
+    assert weight_splits(m, n, k, sms) == want

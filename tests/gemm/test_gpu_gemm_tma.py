@@ -65,6 +65,29 @@ def test_tma_gemm_matches_float64(shape, tile, b_kmajor, dtype):
 
 
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
+@pytest.mark.parametrize("a_kmajor", [0, 1])
+@pytest.mark.parametrize("b_kmajor", [0, 1])
+@pytest.mark.parametrize("splits", [1, 3, 64])
+def test_a_in_either_orientation_and_split_k(splits, b_kmajor, a_kmajor, dtype):
+    """A stored [K, M] (a = at.T, backward-weight's dy^T) as well as [M, K], with k split into
+    parts summed in order (64 asked for 33 slices: 33 parts of one slice; 3: 11 each), edges
+    in every dim; a second run gives the same bits."""
+    import cupy
+
+    from cupyconv._gemm.tma import gemm_tma
+
+    m, n, k = 200, 136, 2056
+    a, b = _operands(m, n, k, dtype, b_kmajor, seed=5)
+    if not a_kmajor:
+        a = cupy.ascontiguousarray(a.T).T
+    out = cupy.full((m, n), np.nan, dtype=a.dtype)
+    got = gemm_tma(a, b, out, tile=TMA_TILES[1], splits=splits)
+    ref = _reference(a, b)
+    assert rel_error(got.astype(cupy.float64), ref) <= tolerance(dtype, ref)
+    assert bool((gemm_tma(a, b, tile=TMA_TILES[1], splits=splits) == got).all())
+
+
+@pytest.mark.parametrize("dtype", TMA_DTYPES)
 def test_out_with_a_row_pitch_and_odd_width(dtype):
     """ldc > N, N odd (scalar stores at the edge), the padding columns left alone."""
     import cupy
@@ -127,16 +150,17 @@ def _spy(monkeypatch):
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 @pytest.mark.parametrize("b_kmajor", [0, 1])
 def test_public_gemm_runs_on_tma_and_rereads_new_operands(monkeypatch, dtype, b_kmajor):
-    """With CUPYCONV_TMA=1, cupyconv.gemm takes the TMA kernel for a product of more than half a
-    wave of tiles, and a
-    second call with new arrays of the same shapes (the warm path: the tensor maps hold
-    addresses, so they must be made again) computes the product of the new arrays."""
+    """cupyconv.gemm takes the TMA kernel (by default) for a product of more than half a wave
+    of tiles, and a second call with new arrays of the same shapes computes the product of the
+    new arrays: it replays the first call's recording (one prepare in all), whose tensor maps
+    hold the first call's addresses and must be encoded again for the new ones."""
     import cupy
 
     import cupyconv
+    from cupyconv._core.caches import clear_caches
 
+    clear_caches()  # (a prepared call of these shapes from another test would skip the spy)
     calls = _spy(monkeypatch)
-    monkeypatch.setenv("CUPYCONV_TMA", "1")
     m, n, k = 1536, 1032, 520
     for seed in (1, 2):
         a, b = _operands(m, n, k, dtype, b_kmajor, seed=seed)
@@ -145,7 +169,7 @@ def test_public_gemm_runs_on_tma_and_rereads_new_operands(monkeypatch, dtype, b_
         assert got is out
         want = _reference(a, b)
         assert rel_error(got.astype(cupy.float64), want) <= tolerance(dtype, want)
-    assert len(calls) == 2 and all(t == TMA_TILES[1] for t in calls)
+    assert calls == [TMA_TILES[1]]
 
 
 @pytest.mark.parametrize("case", ["small", "batched", "unaligned", "switched_off"])
@@ -154,8 +178,10 @@ def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch,
 
     import cupyconv
 
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()  # (the routing is decided when a call is prepared)
     calls = _spy(monkeypatch)
-    monkeypatch.setenv("CUPYCONV_TMA", "1")
     m, n, k = (256, 256, 4096) if case == "small" else (1536, 1024, 520)
     a, b = _operands(m, n, k, "float16", 0, seed=3)
     if case == "batched":
@@ -163,8 +189,8 @@ def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch,
     if case == "unaligned":  # rows 1 element past 16-byte alignment
         a = cupy.empty((m, k + 1), a.dtype)[:, 1:]
         a[...] = _operands(m, n, k, "float16", 0, seed=3)[0]
-    if case == "switched_off":  # (the default)
-        monkeypatch.delenv("CUPYCONV_TMA")
+    if case == "switched_off":
+        monkeypatch.setenv("CUPYCONV_TMA", "0")
     got = cupyconv.gemm(a, b)
     want = (a.astype(cupy.float64) @ b.astype(cupy.float64)).get()
     assert rel_error(got.astype(cupy.float64), want) <= tolerance("float16", want)

@@ -1,9 +1,15 @@
 // Dense GEMM on Hopper (sm_90a), fed by TMA: C[M, N] = A[M, K] @ B[K, N] for T = __half or
 // cc::bf16, fp32 accumulation, C row-major with leading dimension ldc (elements).
 //
-// Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver): A
-// row-major [M, K] (K-major), boxes of BK x BM; B either stored [N, K] (B_KMAJOR = 1, boxes
-// BK x BN) or row-major [K, N] (B_KMAJOR = 0: MN-major for wgmma, BN / 64 boxes of 64 n x BK k).
+// Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver): A either
+// row-major [M, K] (A_KMAJOR = 1, boxes of BK x BM) or stored [K, M] (A_KMAJOR = 0: MN-major
+// for wgmma, BM / 64 boxes of 64 m x BK k); B either stored [N, K] (B_KMAJOR = 1, boxes
+// BK x BN) or row-major [K, N] (B_KMAJOR = 0: MN-major, BN / 64 boxes of 64 n x BK k).
+//
+// Split-K (splits > 1; backward-weight's long k = pixels over a small output): the work units
+// are (part, tile) pairs, part-major, and part p sums k slices [p per, (p + 1) per) with per =
+// ceil(slices / splits) (the host makes every part non-empty); it stores its fp32 sums to
+// ws[p][M][N], which splitk_reduce.cu adds in part order (bitwise repeatable).
 // Every box is 128 bytes wide with the 128-byte swizzle, the layout wgmma reads through
 // descriptors (wgmma_ss.cuh).  Edges need no code: TMA writes zeros for elements outside the
 // tensor (the k tail multiplies zeros; rows past M / columns past N are computed and not stored).
@@ -47,13 +53,18 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
   n0 = (r / rows) * BN;
 }
 
-// Two values of a row as one 4-byte store (c_vec: ldc even and C 4-byte aligned, checked by the
-// host), else element by element; columns from N on are not stored.
+// Two values of a row as one store of both (c_vec: the row pitch even and the output aligned
+// to two elements, checked by the host), else element by element; columns from N on are not
+// stored.  T = float: split-K's partial sums.
 template <typename T>
 __device__ __forceinline__ void store_pair(T* p, int col, int N, float v0, float v1, bool vec) {
   if (vec && col + 1 < N) {
-    T t[2] = {store_as<T>(v0), store_as<T>(v1)};
-    *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(t);
+    if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+      T t[2] = {store_as<T>(v0), store_as<T>(v1)};
+      *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(t);
+    }
   } else {
     if (col < N) p[0] = store_as<T>(v0);
     if (col + 1 < N) p[1] = store_as<T>(v1);
@@ -67,10 +78,11 @@ __device__ __forceinline__ void store_pair(T* p, int col, int N, float v0, float
 // The host mirrors the shared-memory size (cupyconv/_gemm/tma.py, smem_bytes): the stages from
 // a 1024-byte aligned base (up to 1008 bytes skipped), then one full and one empty barrier per
 // stage.
-template <typename T, int BM, int BN, int BK, int STAGES, int B_KMAJOR>
+template <typename T, int BM, int BN, int BK, int STAGES, int A_KMAJOR, int B_KMAJOR>
 __global__ void __launch_bounds__(384, 1)
 gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc::TensorMap tma_b,
-         T* __restrict__ C, int M, int N, int K, long long ldc, int c_vec) {
+         T* __restrict__ C, int M, int N, int K, long long ldc, int c_vec, int splits,
+         float* __restrict__ ws) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cc;
   using namespace cc::hopper;
@@ -82,7 +94,7 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * sizeof(T);
   constexpr int NF = BN / 8;  // m16n8 fragments per accumulator row of a warp
-  typedef SwizzledOperand<true, BK> OpA;
+  typedef SwizzledOperand<(bool)A_KMAJOR, BK> OpA;
   typedef SwizzledOperand<(bool)B_KMAJOR, BK> OpB;
 
   extern __shared__ __align__(1024) unsigned char dsmem[];
@@ -93,7 +105,8 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   unsigned long long* empty = full + STAGES;
 
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n, ktiles = (K + BK - 1) / BK;
+  const int tiles = tiles_m * tiles_n, slices = (K + BK - 1) / BK;
+  const int per = (slices + splits - 1) / splits, units = tiles * splits;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -113,14 +126,22 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
       prefetch_tensor_map(&tma_b);
       int stage = 0;
       unsigned phase = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
         int m0, n0;
-        tile_origin<BM, BN>(tile, tiles_m, tiles_n, m0, n0);
-        for (int kt = 0; kt < ktiles; ++kt) {
+        tile_origin<BM, BN>(unit % tiles, tiles_m, tiles_n, m0, n0);
+        const int kb = unit / tiles * per, ke = min(slices, kb + per);
+        for (int kt = kb; kt < ke; ++kt) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
           const int k0 = kt * BK;
-          tma_load_2d(As + stage * A_STAGE, &tma_a, &full[stage], k0, m0);
+          T* a = As + stage * A_STAGE;
+          if constexpr (A_KMAJOR) {
+            tma_load_2d(a, &tma_a, &full[stage], k0, m0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j)  // 64-m boxes, one per consumer warpgroup
+              tma_load_2d(a + j * 64 * BK, &tma_a, &full[stage], m0 + 64 * j, k0);
+          }
           T* b = Bs + stage * B_STAGE;
           if constexpr (B_KMAJOR) {
             tma_load_2d(b, &tma_b, &full[stage], k0, n0);
@@ -151,20 +172,21 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
       for (int e = 0; e < 4; ++e) d[j][e] = 0.0f;
     int stage = 0;
     unsigned phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       int m0, n0;
-      tile_origin<BM, BN>(tile, tiles_m, tiles_n, m0, n0);
+      tile_origin<BM, BN>(unit % tiles, tiles_m, tiles_n, m0, n0);
+      const int part = unit / tiles, kb = part * per, ke = min(slices, kb + per);
       int held = -1;  // the stage whose wgmma batch is still in flight
-      for (int kt = 0; kt < ktiles; ++kt) {
+      for (int kt = kb; kt < ke; ++kt) {
         mbar_wait(&full[stage], phase);
         const unsigned long long da = da0 + stage * (A_STAGE * sizeof(T) / 16);
         const unsigned long long db = db0 + stage * (B_STAGE * sizeof(T) / 16);
         wgmma_fence();
         touch_accumulators(d);
 #pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks)  // the tile's first instruction starts from zero
-          WgmmaSS<BN, T>::template run<OpB::TRANS>(d, da + OpA::K16_STEP * ks,
-                                                   db + OpB::K16_STEP * ks, (kt | ks) != 0);
+        for (int ks = 0; ks < BK / 16; ++ks)  // the unit's first instruction starts from zero
+          WgmmaSS<BN, T>::template run<OpA::TRANS, OpB::TRANS>(
+              d, da + OpA::K16_STEP * ks, db + OpB::K16_STEP * ks, ((kt - kb) | ks) != 0);
         wgmma_commit();
         touch_accumulators(d);
         wgmma_wait<1>();  // the previous batch has read its stage: hand that stage back
@@ -183,15 +205,25 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
       const int r = m0 + cw * 64 + warp * 16 + lane / 4;
       const int c = n0 + 2 * (lane % 4);
       const bool vec = c_vec != 0;
+      float* part_ws = splits > 1 ? ws + (long long)part * M * N : nullptr;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = r + 8 * h;
         if (row < M) {
-          T* out = C + row * ldc;
+          if (part_ws != nullptr) {  // (N even: float2 stores, 8-byte aligned; the host checks)
+            float* out = part_ws + (long long)row * N;
 #pragma unroll
-          for (int j = 0; j < NF; ++j) {
-            const int col = c + 8 * j;
-            if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1], vec);
+            for (int j = 0; j < NF; ++j) {
+              const int col = c + 8 * j;
+              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1], vec);
+            }
+          } else {
+            T* out = C + row * ldc;
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+              const int col = c + 8 * j;
+              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1], vec);
+            }
           }
         }
       }

@@ -19,12 +19,12 @@ namespace hopper {
 // The tiles are rows of 128 bytes whose 16-byte chunks are permuted by XOR with (row % 8), in
 // groups of 8 rows (1024 bytes) -- what TMA's 128-byte swizzle writes into a 1024-byte aligned
 // box, and what wgmma's 128-byte swizzle mode reads.
-//  * K-major operand (A always; B stored [N, K]): one row of 64 k per m (or n); the 8-row groups
+//  * K-major operand (A stored [M, K]; B stored [N, K]): one row of 64 k per m (or n); the 8-row groups
 //    are SBO = 1024 bytes apart; LBO is unused in this mode (set to 1); a 16-deep k step is 32
 //    bytes further into the rows (the swizzle is applied to the absolute address bits, so a
 //    start inside the 128-byte row is valid).
-//  * MN-major operand (B stored [K, N]): boxes of 64 n (one 128-byte row) by BK k, one row per
-//    k; 8-k groups SBO = 1024 bytes apart, consecutive 64-n boxes LBO = BK * 128 bytes apart; a
+//  * MN-major operand (A stored [K, M]; B stored [K, N]): boxes of 64 m or n (one 128-byte row)
+//    by BK k, one row per k; 8-k groups SBO = 1024 bytes apart, consecutive 64-n boxes LBO = BK * 128 bytes apart; a
 //    16-deep k step is 16 rows = 2048 bytes further.  These are the offsets the cp.async loop's
 //    MN-major operands use (gemm_mma.cuh, WgmmaOperand), measured correct there.
 template <bool KMAJOR, int BK>
@@ -82,27 +82,27 @@ __device__ __forceinline__ void touch_accumulators(float (&d)[NF][4]) {
   CC_TMA_D4(8), CC_TMA_D4(9), CC_TMA_D4(10), CC_TMA_D4(11), CC_TMA_D4(12), CC_TMA_D4(13), CC_TMA_D4(14), CC_TMA_D4(15), \
   CC_TMA_D4(16), CC_TMA_D4(17), CC_TMA_D4(18), CC_TMA_D4(19), CC_TMA_D4(20), CC_TMA_D4(21), CC_TMA_D4(22), CC_TMA_D4(23), \
   CC_TMA_D4(24), CC_TMA_D4(25), CC_TMA_D4(26), CC_TMA_D4(27), CC_TMA_D4(28), CC_TMA_D4(29), CC_TMA_D4(30), CC_TMA_D4(31)
-// One instruction per (N, type); A, B, SC, TB: the operand numbers of a-desc, b-desc, scale-d
-// and imm-trans-b, which follow the N / 2 accumulators.  (NVRTC's inline asm takes the 132
-// operands of N = 256.)
+// One instruction per (N, type); A, B, SC, TA, TB: the operand numbers of a-desc, b-desc,
+// scale-d, imm-trans-a and imm-trans-b, which follow the N / 2 accumulators.  (NVRTC's inline
+// asm takes the 133 operands of N = 256.)
 
 template <int N, typename S> struct WgmmaSS;
-#define CC_TMA_SPECIALIZE(N, S, TY, A, B, SC, TB)                                           \
+#define CC_TMA_SPECIALIZE(N, S, TY, A, B, SC, TA, TB)                                       \
   template <> struct WgmmaSS<N, S> {                                                        \
-    template <int TRANS_B>                                                                  \
+    template <int TRANS_A, int TRANS_B>                                                     \
     static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da, \
                                                unsigned long long db, int scale_d) {        \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SC ", 0;\n"                        \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {"         \
-                   CC_TMA_REGS##N "}, %" A ", %" B ", p, 1, 1, 0, %" TB ";\n}\n"            \
+                   CC_TMA_REGS##N "}, %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"      \
                    : CC_TMA_OUTS##N                                                        \
-                   : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                         \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));           \
     }                                                                                       \
   };
-CC_TMA_SPECIALIZE(128, __half, "f16", "64", "65", "66", "67")
-CC_TMA_SPECIALIZE(128, bf16, "bf16", "64", "65", "66", "67")
-CC_TMA_SPECIALIZE(256, __half, "f16", "128", "129", "130", "131")
-CC_TMA_SPECIALIZE(256, bf16, "bf16", "128", "129", "130", "131")
+CC_TMA_SPECIALIZE(128, __half, "f16", "64", "65", "66", "67", "68")
+CC_TMA_SPECIALIZE(128, bf16, "bf16", "64", "65", "66", "67", "68")
+CC_TMA_SPECIALIZE(256, __half, "f16", "128", "129", "130", "131", "132")
+CC_TMA_SPECIALIZE(256, bf16, "bf16", "128", "129", "130", "131", "132")
 #undef CC_TMA_SPECIALIZE
 #undef CC_TMA_OUTS128
 #undef CC_TMA_OUTS256

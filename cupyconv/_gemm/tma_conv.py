@@ -1,0 +1,111 @@
+"""Channels-last 1x1 convolutions on the TMA GEMM (``_gemm/tma.py``).
+
+A 1x1 convolution with unit stride and no padding over channels-last activations is one dense
+GEMM over the pixels: forward y[P, K] = x[P, C] @ w[K, C]^T, backward-data dx[P, C] =
+dy[P, K] @ w[K, C] (w read as it is: an MN-major B, no transposed copy).  On Hopper,
+16-bit, those run on the TMA-fed, warp-specialized kernel where it measured faster than the
+implicit-GEMM loop (H200, bf16, batch 32, 17 ResNet-50 / EfficientNet-B0 / ConvNeXt-T layers;
+benchmarks/notes/gemm.md, "Session 29, issue 46"):
+
+* backward-data: faster on all 17 (1.1-2.1x), so always;
+* forward: faster where the reduction is deep (C >= 256) or the output narrow (K < 64); slower
+  where each tile has one or two 64-deep k slices and a wide output (64->256 at 56^2: 54.8
+  against 42.8 us), because the kernel stores its accumulators straight from registers while
+  the other loop's epilogue goes through shared memory.
+
+Routed through cupyconv's calls (the same layers and three held out, ``exp_tma_1x1.py``,
+results/experiments/tma-1x1-routed-*.log), against ``CUPYCONV_TMA=0``: backward-data 1.07-2.0x,
+backward-weight 1.15-2.1x (0.99x on the two 7^2 layers), forward 0.90-1.67x (the two losses,
+512->128 at 28^2 and the held-out 240->40, by 1.0-1.2 us).
+
+Backward-weight of the same problems is dw[K, C] = dy[P, K]^T @ x[P, C]: both operands
+MN-major, the reduction over the pixels long and the output small, so the kernel splits k
+(its fp32 parts summed in order by the split-K reduction) until the work units fill the GPU.
+
+No epilogue options (bias, activation, residual) and no grouped or strided problems: those stay
+on the implicit kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cupyconv._core.kernels import TMA_TILES
+from cupyconv._core.launch import sm_count
+from cupyconv._gemm.kernel_args import ImplicitConv
+from cupyconv._gemm.tma import (TMA_DTYPES, check_operands, prepare_gemm_tma, runs_here,
+                                 tma_enabled)
+
+# The TMA tile conv layers take: 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
+CONV_TILE = TMA_TILES[1]
+# Forward goes to the TMA kernel from this reduction depth (input channels) on, or below this
+# many output channels (see the module docstring).
+FORWARD_MIN_K = 256
+FORWARD_MAX_NARROW_N = 64
+
+
+def pointwise_gemm(prob: ImplicitConv, x, b, y, pass_name: str) -> bool:
+    """Run ``prob`` (forward or a backward-data phase, ``pass_name`` "forward" or "data": the
+    rules above) as ``y = x @ b`` on the TMA kernel where it applies, and return whether it did.
+    ``x`` and ``y`` are the activations (C-contiguous, channels-last), ``b`` the weight as a
+    (k, n) matrix view (either orientation: :func:`cupyconv._gemm.tma.check_operands`).  The
+    caller has ruled out epilogue options and forced plans."""
+    if not _applies(prob, x, y, pass_name):
+        return False
+    m, n, k, _ = prob.gemm
+    a, c = x.reshape(m, k), y.reshape(m, n)
+    try:
+        check_operands(a, b, c, CONV_TILE)
+    except (TypeError, ValueError):  # (rows not 16-byte aligned: channels not a multiple of 8)
+        return False
+    prepare_gemm_tma(a, b, c, tile=CONV_TILE)[0]()
+    return True
+
+
+def pointwise_weight_gemm(prob: ImplicitConv, x, dy, dw) -> bool:
+    """Backward-weight of ``prob`` (see :func:`pointwise_gemm`) as ``dw = dy^T @ x`` on the TMA
+    kernel with split-K where it applies; returns whether it ran.  ``dw`` C-contiguous, (K, C)
+    as a matrix in either layout."""
+    if not _applies(prob, x, dy, "weight") or not dw.flags.c_contiguous:
+        return False
+    pixels, k_out, c_in = prob.gemm[0], prob.out_channels, prob.in_channels
+    a, b, c = dy.reshape(pixels, k_out).T, x.reshape(pixels, c_in), dw.reshape(k_out, c_in)
+    try:
+        check_operands(a, b, c, CONV_TILE)
+    except (TypeError, ValueError):
+        return False
+    splits = weight_splits(k_out, c_in, pixels, sm_count(dw.data.device_id))
+    if splits is None:
+        return False
+    prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]()
+    return True
+
+
+def weight_splits(m: int, n: int, k: int, sms: int) -> int | None:
+    """Split-K parts of an m x n x k backward-weight GEMM on CONV_TILE: enough work units
+    (tiles x parts) for one round over the multiprocessors, each part at least 4 k slices; None
+    where that still leaves more than half of them idle (few pixels: the implicit loop)."""
+    tiles = math.ceil(m / CONV_TILE[0]) * math.ceil(n / CONV_TILE[1])
+    slices = math.ceil(k / CONV_TILE[2])
+    splits = max(1, min(sms // tiles, slices // 4))
+    return splits if tiles * splits >= sms // 2 else None
+
+
+def _applies(prob: ImplicitConv, x, y, pass_name: str) -> bool:
+    if prob.dtype not in TMA_DTYPES or not tma_enabled():
+        return False
+    if (prob.groups != 1 or any(v != 1 for v in prob.kernel + prob.stride)
+            or any(prob.pad_lo) or prob.out_spatial != prob.spatial):
+        return False
+    if not (prob.channels_last and prob.y_channels_last):
+        return False
+    if not (x.flags.c_contiguous and y.flags.c_contiguous):
+        return False
+    m, n, k, _ = prob.gemm
+    if pass_name == "forward" and not (k >= FORWARD_MIN_K or n < FORWARD_MAX_NARROW_N):
+        return False
+    device = y.data.device_id
+    if (pass_name != "weight"
+            and math.ceil(m / CONV_TILE[0]) * math.ceil(n / CONV_TILE[1]) < sm_count(device) // 2):
+        return False  # (the implicit loop splits k for a small output; this launch does not)
+    return runs_here(device)
