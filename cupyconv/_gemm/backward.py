@@ -256,11 +256,13 @@ def weight_seconds(geom: ConvGeometry, device_id: int) -> float:
     GEMM (Kg x taps * Cg over the output pixels), slower where its operands do not vectorize."""
     g = geom.groups
     kg, cg = geom.out_channels // g, geom.in_channels // g
+    math_kind = gemm_math(geom.dtype, geom.precision, device_id)
+    width = 4 if math_kind == MATH_SIMT else max(4, 16 // itemsize(geom.dtype))
+    aligned = geom.channels_last and kg % width == 0 and cg % width == 0
+    # (the MN-major rule of launch_conv_wgrad: binding where the multistage loop can run)
     plan = plan_gemm(geom.dtype, kg, cg * math.prod(geom.kernel),
                      geom.batch * math.prod(geom.out_spatial), g, device_id, geom.precision,
-                     b_kmajor=False)
-    width = 4 if plan.math == MATH_SIMT else max(4, 16 // itemsize(geom.dtype))
-    aligned = geom.channels_last and kg % width == 0 and cg % width == 0
+                     b_kmajor=not aligned)
     narrow = plan.math == MATH_WGMMA and kg < _WGRAD_WGMMA_ROWS
     return (plan.seconds * (IMPLICIT_FACTOR if aligned else _WGRAD_UNALIGNED_FACTOR)
             * (_WGRAD_NARROW_FACTOR if narrow else 1.0))

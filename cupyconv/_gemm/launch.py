@@ -303,20 +303,24 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
                 dw += part
         return
     device_id = dw.data.device_id
+    xs = element_strides(x, True)
+    dy_vec = MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vec_level(kg, pixels)
+    x_vec = x_vec_level(prob, x, xs)
+    # B (Im2colTLoader) is MN-major, which rules tiles out of the multistage loop; that loop
+    # needs 16-byte chunks of both operands (vec 2), else the register-staged loop takes any tile
+    multistage = dy_vec >= 2 and x_vec >= 2
     plan = _resolve(plan, lambda: plan_gemm(prob.dtype, kg, tcg, pixels, g, device_id,
-                                            prob.precision, b_kmajor=False),  # (Im2colTLoader)
+                                            prob.precision, b_kmajor=not multistage),
                     "conv_wgrad", (kg, tcg, pixels, g), prob.dtype,
                     gemm_math(prob.dtype, prob.precision, device_id), device_id)
     fn, smem = _tiled_kernel(conv_wgrad_module(prob.dtype, plan.tile, plan.math, plan.blocks), "conv_wgrad",
                              prob.dtype, (plan.math,), plan)
-    xs = element_strides(x, True)
     out = OutMap(kg, 0, tcg, 1)
     grid, block = _grid(plan.tile, kg, tcg, g * plan.splits)
     ws = _workspace(prob.dtype, plan.splits, g * kg * tcg, dw)
     args = (x, dy, dw,
-            *ints((prob.batch, prob.out_channels, g,
-                   MatrixView(dy, rs=1, ks=prob.out_channels, si=kg).vec_level(kg, pixels),
-                   x_vec_level(prob, x, xs), out_vectorizable(dw, out, (kg * tcg,)),
+            *ints((prob.batch, prob.out_channels, g, dy_vec, x_vec,
+                   out_vectorizable(dw, out, (kg * tcg,)),
                    prob.in_channels // g)),
             *ints(prob.spatial + prob.out_spatial + prob.kernel + prob.stride + prob.dilation
                   + prob.pad_lo),
