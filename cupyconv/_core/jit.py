@@ -290,6 +290,7 @@ def get_function(module: KernelModule, template: str, dtype: str,
     """The kernel ``template<dtype, *tile, *variant>`` of ``module``, compiled on first use (a
     :class:`~cupyconv._core.program.Kernel`: launches made while recording a call are seen).
     While :func:`discovering`, the module is noted instead and nothing is compiled."""
+    module = module.for_dtype(dtype)  # (compiled per dtype: KernelModule.for_dtype)
     found = _DISCOVERY.get()
     if found is not None:
         found.setdefault(module)
@@ -334,8 +335,9 @@ def compile_modules(modules, workers: int | None = None) -> int:
     written atomically, so this is as safe as first calls in several threads or processes.
     (HIPRTC is thread-safe too, but comgr serializes its compiles behind locks: on ROCm the
     threads overlap loading, not compiling.)  Returns how many distinct modules were compiled or
-    found."""
-    modules = tuple(dict.fromkeys(modules))
+    found: each module counts as the per-dtype modules the JIT compiles for it
+    (``KernelModule.units``)."""
+    modules = tuple(dict.fromkeys(unit for m in modules for unit in m.units()))
     device = _device_id()  # the caller's device, also in the pool's threads
 
     def one(m):

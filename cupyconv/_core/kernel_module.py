@@ -7,7 +7,7 @@ share.  Which modules exist is :mod:`cupyconv._core.kernels`' business (the regi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cupyconv._core.caches import memoized
@@ -102,6 +102,23 @@ class KernelModule:
     def name_expressions(self) -> tuple[str, ...]:
         return tuple(self.name_expression(t, d, v) for t in self.templates for d in self.dtypes
                      for v in self.variants)
+
+    def for_dtype(self, dtype: str) -> "KernelModule":
+        """The module the JIT compiles for launches of ``dtype``: this one with its
+        instantiations of that dtype only.  A module shared by every dtype (split-K reduction,
+        im2col, the copies) compiled all of them at a call's first use, 3-6x the time of one
+        (NVRTC, sm_90a: split-K reduce 0.45 against 0.15 s, copy.cu 1.03 against 0.16 s for one
+        instantiation; benchmarks/notes/host.md, session 29).  The registry and the compile
+        check keep the whole module: the instantiations are the same, grouped differently."""
+        if self.dtypes == (dtype,):
+            return self
+        if dtype not in self.dtypes:
+            raise ValueError(f"{self.source} has no {dtype} instantiations ({self.dtypes})")
+        return replace(self, dtypes=(dtype,))
+
+    def units(self) -> tuple["KernelModule", ...]:
+        """The modules the JIT compiles for this one (:meth:`for_dtype` of each dtype)."""
+        return tuple(self.for_dtype(d) for d in self.dtypes)
 
     @property
     def code(self) -> str:

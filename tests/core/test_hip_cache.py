@@ -232,9 +232,12 @@ def test_hip_modules_load_from_our_cache_in_a_new_process(fake_hip):
     assert kernel.raw == ("from disk", "_mangled_direct_conv<float>")
     assert len(fake_hip) == 1 and "-DCC_WAVE_SIZE=64" in fake_hip[0]
     jit.clear_cache()  # a new process: nothing in memory
-    kernel = jit.get_function(DIRECT_CONV, "direct_conv", "float64")
-    assert kernel.raw == ("from disk", "_mangled_direct_conv<double>")
+    kernel = jit.get_function(DIRECT_CONV, "direct_conv", "float32")
+    assert kernel.raw == ("from disk", "_mangled_direct_conv<float>")
     assert len(fake_hip) == 1  # not compiled again
+    # (another dtype is another module: KernelModule.for_dtype)
+    kernel = jit.get_function(DIRECT_CONV, "direct_conv", "float64")
+    assert kernel.raw == ("from disk", "_mangled_direct_conv<double>") and len(fake_hip) == 2
     assert all(m.path is not None and m.code is None for m in FakeRawModule.made)
 
 

@@ -193,14 +193,16 @@ def test_discovery_notes_modules_and_neither_compiles_nor_launches(slow_compiler
             k.max_dynamic_shared_size_bytes = 100_000
         assert jit.discovery_active()
     assert not jit.discovery_active()
-    assert list(found) == [DIRECT_CONV, IM2COL]
+    # (modules are compiled per dtype: KernelModule.for_dtype)
+    f32 = DIRECT_CONV.for_dtype("float32")
+    assert list(found) == [f32, IM2COL.for_dtype("float16"), DIRECT_CONV.for_dtype("float64")]
     assert slow_compiler.compiles == [] and slow_compiler.launches == []
     assert jit.cache_info()["misses"] == 0
     with jit.discovering() as again:  # a stand-in kept (by a plan cache) is noted when launched
         k((1,), (32,), ("x",))
-    assert list(again) == [DIRECT_CONV] and slow_compiler.compiles == []
+    assert list(again) == [f32] and slow_compiler.compiles == []
     k((2,), (64,), ("y",))
-    assert slow_compiler.compiles == [list(DIRECT_CONV.name_expressions)]
+    assert slow_compiler.compiles == [list(f32.name_expressions)]
     assert slow_compiler.launches == [("direct_conv<float>", (2,), (64,), ("y",), 0)]
     assert k.raw.max_dynamic_shared_size_bytes == 100_000  # the real kernel took its place
     k((3,), (64,), ())
@@ -216,7 +218,7 @@ def test_discovery_notes_modules_and_neither_compiles_nor_launches(slow_compiler
 def test_compile_modules_compiles_each_module_once_on_several_threads(slow_compiler):
     from cupyconv._core.kernels import COL2IM, IM2COL, SPLITK_REDUCE
 
-    mods = [DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE, IM2COL]
+    mods = [m.for_dtype("float32") for m in (DIRECT_CONV, IM2COL, COL2IM, SPLITK_REDUCE, IM2COL)]
     start = time.perf_counter()
     assert jit.compile_modules(mods, workers=4) == 4
     elapsed = time.perf_counter() - start
@@ -225,4 +227,24 @@ def test_compile_modules_compiles_each_module_once_on_several_threads(slow_compi
     assert len(slow_compiler.compiles) == 4
     info = jit.cache_info()
     assert info["misses"] == 4 and info["hits"] == 4
-    assert jit.precompile([IM2COL, DIRECT_CONV], workers=1) == 2
+    assert jit.precompile(mods[1::-1], workers=1) == 2
+    # a module of four dtypes is four to compile, one of them in memory already
+    assert jit.compile_modules([SPLITK_REDUCE], workers=4) == 4
+    assert len(slow_compiler.compiles) == 7
+
+
+def test_the_jit_compiles_a_module_per_dtype():
+    """A module of several dtypes is compiled per dtype (one call compiles only its own dtype's
+    instantiations), with the same code and the name expressions of that dtype."""
+    from cupyconv._core.kernels import SPLITK_REDUCE, STRIDED_COPY
+
+    units = STRIDED_COPY.units()
+    assert [u.dtypes for u in units] == [(d,) for d in STRIDED_COPY.dtypes]
+    assert all(u.code == STRIDED_COPY.code for u in units)
+    names = [u.name_expressions for u in units]
+    assert sorted(sum(names, ())) == sorted(STRIDED_COPY.name_expressions)
+    assert len(set(sum(names, ()))) == sum(len(n) for n in names)  # (disjoint)
+    one = SPLITK_REDUCE.for_dtype("bfloat16")
+    assert one.for_dtype("bfloat16") is one and one.units() == (one,)
+    with pytest.raises(ValueError, match="no complex64 instantiations"):
+        SPLITK_REDUCE.for_dtype("complex64")
