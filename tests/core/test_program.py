@@ -1,5 +1,6 @@
 """CPU tests of the prepared-call machinery's pure parts: argument packing of a recorded launch
-(natural alignment, as the kernel ABI lays parameters out), the refusal of arguments a replay
+(natural alignment, as the kernel ABI lays parameters out; tensor maps as AddressArgs, encoded
+again when a replay's operand moves), the refusal of arguments a replay
 could not reproduce, the strided-copy dim merging and transpose detection, and the strided copy's
 division by magic numbers."""
 
@@ -146,3 +147,57 @@ def test_strided_copy_decode_with_magic_numbers(shape, perm, step):
             r, so, do = q, so + i * s_, do + i * d_
         out[do] = flat[base // 8 + so]
     np.testing.assert_array_equal(dst, src)
+
+
+def _fake_array(ptr, nbytes=4096):
+    return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr), shape=(nbytes // 2,),
+                                 strides=(2,), itemsize=2)
+
+
+def test_an_address_argument_is_re_encoded_on_replay_only_when_its_address_moves():
+    """A tensor map (program.AddressArg) is laid out at a 64-byte aligned offset in the argument
+    bytes; a replay writes ``encode(new address)`` there when the operand sits elsewhere, and
+    leaves it alone (no encode) when it does not."""
+    from cupyconv._core.program import AddressArg
+
+    encoded = []
+
+    def encode(ptr):
+        encoded.append(ptr)
+        return np.full(16, ptr, dtype=np.uint64)  # 128 bytes that name the address
+
+    x = _fake_array(0x10000)
+    rec = Recorder((x,))
+    arg = AddressArg(x, encode)
+    rec.launch(_FakeKernel(), (1,), (384,), (np.int32(5), arg, np.int32(6)), 0)
+    assert rec.failure is None
+    (step,) = rec.steps
+    offsets = [int(p) - step.storage.ctypes.data for p in step.params]
+    assert offsets == [0, 64, 192]  # int32, the map at the next 64-byte boundary, int32
+    words = lambda: step.storage[64:192].view(np.uint64)  # noqa: E731
+    assert (words() == 0x10000).all() and encoded == [0x10000]
+    calls = []
+    launch = lambda *a: calls.append(a)  # noqa: E731
+    step.run([0x20000], 0, launch)  # the operand moved: encoded for its new address
+    assert (words() == 0x20000).all() and encoded == [0x10000, 0x20000]
+    step.run([0x20000], 0, launch)  # same address: nothing to encode
+    assert encoded == [0x10000, 0x20000] and len(calls) == 2
+    assert np.frombuffer(step.storage[192:196].tobytes(), np.int32)[0] == 6
+
+
+def test_the_kernel_call_passes_an_address_argument_by_its_value(monkeypatch):
+    from cupyconv._core import program
+    from cupyconv._core.program import AddressArg, Kernel
+
+    monkeypatch.setattr(program._THREAD, "bound", True, raising=False)  # (no device here)
+
+    seen = []
+
+    class Raw:
+        def __call__(self, grid, block, args, shared_mem=0):
+            seen.append(args)
+
+    value = np.zeros(16, np.uint64)
+    arg = AddressArg(_fake_array(0x30000), lambda ptr: value)
+    Kernel(Raw())((1,), (1,), (np.int32(1), arg))
+    assert seen[0][0] == 1 and seen[0][1] is value
