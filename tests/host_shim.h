@@ -1,15 +1,24 @@
-// Just enough of CUDA to compile a kernel module's source as host C++ and run its kernels on CPU
-// threads (tests/host_kernels.py): one std::thread per GPU thread of a block, a
-// std::barrier for __syncthreads, blocks one after another.  Kernels see the HIPRTC branch of
-// common.cuh (its bf16 is plain bits); __half is IEEE binary16 bits with round-to-nearest-even.
+// Just enough of CUDA to compile a kernel module's source as host C++ and run its kernels on the
+// CPU (tests/host_kernels.py): each GPU thread of a block is a fiber (ucontext) with a stack of its
+// own, all of a block's fibers run on the calling thread, one at a time, each until it reaches a
+// barrier or returns; __syncthreads releases them when every live thread of the block waits there,
+// the wave barrier when every live thread of its 32-lane group does (an exited thread no longer
+// counts, as with std::barrier's arrive_and_drop).  Blocks run one after another.  (Until session
+// 29 each GPU thread was an OS thread: 256 thread creations per block and futex hand-offs at every
+// barrier on a 2-core CI machine; a schedule that runs threads in order between barriers is one a
+// GPU may run as well.)  Kernels see the HIPRTC branch of common.cuh (its bf16 is plain bits);
+// __half is IEEE binary16 bits with round-to-nearest-even.
 #pragma once
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <math.h>  // expf, erf, fma (float and double overloads) of the epilogues and loops
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -34,8 +43,24 @@ struct host_dim3 {
 };
 inline thread_local host_dim3 threadIdx, blockIdx;
 inline host_dim3 blockDim, gridDim;
-inline std::barrier<>* host_block_barrier = nullptr;
-inline void __syncthreads() { host_block_barrier->arrive_and_wait(); }
+
+// A GPU thread as a fiber, and where it stands.
+enum host_fiber_state { HOST_READY, HOST_AT_BLOCK_BARRIER, HOST_AT_WAVE_BARRIER, HOST_DONE };
+struct host_fiber {
+  ucontext_t ctx;
+  host_dim3 tid;
+  host_fiber_state state;
+};
+inline thread_local ucontext_t host_scheduler;       // where a fiber's yield returns to
+inline thread_local host_fiber* host_current = nullptr;
+inline thread_local void* host_body = nullptr;       // the running launch's per-thread body
+inline thread_local void (*host_body_call)(void*) = nullptr;
+
+inline void host_yield(host_fiber_state state) {
+  host_current->state = state;
+  swapcontext(&host_current->ctx, &host_scheduler);
+}
+inline void __syncthreads() { host_yield(HOST_AT_BLOCK_BARRIER); }
 // Dynamic shared memory of the running block (extern __shared__ smem_raw[] in the kernels).
 alignas(16) unsigned char smem_raw[96 * 1024];
 
@@ -113,9 +138,64 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 // CC_SYNCWARP of the HIPRTC branch (common.cuh): the fences are no-ops here and the wave barrier
 // waits for the thread's 32-lane group (consecutive linear thread ids), which the kernels that
 // use it (the plane row walks) sync on their own.
-inline thread_local std::barrier<>* host_group_barrier = nullptr;
 #define __builtin_amdgcn_fence(...) ((void)0)
-#define __builtin_amdgcn_wave_barrier() host_group_barrier->arrive_and_wait()
+#define __builtin_amdgcn_wave_barrier() host_yield(HOST_AT_WAVE_BARRIER)
+
+// Fiber stacks: HOST_STACK bytes each above a guard page (an overflow faults instead of writing
+// into the next stack), reserved once per process for the largest block seen and reused.
+inline constexpr size_t HOST_STACK = 1 << 20;
+struct host_stacks {
+  unsigned char* base = nullptr;
+  size_t page = 0, count = 0;
+  unsigned char* get(size_t i, size_t need) {
+    if (need > count) {
+      if (base) munmap(base, count * (HOST_STACK + page));
+      page = (size_t)sysconf(_SC_PAGESIZE);
+      const size_t bytes = need * (HOST_STACK + page);
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) { std::perror("host_shim: mmap of fiber stacks"); std::abort(); }
+      base = static_cast<unsigned char*>(p);
+      count = need;
+      for (size_t j = 0; j < count; ++j) mprotect(base + j * (HOST_STACK + page), page, PROT_NONE);
+    }
+    return base + i * (HOST_STACK + page) + page;
+  }
+};
+inline thread_local host_stacks host_stack_pool;
+
+inline void host_fiber_main() {
+  host_body_call(host_body);
+  host_current->state = HOST_DONE;  // (uc_link: back to the scheduler)
+}
+
+// Release the threads waiting at a barrier every live thread of its scope has reached: the
+// block's, else each 32-lane group's.  Returns whether any was released.
+inline bool host_release(std::vector<host_fiber>& fibers) {
+  size_t live = 0, at_block = 0;
+  for (auto& f : fibers) {
+    live += f.state != HOST_DONE;
+    at_block += f.state == HOST_AT_BLOCK_BARRIER;
+  }
+  if (live && at_block == live) {
+    for (auto& f : fibers) f.state = HOST_READY;
+    return true;
+  }
+  bool released = false;
+  for (size_t g = 0; g < fibers.size(); g += 32) {
+    const size_t end = std::min(fibers.size(), g + 32);
+    size_t group_live = 0, waiting = 0;
+    for (size_t i = g; i < end; ++i) {
+      group_live += fibers[i].state != HOST_DONE;
+      waiting += fibers[i].state == HOST_AT_WAVE_BARRIER;
+    }
+    if (group_live && waiting == group_live) {
+      for (size_t i = g; i < end; ++i) fibers[i].state = HOST_READY;
+      released = true;
+    }
+  }
+  return released;
+}
 
 // Run `body` (one GPU thread's work) for every thread of every block of the grid; shared memory
 // is filled with NaN bytes before each block, so reading what no thread staged shows.
@@ -124,31 +204,41 @@ void host_run_grid(host_dim3 grid, host_dim3 block, Body body) {
   gridDim = grid;
   blockDim = block;
   const unsigned nt = block.x * block.y * block.z;
+  host_body = &body;
+  host_body_call = [](void* b) { (*static_cast<Body*>(b))(); };
+  std::vector<host_fiber> fibers(nt);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         std::memset(smem_raw, 0xff, sizeof(smem_raw));
-        std::barrier<> bar((std::ptrdiff_t)nt);
-        host_block_barrier = &bar;
-        std::vector<std::unique_ptr<std::barrier<>>> groups;
-        for (unsigned g = 0; g < nt; g += 32)
-          groups.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)std::min(32u, nt - g)));
-        std::vector<std::thread> threads;
-        threads.reserve(nt);
-        for (unsigned tz = 0; tz < block.z; ++tz)
-          for (unsigned ty = 0; ty < block.y; ++ty)
-            for (unsigned tx = 0; tx < block.x; ++tx)
-              threads.emplace_back([&, tx, ty, tz] {
-                threadIdx = {tx, ty, tz};
-                blockIdx = {bx, by, bz};
-                std::barrier<>* group = groups[(tx + block.x * (ty + block.y * tz)) / 32].get();
-                host_group_barrier = group;
-                body();
-                bar.arrive_and_drop();  // an exited thread no longer holds barriers back
-                group->arrive_and_drop();
-              });
-        for (auto& t : threads) t.join();
+        blockIdx = {bx, by, bz};
+        for (unsigned i = 0; i < nt; ++i) {
+          host_fiber& f = fibers[i];
+          f.tid = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+          f.state = HOST_READY;
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = host_stack_pool.get(i, nt);
+          f.ctx.uc_stack.ss_size = HOST_STACK;
+          f.ctx.uc_link = &host_scheduler;
+          makecontext(&f.ctx, host_fiber_main, 0);
+        }
+        for (;;) {
+          for (auto& f : fibers) {  // each ready thread runs until it waits or returns
+            if (f.state != HOST_READY) continue;
+            host_current = &f;
+            threadIdx = f.tid;
+            swapcontext(&host_scheduler, &f.ctx);
+          }
+          if (std::all_of(fibers.begin(), fibers.end(),
+                          [](const host_fiber& f) { return f.state == HOST_DONE; }))
+            break;
+          if (!host_release(fibers)) {
+            std::fprintf(stderr, "host_shim: block (%u, %u, %u) deadlocked at its barriers\n", bx, by, bz);
+            std::abort();
+          }
+        }
       }
+  host_current = nullptr;
 }
 
 // Call kernel `f` with its arguments taken from `args` in order: a pointer parameter gets the
