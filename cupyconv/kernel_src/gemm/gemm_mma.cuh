@@ -783,8 +783,13 @@ struct MainLoop {
           return;
         }
       }
-#endif
       gemm_mainloop_mma<Cfg, Smem>(la, lb, kb, ke, acc, dsmem);
+#else
+      // The Hopper loop's kernels launch on compute capability 9.0 alone (precision.gemm_math;
+      // an explicit plan cannot move them elsewhere: precision.runs_instead), so other targets
+      // compile a trap rather than the mma.sync fallback, ~2 s of NVRTC per module for sm_80.
+      CC_TRAP();
+#endif
     } else if constexpr (HasMatrixOp<Smem>::value) {
       if constexpr (ALoader::KMAJOR && BLoader::KMAJOR) {  // padded rows hold k-chunks only
         if (la.async_ok() && lb.async_ok()) {
