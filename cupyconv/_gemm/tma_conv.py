@@ -3,9 +3,10 @@
 A 1x1 convolution with unit stride and no padding over channels-last activations is one dense
 GEMM over the pixels: forward y[P, K] = x[P, C] @ w[K, C]^T, backward-data dx[P, C] =
 dy[P, K] @ w[K, C] (w read as it is: an MN-major B, no transposed copy).  On Hopper,
-16-bit, those run on the TMA-fed, warp-specialized kernel where it measured faster than the
-implicit-GEMM loop (H200, bf16, batch 32, 17 ResNet-50 / EfficientNet-B0 / ConvNeXt-T layers;
-benchmarks/notes/gemm.md, "Session 29, issue 46"):
+16-bit, those run on the TMA-fed, warp-specialized kernel where it measured faster than the loops
+they ran on before (the dense GEMM for the forward, the implicit GEMM for the gradients; H200,
+bf16, batch 32, 17 ResNet-50 / EfficientNet-B0 / ConvNeXt-T layers; benchmarks/notes/gemm.md,
+"Session 29, issue 46"):
 
 * backward-data: faster on all 17 (1.1-2.1x), so always;
 * forward: faster where the reduction is deep (C >= 256) or the output narrow (K < 64); slower
@@ -23,7 +24,7 @@ MN-major, the reduction over the pixels long and the output small, so the kernel
 (its fp32 parts summed in order by the split-K reduction) until the work units fill the GPU.
 
 No epilogue options (bias, activation, residual) and no grouped or strided problems: those stay
-on the implicit kernel.
+on the other loops.
 """
 
 from __future__ import annotations
