@@ -36,7 +36,7 @@ from cupyconv._core.caches import memoized
 from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.program import AddressArg
 
-__all__ = ["encode_tiled", "map_encoder", "gemm_tma", "gemm_tile", "prepare_gemm_tma", "check_operands",
+__all__ = ["encode_tiled", "map_encoder", "gemm_tma", "gemm_tile", "runs_on_tma", "prepare_gemm_tma", "check_operands",
            "smem_bytes", "TENSOR_MAP_DTYPE"]
 
 # The driver's CUtensorMap: 16 opaque 64-bit words (cuda.h: alignas(64) cuuint64_t opaque[16]).
@@ -267,10 +267,9 @@ def runs_here(device_id: int) -> bool:
 
 def gemm_tile(a, b, c):
     """The tile :func:`cupyconv.gemm` runs ``c = a @ b`` with on the TMA kernel, or None where it
-    keeps its other loops: ``CUPYCONV_TMA=0``, not a 2-D float16 / bfloat16 product on a Hopper
-    GPU with cuda-bindings, operands TMA cannot read (:func:`check_operands`), or fewer 128 x 128
-    tiles than half the multiprocessors (the persistent grid has no split-K: the other loop
-    splits K for small outputs).
+    keeps its other loops: where :func:`runs_on_tma` says no, or with fewer 128 x 128 tiles than
+    half the multiprocessors (the persistent grid splits no K here: the other loop splits K for
+    small outputs).
 
     The tile is 128 x 128 x 64 with 6 stages: on an H200 it matched or beat 128 x 256 in 6 of 8
     cases at 4096^3 and 8192^3 (benchmarks/notes/gemm.md, session 28), and it fills the
@@ -278,22 +277,30 @@ def gemm_tile(a, b, c):
     from cupyconv._core.kernels import TMA_TILES
     from cupyconv._core.launch import sm_count
 
-    if not tma_enabled():
-        return None
-    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in TMA_DTYPES:
-        return None
     tile = TMA_TILES[1]
-    device = c.data.device_id
-    if not runs_here(device):
+    if not runs_on_tma(a, b, c, tile):
         return None
     m, n = c.shape
-    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sm_count(device) // 2:
+    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sm_count(c.data.device_id) // 2:
         return None
+    return tile
+
+
+def runs_on_tma(a, b, c, tile) -> bool:
+    """Whether ``c = a @ b`` can run on the TMA kernel with ``tile``: not ``CUPYCONV_TMA=0``, a
+    2-D float16 / bfloat16 product on a Hopper GPU with cuda-bindings, operands TMA can read
+    (:func:`check_operands`)."""
+    if not tma_enabled():
+        return False
+    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in TMA_DTYPES:
+        return False
+    if not runs_here(c.data.device_id):
+        return False
     try:
         check_operands(a, b, c, tile)
     except (TypeError, ValueError):
-        return None
-    return tile
+        return False
+    return True
 
 
 def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):

@@ -34,10 +34,10 @@ import math
 from cupyconv._core.kernels import TMA_TILES
 from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
-from cupyconv._gemm.tma import (TMA_DTYPES, check_operands, prepare_gemm_tma, runs_here,
-                                 tma_enabled)
+from cupyconv._gemm.tma import TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_on_tma
 
-# The TMA tile conv layers take: 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
+# The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
+# 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
 CONV_TILE = TMA_TILES[1]
 # Forward goes to the TMA kernel from this reduction depth (input channels) on, or below this
 # many output channels (see the module docstring).
@@ -51,15 +51,16 @@ def pointwise_gemm(prob: ImplicitConv, x, b, y, pass_name: str) -> bool:
     ``x`` and ``y`` are the activations (C-contiguous, channels-last), ``b`` the weight as a
     (k, n) matrix view (either orientation: :func:`cupyconv._gemm.tma.check_operands`).  The
     caller has ruled out epilogue options and forced plans."""
-    if not _applies(prob, x, y, pass_name):
+    if not _is_plain_pointwise(prob, x, y):
         return False
     m, n, k, _ = prob.gemm
-    a, c = x.reshape(m, k), y.reshape(m, n)
-    try:
-        check_operands(a, b, c, CONV_TILE)
-    except (TypeError, ValueError):  # (rows not 16-byte aligned: channels not a multiple of 8)
+    if pass_name == "forward" and not (k >= FORWARD_MIN_K or n < FORWARD_MAX_NARROW_N):
         return False
-    prepare_gemm_tma(a, b, c, tile=CONV_TILE)[0]()
+    a, c = x.reshape(m, k), y.reshape(m, n)
+    tile = gemm_tile(a, b, c)  # (None also where channels break 16-byte rows)
+    if tile is None:
+        return False
+    prepare_gemm_tma(a, b, c, tile=tile)[0]()
     return True
 
 
@@ -67,13 +68,11 @@ def pointwise_weight_gemm(prob: ImplicitConv, x, dy, dw) -> bool:
     """Backward-weight of ``prob`` (see :func:`pointwise_gemm`) as ``dw = dy^T @ x`` on the TMA
     kernel with split-K where it applies; returns whether it ran.  ``dw`` C-contiguous, (K, C)
     as a matrix in either layout."""
-    if not _applies(prob, x, dy, "weight") or not dw.flags.c_contiguous:
+    if not _is_plain_pointwise(prob, x, dy) or not dw.flags.c_contiguous:
         return False
     pixels, k_out, c_in = prob.gemm[0], prob.out_channels, prob.in_channels
     a, b, c = dy.reshape(pixels, k_out).T, x.reshape(pixels, c_in), dw.reshape(k_out, c_in)
-    try:
-        check_operands(a, b, c, CONV_TILE)
-    except (TypeError, ValueError):
+    if not runs_on_tma(a, b, c, CONV_TILE):
         return False
     splits = weight_splits(k_out, c_in, pixels, sm_count(dw.data.device_id))
     if splits is None:
@@ -92,21 +91,13 @@ def weight_splits(m: int, n: int, k: int, sms: int) -> int | None:
     return splits if tiles * splits >= sms // 2 else None
 
 
-def _applies(prob: ImplicitConv, x, y, pass_name: str) -> bool:
-    if prob.dtype not in TMA_DTYPES or not tma_enabled():
+def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
+    """A 1x1, unit-stride, unpadded, ungrouped channels-last problem of C-contiguous
+    activations ``x`` and ``y`` (input and output of the GEMM) in a dtype the TMA kernel takes."""
+    if prob.dtype not in TMA_DTYPES:
         return False
     if (prob.groups != 1 or any(v != 1 for v in prob.kernel + prob.stride)
             or any(prob.pad_lo) or prob.out_spatial != prob.spatial):
         return False
-    if not (prob.channels_last and prob.y_channels_last):
-        return False
-    if not (x.flags.c_contiguous and y.flags.c_contiguous):
-        return False
-    m, n, k, _ = prob.gemm
-    if pass_name == "forward" and not (k >= FORWARD_MIN_K or n < FORWARD_MAX_NARROW_N):
-        return False
-    device = y.data.device_id
-    if (pass_name != "weight"
-            and math.ceil(m / CONV_TILE[0]) * math.ceil(n / CONV_TILE[1]) < sm_count(device) // 2):
-        return False  # (the implicit loop splits k for a small output; this launch does not)
-    return runs_here(device)
+    return (prob.channels_last and prob.y_channels_last and x.flags.c_contiguous
+            and y.flags.c_contiguous)
