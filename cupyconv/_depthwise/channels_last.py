@@ -44,6 +44,13 @@ MAX_ROUNDS = 4
 WGRAD_MIN_BLOCKS = KERNEL_CONSTANTS["DWCL_WGRAD_MIN_BLOCKS"]
 WGRAD_WAVES = 1
 WGRAD_MIN_RUNS = 1
+# Backward-weight: most channel vectors per block (the block's other threads take more runs).
+# The chunks of one wave are WGRAD_MIN_BLOCKS * SMs / (channel blocks * passes), and each writes
+# C * taps partial sums that chunk_sum reads back: narrower blocks, fewer chunks, less of that
+# traffic.  Measured on an H200 (19 MobileNetV2 / EfficientNet-B0 layers, benchmarks/notes/
+# depthwise.md, session 30): geomean vs PyTorch at 64 / 32 / 16 / 8 vectors, fp32 1.52 / 1.62 /
+# 1.56 / 1.49x, fp16 0.79 / 0.84 / 0.82 / 0.70x (960 ch 7^2 fp16 15.2 -> 13.3 us at 32).
+WGRAD_MAX_CGB = 32
 WGRAD_PLAN_SMS = 132
 
 
@@ -249,7 +256,7 @@ def wgrad_plan(geom: ConvGeometry, vec: int, sms: int = WGRAD_PLAN_SMS) -> ClWgr
     if vec > DEPTHWISE_CL_WGRAD_VEC:
         raise ValueError(f"backward-weight takes at most {DEPTHWISE_CL_WGRAD_VEC} channels per thread")
     kf, s = walk_variant(geom)
-    fit = _channel_blocks(geom.in_channels, vec, MAX_CGB)
+    fit = _channel_blocks(geom.in_channels, vec, WGRAD_MAX_CGB)
     if fit is None:
         return None
     cgb, cblocks = fit
