@@ -113,8 +113,8 @@ struct walk {
 // Bit y of FEEDS says whether the row is one of destination row y's: rows that are not are
 // skipped, not multiplied by zero taps (a NaN or inf in them must not reach that row).  FEEDS is
 // a template argument: tested at run time inside the unrolled loop, the branches kept the
-// compiler from issuing the window's loads together (fp32 channels-last forward 0.96x -> 0.64x
-// PyTorch on 144 ch 56^2, the H100 run of 5b37dce against the H200 run of 7be30f2).
+// compiler from issuing the window's loads together (H200, one run: fp32 forward 144 ch 56^2
+// 63.8 us with the run-time mask, 42.7 us with the constant one; benchmarks/notes/depthwise.md).
 template <int KF, int S, int TRANSPOSED, int VEC, unsigned FEEDS, int NY, typename T, typename A>
 __device__ __forceinline__ void walk_row(const T* p, cc::index_t ssw, int f, int ncols,
                                          const A (&wk)[NY][KF][VEC], A (*acc)[DWCL_RX][VEC]) {
