@@ -129,8 +129,8 @@ def _workspace(dtype: str, splits: int, count: int, placeholder):
     return scratch(count * splits, "float64" if dtype == "float64" else "float32")
 
 
-def reduce_splits(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si, out: OutMap,
-            n_fast: bool, z=None, act: int = NO_ACTIVATION) -> None:
+def reduce_splits(dtype, ws, c, bias, splits, batch, m, n, g2, c_so, c_si, bias_si,
+                  out: OutMap, n_fast: bool, z=None, act: int = NO_ACTIVATION) -> None:
     """Second split-K stage: c = act(sum of the parts (deterministic order) + bias + z).
     ``n_fast``: the order the first stage wrote the parts in (n fastest, else m fastest)."""
     fn = jit.get_function(SPLITK_REDUCE, "splitk_reduce", dtype)
@@ -169,8 +169,8 @@ def run_gemm(dtype: str, a: MatrixView, b: MatrixView, c, m: int, n: int, k: int
     with c.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            reduce_splits(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si, out,
-                    out.col == 1, z, act)  # (gemm.cu's parts: n fastest where C's columns are)
+            reduce_splits(dtype, ws, c, bias, plan.splits, batch, m, n, g2, c_so, c_si, bias_si,
+                          out, out.col == 1, z, act)  # (gemm.cu's parts: n fastest where C's columns are)
 
 
 # Rows (output pixels) of one implicit-GEMM launch.  The kernels index rows and tile origins in
@@ -280,8 +280,8 @@ def launch_implicit_conv(prob: ImplicitConv, x, wt, bias, y, plan: GemmPlan | No
     with y.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            reduce_splits(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0, group_stride,
-                    n, out, prob.y_channels_last, z, act)
+            reduce_splits(prob.dtype, ws, y, bias, plan.splits, groups, m, n, groups, 0,
+                          group_stride, n, out, prob.y_channels_last, z, act)
 
 
 def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = None) -> None:
@@ -328,5 +328,5 @@ def launch_conv_wgrad(prob: ImplicitConv, x, dy, dw, plan: GemmPlan | None = Non
     with dw.device:
         fn(grid, block, args, shared_mem=smem)
         if plan.splits > 1:
-            reduce_splits(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0, out,
-                    True)
+            reduce_splits(prob.dtype, ws, dw, None, plan.splits, g, kg, tcg, g, 0, kg * tcg, 0,
+                          out, True)
