@@ -46,6 +46,7 @@ _ALIGN = 64
 SWIZZLE_BYTES = 128  # the widest TMA swizzle: a box row of at most 128 bytes
 BOX_MAX = 256        # TMA's largest box extent per dimension
 THREADS = 384        # one producer and two consumer warpgroups (gemm_tma.cu)
+EPILOGUE_COLS = 128  # columns per round of a consumer warp's staged epilogue (EPI_COLS)
 # A dense row pitch / base address that TMA accepts: multiples of 16 bytes.
 TMA_ALIGN = 16
 TMA_DTYPES = ("float16", "bfloat16")
@@ -163,9 +164,11 @@ def _map_record(words) -> np.ndarray:
 def smem_bytes(tile: tuple[int, ...], itemsize: int = 2) -> int:
     """Dynamic shared memory of ``gemm_tma`` with ``tile`` = (BM, BN, BK, STAGES), as the kernel
     lays it out: STAGES stages of A and B from a 1024-byte aligned base (1024 bytes of slack for
-    the alignment), then a full and an empty barrier (8 bytes each) per stage."""
+    the alignment), the epilogue's staging rows (16 x ``EPILOGUE_COLS`` per consumer warp, BM / 16
+    warps), then a full and an empty barrier (8 bytes each) per stage."""
     bm, bn, bk, stages = tile
-    return stages * (bm + bn) * bk * itemsize + 1024 + 2 * stages * 8
+    return ((stages * (bm + bn) * bk + bm * EPILOGUE_COLS) * itemsize + 1024
+            + 2 * stages * 8)
 
 
 def check_operands(a, b, out=None, tile=None) -> dict:
@@ -359,10 +362,11 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
         if splits > 1:  # the kernel writes fp32 rows of n to the workspace, not to out
             ws = scratch(splits * m * n, "float32")
-            c_vec = int(n % 2 == 0)
-        else:
+            c_vec = 2 if n % 2 == 0 else 1
+        else:  # (the call key holds out's address modulo 16, so a replay keeps c_vec true)
             ws = out  # (not touched)
-            c_vec = int(ldc % 2 == 0 and int(out.data.ptr) % 4 == 0)
+            c_vec = max(v for v in (8, 2, 1) if ldc % v == 0
+                        and int(out.data.ptr) % (v * out.dtype.itemsize) == 0)
         fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, facts["a_kmajor"]),
                               "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
         smem = smem_bytes(tile, a.dtype.itemsize)

@@ -50,6 +50,19 @@ def test_the_stages_fit_a_hopper_block(tile):
     assert bk * 2 == tma.SWIZZLE_BYTES and bm <= tma.BOX_MAX and bn <= tma.BOX_MAX
 
 
+def test_the_host_sizes_the_epilogue_buffers_as_the_kernel_lays_them_out():
+    import re
+    from pathlib import Path
+
+    src = (Path(tma.__file__).parents[1] / "kernel_src" / "gemm" / "gemm_tma.cu").read_text()
+    assert int(re.search(r"constexpr int EPI_COLS = (\d+);", src).group(1)) == tma.EPILOGUE_COLS
+    bm, bn, bk, stages = TMA_TILES[1]
+    assert tma.smem_bytes(TMA_TILES[1]) - tma.smem_bytes(TMA_TILES[1][:3] + (stages - 1,)) == (
+        (bm + bn) * bk * 2 + 16)  # a stage more: its A and B boxes and its two barriers
+    # every tile's epilogue rounds are whole: BN a multiple of EPI_COLS
+    assert all(tile[1] % tma.EPILOGUE_COLS == 0 for tile in TMA_TILES)
+
+
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 def test_both_orientations_of_a_are_recognised(dtype):
     b = _fake((64, 40), dtype)

@@ -53,21 +53,65 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
   n0 = (r / rows) * BN;
 }
 
-// Two values of a row as one store of both (c_vec: the row pitch even and the output aligned
-// to two elements, checked by the host), else element by element; columns from N on are not
-// stored.  T = float: split-K's partial sums.
-template <typename T>
-__device__ __forceinline__ void store_pair(T* p, int col, int N, float v0, float v1, bool vec) {
+// Split-K's partial sums: two values of a row as one float2 store where `vec` (N even: the
+// workspace rows are 8-byte aligned), else one by one; columns from N on are not stored.
+__device__ __forceinline__ void store_pair(float* p, int col, int N, float v0, float v1,
+                                           bool vec) {
   if (vec && col + 1 < N) {
-    if constexpr (sizeof(T) == 4) {
-      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-    } else {
-      T t[2] = {store_as<T>(v0), store_as<T>(v1)};
-      *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(t);
-    }
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
   } else {
-    if (col < N) p[0] = store_as<T>(v0);
-    if (col + 1 < N) p[1] = store_as<T>(v1);
+    if (col < N) p[0] = v0;
+    if (col + 1 < N) p[1] = v1;
+  }
+}
+
+// One consumer warp's 16 accumulator rows to C, through its private staging buffer `stage`
+// (16 x EPI_COLS elements of T), EPI_COLS columns per round.  Stored straight from the
+// fragments, a warp's 4-byte pairs would touch eight rows per instruction, 16 bytes of each
+// (half-used sectors); staged, every global store is 16 lanes x 16 bytes of one row.  The pairs
+// go in with the 16-byte chunk index XOR (row % 8), so the eight rows of one shared store fall
+// in distinct banks, and the chunks come out conflict-free too (eight lanes read eight
+// distinct chunks of one row).  `vec16`: C's rows take 16-byte stores (pitch and address, the
+// host checks); else each chunk is stored element by element.  Rows from M on and columns
+// from N on are not stored.
+constexpr int EPI_COLS = 128;
+
+template <typename T, int NF>
+__device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stage, T* C,
+                                                long long ldc, int row0, int col0, int M, int N,
+                                                bool vec16, int lane) {
+  static_assert(sizeof(T) == 2 && NF % (EPI_COLS / 8) == 0, "16-bit rows of 128-column rounds");
+  constexpr int CHUNKS = EPI_COLS / 8;  // 16-byte chunks per staged row
+#pragma unroll
+  for (int round = 0; round < NF / CHUNKS; ++round) {
+    __syncwarp();  // (the previous round's reads are done)
+#pragma unroll
+    for (int jj = 0; jj < CHUNKS; ++jj) {
+      const int j = round * CHUNKS + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = lane / 4 + 8 * h;
+        T pair[2] = {store_as<T>(d[j][2 * h]), store_as<T>(d[j][2 * h + 1])};
+        *reinterpret_cast<unsigned*>(stage + row * EPI_COLS + (jj ^ (row & 7)) * 8 +
+                                     2 * (lane % 4)) = *reinterpret_cast<const unsigned*>(pair);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
+      const int row = 2 * it + lane / CHUNKS, chunk = lane % CHUNKS;
+      const int grow = row0 + row, col = col0 + round * EPI_COLS + chunk * 8;
+      if (grow >= M || col >= N) continue;
+      const T* src = stage + row * EPI_COLS + (chunk ^ (row & 7)) * 8;
+      T* dst = C + grow * ldc + col;
+      if (vec16 && col + 8 <= N) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (col + e < N) dst[e] = src[e];
+      }
+    }
   }
 }
 
@@ -76,8 +120,10 @@ __device__ __forceinline__ void store_pair(T* p, int col, int N, float v0, float
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The host mirrors the shared-memory size (cupyconv/_gemm/tma.py, smem_bytes): the stages from
-// a 1024-byte aligned base (up to 1008 bytes skipped), then one full and one empty barrier per
-// stage.
+// a 1024-byte aligned base (up to 1008 bytes skipped), the consumer warps' epilogue buffers
+// (BM / 16 warps x 16 rows x EPI_COLS elements), then one full and one empty barrier per stage.
+// c_vec: the widest aligned store, in elements, that the rows written take (the host checks
+// pitch and address): 8 (16 bytes) or less for C; for split-K's workspace 2 where N is even.
 template <typename T, int BM, int BN, int BK, int STAGES, int A_KMAJOR, int B_KMAJOR>
 __global__ void __launch_bounds__(384, 1)
 gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc::TensorMap tma_b,
@@ -101,7 +147,8 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   unsigned char* base = dsmem + ((1024 - (smem_u32(dsmem) & 1023)) & 1023);
   T* As = reinterpret_cast<T*>(base);
   T* Bs = As + STAGES * A_STAGE;
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + STAGES * B_STAGE);
+  T* Es = Bs + STAGES * B_STAGE;  // the consumer warps' epilogue buffers, 16 x EPI_COLS each
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(Es + BM / 16 * 16 * EPI_COLS);
   unsigned long long* empty = full + STAGES;
 
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -201,31 +248,30 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
       touch_accumulators(d);
       if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
 
-      // Epilogue: each thread's fragment rows r and r + 8, column pairs 8 j + 2 (lane % 4).
-      const int r = m0 + cw * 64 + warp * 16 + lane / 4;
-      const int c = n0 + 2 * (lane % 4);
-      const bool vec = c_vec != 0;
-      float* part_ws = splits > 1 ? ws + (long long)part * M * N : nullptr;
+      // Epilogue: the warp's rows 16 warp .. 16 warp + 15 of its warpgroup's 64.
+      const int row0 = m0 + cw * 64 + warp * 16;
+      if (splits > 1) {
+        // fp32 partial sums to ws[part], straight from the fragments: each thread's rows r and
+        // r + 8, column pairs 8 j + 2 (lane % 4).  (Pairs: N even, float2 stores 8-byte
+        // aligned; the host checks.)
+        float* part_ws = ws + (long long)part * M * N;
+        const int c = n0 + 2 * (lane % 4);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = r + 8 * h;
-        if (row < M) {
-          if (part_ws != nullptr) {  // (N even: float2 stores, 8-byte aligned; the host checks)
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + lane / 4 + 8 * h;
+          if (row < M) {
             float* out = part_ws + (long long)row * N;
 #pragma unroll
             for (int j = 0; j < NF; ++j) {
               const int col = c + 8 * j;
-              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1], vec);
-            }
-          } else {
-            T* out = C + row * ldc;
-#pragma unroll
-            for (int j = 0; j < NF; ++j) {
-              const int col = c + 8 * j;
-              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1], vec);
+              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1],
+                                      c_vec >= 2);
             }
           }
         }
+      } else {
+        store_warp_rows(d, Es + (cw * 4 + warp) * 16 * EPI_COLS, C, ldc, row0, n0, M, N,
+                        c_vec >= 8, lane);
       }
     }
   }
