@@ -178,3 +178,71 @@ def test_unit_stride_keeps_the_channels_first_pass(host_route, monkeypatch):
                                            host_empty(g.weight_shape, g.dtype),
                                            host_empty(g.input_shape, g.dtype))
         assert len(seen) == 1 and seen[0] == (g, True)
+
+
+# ---------------------------------------------------------------- backward-weight through copies
+
+# (dtype, n, c, spatial, kernel, options): 16-bit, small planes
+WGRAD_STAGED_CASES = [
+    ("float16", 2, 8, (7, 7), 3, dict(padding=1)),
+    ("float16", 3, 16, (7, 7), 5, dict(padding=2)),
+    ("bfloat16", 2, 12, (9, 5), 3, dict(padding=1)),
+    ("float16", 2, 8, (14, 14), 5, dict(stride=2, padding=2)),
+    ("bfloat16", 2, 4, (6, 7), 3, dict(stride=(1, 2), padding=(1, 0))),
+    ("float16", 2, 3, (7, 7), 3, dict(padding=1)),   # 3 channels: one per thread
+    ("float16", 2, 16, (8, 8), 3, dict(padding=2, dilation=2)),
+]
+
+
+@pytest.fixture
+def staged_wgrad(monkeypatch):
+    monkeypatch.setattr(launch, "STAGE_WGRAD_CL", True)
+    monkeypatch.setattr(launch, "sm_count", lambda device: cl.WGRAD_PLAN_SMS)
+
+
+def test_what_stages_backward_weight(staged_wgrad):
+    assert launch.stage_wgrad_channels_last(_geom((7, 7), c=8, padding=1, dtype="float16"))
+    assert launch.stage_wgrad_channels_last(_geom((14, 14), c=8, padding=1, dtype="bfloat16"))
+    # larger planes, 32- and 64-bit types, channel multipliers, channels-last problems: no
+    assert not launch.stage_wgrad_channels_last(_geom((15, 14), c=8, padding=1, dtype="float16"))
+    assert not launch.stage_wgrad_channels_last(_geom((7, 7), c=8, padding=1, dtype="float32"))
+    assert not launch.stage_wgrad_channels_last(_geom((7, 7), c=8, mult=2, padding=1,
+                                                      dtype="float16"))
+    assert not launch.stage_wgrad_channels_last(_geom((7, 7), c=8, layout="NHWC", padding=1,
+                                                      dtype="float16"))
+
+
+def test_backward_weight_staging_is_off_by_default():
+    assert not launch.stage_wgrad_channels_last(_geom((7, 7), c=8, padding=1, dtype="float16"))
+
+
+def _wgrad_problem(case):
+    dtype, n, c, sp, k, o = case
+    g = _geom(sp, k=k, c=c, n=n, dtype=dtype, **o)
+    rng = np.random.default_rng(zlib.crc32(_case_id(case).encode()))
+    x, dy = (random_array(rng, s, dtype) for s in (g.input_shape, g.output_shape))
+    return g, x, dy, dict(o, groups=c)
+
+
+@pytest.mark.parametrize("case", WGRAD_STAGED_CASES, ids=_case_id)
+def test_staged_backward_weight_matches_reference(case, host_route, staged_wgrad):
+    g, x, dy, opts = _wgrad_problem(case)
+    assert launch.stage_wgrad_channels_last(g)
+    dw = host_empty(g.weight_shape, g.dtype)
+    launch.run_depthwise_backward_weight(g, x.view(HostArray), dy.view(HostArray), dw)
+    ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
+    assert rel_error(np.asarray(dw), ref) <= tolerance(g.dtype, ref)
+    assert any(t == "depthwise_cl_wgrad" for t, _ in host_route.kernels)  # the channels-last twin
+
+
+def test_staged_backward_weight_reads_views(host_route, staged_wgrad):
+    """x as a strided, offset view with reversed W (the copy reads it through its strides)."""
+    g, x, dy, opts = _wgrad_problem(WGRAD_STAGED_CASES[0])
+    n, c, h, w = x.shape
+    big = np.zeros((n, c + 2, 2 * h + 1, w + 3), x.dtype)
+    big[:, 1:c + 1, 1::2, 2:w + 2] = x[..., ::-1]
+    view = big[:, 1:c + 1, 1::2, 2:w + 2][..., ::-1]
+    dw = host_empty(g.weight_shape, g.dtype)
+    launch.run_depthwise_backward_weight(g, view.view(HostArray), dy.view(HostArray), dw)
+    ref = reference.conv_backward_weight(x, dy, g.weight_shape, **opts)
+    assert rel_error(np.asarray(dw), ref) <= tolerance(g.dtype, ref)
