@@ -306,13 +306,6 @@ def packed_vector_width(geom: ConvGeometry) -> int:
                 if v <= max_pass_vec(geom) and geom.in_channels % v == 0)
 
 
-def packed_wgrad_vector_width(geom: ConvGeometry) -> int:
-    """Channels per thread of a backward-weight launch on C-contiguous, aligned channels-last x
-    and dy: what :func:`vector_width` returns with ``wgrad`` for such arrays."""
-    return next(v for v in DEPTHWISE_CL_VECS[geom.dtype]
-                if v <= DEPTHWISE_CL_WGRAD_VEC and geom.in_channels % v == 0)
-
-
 def packed_strides(geom: ConvGeometry, spatial: tuple[int, ...]) -> tuple[int, ...]:
     """The element strides (lead, channel, d, h, w; as ``launch.element_strides``) of a
     C-contiguous channels-last activation of ``geom``'s channels and ``spatial`` extents."""

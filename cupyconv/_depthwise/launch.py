@@ -238,67 +238,21 @@ def _wgrad_launches(geom: ConvGeometry, x_strides: tuple, dy_strides: tuple, vec
     return main, _chunk_reduce(geom, chunks), chunks * k * taps
 
 
-# Channels-first 16-bit backward-weight on small planes through channels-last copies
-# (stage_wgrad_channels_last).  Off until measured on a GPU: the channels-first plane kernel runs
-# fp16 NCHW 7^2-14^2 layers at 0.35-0.59x PyTorch (H200, results/depthwise-nets-*-7be30f2.json),
-# the channels-last kernel the same layers in NHWC at 0.65-1.0x; whether the two copies leave a
-# gain is benchmarks/experiments/exp_wgrad_staged.py's question.
-STAGE_WGRAD_CL = False
-# ... on output planes of at most this many pixels (14 x 14: the layers it was aimed at).
-STAGE_WGRAD_MAX_PIXELS = 14 * 14
-
-
-def stage_wgrad_channels_last(geom: ConvGeometry) -> bool:
-    """Whether channels-first backward-weight runs on the channels-last kernel through copies of
-    x and dy into channels-last scratch (dw is (K, taps) in memory in both layouts): where
-    STAGE_WGRAD_CL is on, for 16-bit depthwise problems without a channel multiplier whose
-    output planes hold at most STAGE_WGRAD_MAX_PIXELS pixels and whose channels-last plan
-    fits."""
-    return STAGE_WGRAD_CL and _stages_wgrad(geom, STAGE_WGRAD_MAX_PIXELS)
-
-
-@memoized(1024)
-def _stages_wgrad(geom: ConvGeometry, max_pixels: int) -> bool:
-    if (geom.channels_last or geom.dtype not in ("float16", "bfloat16") or not is_depthwise(geom)
-            or geom.out_channels != geom.in_channels
-            or math.prod(geom.out_spatial) > max_pixels):
-        return False
-    geom_cl = dataclasses.replace(geom, layout="NHWC")
-    return cl.wgrad_plan(geom_cl, cl.packed_wgrad_vector_width(geom_cl)) is not None
-
-
-def _backward_weight_channels_last(geom: ConvGeometry, x, dy, dw) -> bool:
-    """Backward-weight on the channels-last kernel: x and dy as they are where ``geom`` is
-    channels-last, else (stage_wgrad_channels_last) through copies into channels-last scratch.
-    False where the kernel does not take the arrays (vector width 0, or no plan)."""
-    geom_cl = geom
-    if not geom.channels_last:
-        geom_cl = dataclasses.replace(geom, layout="NHWC")
-        x_cl = scratch(geom_cl.input_shape, x.dtype)
-        copy_into(x, _channels_first(x_cl))
-        dy_cl = scratch(geom_cl.output_shape, dy.dtype)
-        copy_into(dy, _channels_first(dy_cl))
-        x, dy = x_cl, dy_cl
-    xs, dys = _strides(x, geom_cl), _strides(dy, geom_cl)
-    vec = cl.vector_width(geom_cl, ((x, xs), (dy, dys)), wgrad=True)
-    launches = vec and _cl_wgrad_launches(geom_cl, xs, dys, vec, dw.data.device_id)
-    if not launches:
-        return False
-    main, reduce, count = launches
-    partial = scratch(count, compute_dtype(geom.dtype))
-    main(x, dy, partial)
-    reduce(partial, dw)
-    return True
-
-
 def run_depthwise_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     """dw = gradient of the depthwise conv with respect to its weight; dw C-contiguous.  Partial
     sums per chunk of the batch, then one fixed-order reduction: bitwise reproducible."""
-    if geom.channels_last or stage_wgrad_channels_last(geom):
-        with dw.device:
-            if _backward_weight_channels_last(geom, x, dy, dw):
-                return
     xs = _strides(x, geom)
+    if geom.channels_last:
+        dys = _strides(dy, geom)
+        vec = cl.vector_width(geom, ((x, xs), (dy, dys)), wgrad=True)
+        launches = vec and _cl_wgrad_launches(geom, xs, dys, vec, dw.data.device_id)
+        if launches:
+            main, reduce, count = launches
+            with dw.device:
+                partial = scratch(count, compute_dtype(geom.dtype))
+                main(x, dy, partial)
+                reduce(partial, dw)
+            return
     plane = plane_wgrad_plan(geom) is not None and contiguous_planes(geom, xs)
     tiled = plane or wgrad_plan(geom)[0] is not None
     main, reduce, count = _wgrad_launches(geom, xs, () if tiled else _strides(dy, geom),

@@ -822,45 +822,6 @@ def test_staged_backward_data_adjoint_identity(case):
     assert mid == pytest.approx(lhs, rel=1e-10, abs=1e-10)
 
 
-# 16-bit channels-first backward-weight on small planes through channels-last copies
-# (launch.stage_wgrad_channels_last; off by default until measured): (x shape, kernel, options)
-WGRAD_STAGED = [((4, 96, 7, 7), 3, dict(padding=1)), ((3, 40, 7, 7), 5, dict(padding=2)),
-                ((2, 24, 14, 14), 5, dict(stride=2, padding=2)), ((2, 7, 9, 6), 3, dict(padding=1))]
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("case", WGRAD_STAGED, ids=lambda c: f"{c[0]}-k{c[1]}-{c[2]}")
-def test_staged_backward_weight_matches_reference(case, dtype, monkeypatch):
-    """Poisoned dw, two calls with fresh data (the second replays the prepared call, the scratch
-    copies included), x a reversed-W view in the second; bitwise equal to a third call on the
-    same data."""
-    import cupy
-
-    from cupyconv._core.caches import clear_caches
-    from cupyconv._depthwise import launch
-
-    monkeypatch.setattr(launch, "STAGE_WGRAD_CL", True)
-    clear_caches()
-    xs, k, opts = case
-    c = xs[1]
-    ws = (c, 1, k, k)
-    opts = dict(opts, groups=c)
-    ys = cupyconv.conv(cupy.zeros(xs, dtype), cupy.zeros(ws, dtype), **opts).shape
-    for call in range(2):
-        rng = rng_for("dw-wgrad-staged", str(case), dtype, call)
-        xh, dyh = random_array(rng, xs, dtype), random_array(rng, ys, dtype)
-        x = cupy.asarray(xh)
-        if call:
-            x = cupy.ascontiguousarray(x[..., ::-1])[..., ::-1]
-        ref = reference.conv_backward_weight(xh, dyh, ws, **opts)
-        dw = poison(cupy.empty(ws, dtype))
-        cupyconv.conv_backward_weight(x, cupy.asarray(dyh), ws, out=dw, **opts)
-        assert rel_error(dw, ref) <= tolerance(dtype, ref), f"call {call}"
-        again = cupyconv.conv_backward_weight(x, cupy.asarray(dyh), ws, **opts)
-        assert bool((again == dw).all())
-    clear_caches()
-
-
 # ---- band kernel (depthwise_bands.cu) ----------------------------------------------------------
 # Forward and backward-data on bands of rows staged in shared memory: MobileNet-sized narrow
 # planes, odd sizes, square and rectangular filters up to 7x7, stride 1 and 2, pads beyond K - 1,
