@@ -42,7 +42,8 @@ def gemm(a, b, out=None, *, precision=None):
     Operands are read through their strides (transposed views need no copy); an operand with no
     unit stride in its last two dims is copied once.  2-D float16 / bfloat16 products on Hopper
     GPUs of at least half a wave of 128 x 128 tiles whose operands TMA can read (rows 16-byte
-    aligned) run on a TMA-fed, warp-specialized kernel where ``cuda-bindings`` is installed
+    aligned) run on a TMA-fed, warp-specialized kernel (128 x 256 tiles from two waves of them
+    on) where ``cuda-bindings`` is installed
     (part of the ``cuda13`` / ``cuda12`` extras); ``CUPYCONV_TMA=0`` keeps them on the other
     loop.
     """
@@ -88,7 +89,7 @@ def _run(a, b, c, precision: str = "exact") -> None:
     if k == 0:
         zero_fill(c)
         return
-    tile = gemm_tile(a, b, c)
+    tile = gemm_tile(a, b, c, wide=True)
     if tile is not None:  # Hopper, 16-bit: the TMA-fed warp-specialized kernel
         launch, _ = prepare_gemm_tma(a, b, c, tile=tile)
         launch()

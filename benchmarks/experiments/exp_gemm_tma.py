@@ -11,8 +11,9 @@ Needs an NVIDIA GPU of compute capability 9.0 and cuda-bindings (the cuda13 extr
     of the same inputs, and against float64 for the small shapes.  Bound: cupyconv's half
     tolerance (2x the rounding of the exact product to the storage type, verify.tolerance).
 (b) Speed at 4096^3 and 8192^3: median of 20 CUDA-event timings after 5 warm-ups (the prepared
-    launch alone: the tensor maps are encoded once), against cupy.matmul (cuBLAS) in the same
-    dtype, as TFLOP/s and the ratio.
+    launch alone: the tensor maps are encoded once), beside cupyconv.gemm of the same operands
+    (the public call, its own tile) and cupy.matmul (cuBLAS) in the same dtype, as TFLOP/s and
+    the ratio.
 
 Exits 1 on any correctness failure (after printing every case), 2 if the kernel cannot run.
 """
@@ -101,12 +102,14 @@ def median_ms(fn, warmup=5, repeat=20) -> float:
 def timing(dtype, b_kmajor, tile, shape):
     import cupy
 
+    import cupyconv
     from cupyconv._gemm.tma import prepare_gemm_tma
 
     m, n, k = shape
     a, b = operands(m, n, k, dtype, b_kmajor, 0)
     launch, _ = prepare_gemm_tma(a, b, tile=tile)
     ours = median_ms(launch)
+    routed = median_ms(lambda: cupyconv.gemm(a, b))  # (its own tile choice: gemm_tile)
     flops = 2.0 * m * n * k
     try:
         theirs = median_ms(lambda: cupy.matmul(a, b))
@@ -115,7 +118,7 @@ def timing(dtype, b_kmajor, tile, shape):
         peer = f"cuBLAS n/a ({type(exc).__name__}: {exc})"
     orient = "nk" if b_kmajor else "kn"
     print(f"  {dtype:8s} B {orient} tile {tile[0]}x{tile[1]} {m}x{n}x{k}: ours {ours:.3f} ms "
-          f"{flops / ours / 1e9:.0f} TFLOP/s | {peer}", flush=True)
+          f"{flops / ours / 1e9:.0f} TFLOP/s | cupyconv.gemm {routed:.3f} ms | {peer}", flush=True)
 
 
 def main(argv=None) -> int:

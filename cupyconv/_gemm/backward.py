@@ -217,7 +217,7 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
     plan = phase_plan(geom)
     if (len(plan.phases) == 1 and not plan.zero_fill and w.flags.c_contiguous
             and plain_launch(None, bias, None, NO_ACTIVATION)
-            and pointwise_gemm(plan.phases[0].prob, dy, _weight_matrix(geom, w), dx, "data")):
+            and pointwise_gemm(plan.phases[0].prob, dy, _weight_matrix(geom, w), dx)):
         return False
     if plan.zero_fill:
         zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset

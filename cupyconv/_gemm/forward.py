@@ -48,7 +48,7 @@ def _run_matrix_conv(geom: ConvGeometry, a_src, w, bias, y, taps: int, z=None,
     cg_t, kg, L = c // g * taps, k // g, math.prod(geom.out_spatial)
     if (taps == 1 and is_pointwise(geom) and plain_launch(None, bias, z, act)
             and pointwise_gemm(ImplicitConv.from_geometry(geom), a_src,
-                               w.reshape(k, -1).T, y, "forward")):
+                               w.reshape(k, -1).T, y)):
         return  # (Hopper, 16-bit, channels-last: one launch on the TMA GEMM, _gemm/tma_conv.py)
     b = MatrixView(w, rs=cg_t, ks=1, si=kg * cg_t)
     if geom.channels_last:

@@ -268,24 +268,37 @@ def runs_here(device_id: int) -> bool:
     return True
 
 
-def gemm_tile(a, b, c):
-    """The tile :func:`cupyconv.gemm` runs ``c = a @ b`` with on the TMA kernel, or None where it
-    keeps its other loops: where :func:`runs_on_tma` says no, or with fewer 128 x 128 tiles than
-    half the multiprocessors (the persistent grid splits no K here: the other loop splits K for
-    small outputs).
+# cupyconv.gemm takes the 128 x 256 tile from this many rounds of such tiles over the
+# multiprocessors on (see gemm_tile).
+WIDE_TILE_ROUNDS = 2
 
-    The tile is 128 x 128 x 64 with 6 stages: on an H200 it matched or beat 128 x 256 in 6 of 8
-    cases at 4096^3 and 8192^3 (benchmarks/notes/gemm.md, session 28), and it fills the
-    multiprocessors at half the output size."""
+
+def gemm_tile(a, b, c, *, wide: bool = False):
+    """The tile ``c = a @ b`` runs with on the TMA kernel, or None where it keeps its other
+    loops: where :func:`runs_on_tma` says no, or with fewer 128 x 128 tiles than half the
+    multiprocessors (the persistent grid splits no K here: the other loop splits K for small
+    outputs).
+
+    128 x 128 x 64 with 6 stages; with ``wide`` (:func:`cupyconv.gemm`'s dense products) 128 x
+    256 x 64 with 4 stages where its tiles fill at least WIDE_TILE_ROUNDS rounds of the
+    multiprocessors.  With the shared-memory epilogue, on an H200 (benchmarks/notes/gemm.md,
+    session 31) the wide tile ran 8192^3 in 1.40-1.47 ms against 1.48-1.62 ms for 128 x 128
+    (fp16 and bf16, both B orientations) and 4096^3 within noise of it (0.212 against 0.216 ms
+    on average); the convolutions keep 128 x 128, which beat 128 x 256 on 15 of 17 1x1 layers
+    (session 29, before that epilogue)."""
     from cupyconv._core.kernels import TMA_TILES
     from cupyconv._core.launch import sm_count
 
-    tile = TMA_TILES[1]
+    wide_tile, tile = TMA_TILES
     if not runs_on_tma(a, b, c, tile):
         return None
     m, n = c.shape
-    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sm_count(c.data.device_id) // 2:
+    sms = sm_count(c.data.device_id)
+    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sms // 2:
         return None
+    if (wide and math.ceil(m / wide_tile[0]) * math.ceil(n / wide_tile[1]) >= WIDE_TILE_ROUNDS * sms
+            and runs_on_tma(a, b, c, wide_tile)):
+        return wide_tile
     return tile
 
 

@@ -3,21 +3,15 @@
 A 1x1 convolution with unit stride and no padding over channels-last activations is one dense
 GEMM over the pixels: forward y[P, K] = x[P, C] @ w[K, C]^T, backward-data dx[P, C] =
 dy[P, K] @ w[K, C] (w read as it is: an MN-major B, no transposed copy).  On Hopper,
-16-bit, those run on the TMA-fed, warp-specialized kernel where it measured faster than the loops
-they ran on before (the dense GEMM for the forward, the implicit GEMM for the gradients; H200,
-bf16, batch 32, 17 ResNet-50 / EfficientNet-B0 / ConvNeXt-T layers; benchmarks/notes/gemm.md,
-"Session 29, issue 46"):
-
-* backward-data: faster on all 17 (1.1-2.1x), so always;
-* forward: faster where the reduction is deep (C >= 256) or the output narrow (K < 64); slower
-  where each tile has one or two 64-deep k slices and a wide output (64->256 at 56^2: 54.8
-  against 42.8 us), because the kernel stores its accumulators straight from registers while
-  the other loop's epilogue goes through shared memory.
-
-Routed through cupyconv's calls (the same layers and three held out, ``exp_tma_1x1.py``,
-results/experiments/tma-1x1-routed-*.log), against ``CUPYCONV_TMA=0``: backward-data 1.07-2.0x,
-backward-weight 1.15-2.1x (0.99x on the two 7^2 layers), forward 0.90-1.67x (the two losses,
-512->128 at 28^2 and the held-out 240->40, by 1.0-1.2 us).
+16-bit, those run on the TMA-fed, warp-specialized kernel, faster than the loops they ran on
+before (the dense GEMM for the forward, the implicit GEMM for the gradients).  Routed through
+cupyconv's calls against ``CUPYCONV_TMA=0`` (H200, bf16, batch 32, 20 ResNet-50 /
+EfficientNet-B0 / ConvNeXt-T layers, ``exp_tma_1x1.py``; benchmarks/notes/gemm.md, session 31):
+forward 1.03-1.76x but 0.95x on 240->40 at 28^2 (by 0.5 us), backward-data 1.2-2.7x,
+backward-weight 1.2-2.1x (1.0x on the two 7^2 layers).  (Before the kernel's epilogue went
+through shared memory, session 29, forward lost where a tile has one or two k slices and a wide
+output, 64->256 at 56^2 54.8 against 42.8 us, and was routed only from 256 input channels or
+below 64 outputs; it now takes 24.4 us there.)
 
 Backward-weight of the same problems is dw[K, C] = dy[P, K]^T @ x[P, C]: both operands
 MN-major, the reduction over the pixels long and the output small, so the kernel splits k
@@ -39,23 +33,17 @@ from cupyconv._gemm.tma import TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_on_
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
 CONV_TILE = TMA_TILES[1]
-# Forward goes to the TMA kernel from this reduction depth (input channels) on, or below this
-# many output channels (see the module docstring).
-FORWARD_MIN_K = 256
-FORWARD_MAX_NARROW_N = 64
 
 
-def pointwise_gemm(prob: ImplicitConv, x, b, y, pass_name: str) -> bool:
-    """Run ``prob`` (forward or a backward-data phase, ``pass_name`` "forward" or "data": the
-    rules above) as ``y = x @ b`` on the TMA kernel where it applies, and return whether it did.
+def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
+    """Run ``prob`` (forward or a backward-data phase) as ``y = x @ b`` on the TMA kernel where
+    it applies, and return whether it did.
     ``x`` and ``y`` are the activations (C-contiguous, channels-last), ``b`` the weight as a
     (k, n) matrix view (either orientation: :func:`cupyconv._gemm.tma.check_operands`).  The
     caller has ruled out epilogue options and forced plans."""
     if not _is_plain_pointwise(prob, x, y):
         return False
     m, n, k, _ = prob.gemm
-    if pass_name == "forward" and not (k >= FORWARD_MIN_K or n < FORWARD_MAX_NARROW_N):
-        return False
     a, c = x.reshape(m, k), y.reshape(m, n)
     tile = gemm_tile(a, b, c)  # (None also where channels break 16-byte rows)
     if tile is None:

@@ -162,3 +162,22 @@ def test_backward_weight_splits_fill_the_gpu(m, n, k, sms, want):
     from cupyconv._gemm.tma_conv import weight_splits
 
     assert weight_splits(m, n, k, sms) == want
+
+
+@pytest.mark.parametrize("m,n,wide,want", [
+    (8192, 8192, True, 0),    # 2048 wide tiles: 15.5 rounds of 132 multiprocessors
+    (4096, 4096, True, 0),    # 512: 3.9 rounds
+    (2048, 4096, True, 1),    # 256 wide tiles, under two rounds: 128 x 128
+    (8192, 8192, False, 1),   # the convolutions keep 128 x 128
+    (1024, 1152, True, 1),    # 72 128 x 128 tiles: half a round, enough
+    (1024, 1024, True, None),  # 64: too few, the other loop (it splits K)
+])
+def test_the_dense_gemm_takes_the_wide_tile_from_two_rounds_of_it(monkeypatch, m, n, wide, want):
+    import cupyconv._core.launch as launch
+
+    monkeypatch.setattr(tma, "runs_on_tma", lambda a, b, c, tile: True)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    c = _fake((m, n))
+    c.data.device_id = 0
+    got = tma.gemm_tile(_fake((m, 64)), _fake((64, n)), c, wide=wide)
+    assert got == (None if want is None else TMA_TILES[want])
