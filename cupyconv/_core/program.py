@@ -209,6 +209,10 @@ class Recorder:
                     size, data = 8, bytes(8)
                 elif isinstance(v, np.generic) and v.dtype.kind in "biuf":
                     size, data = v.dtype.itemsize, v.tobytes()
+                elif isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind == "V":
+                    # a struct passed by value (CuPy passes a one-element array's bytes): at its
+                    # dtype's alignment, which an aligned NumPy struct shares with the C one
+                    size, data = v.dtype.alignment, v.tobytes()
                 else:
                     raise _Failed(f"a kernel argument of type {type(v).__name__}")
                 layout += bytes(-len(layout) % size)  # natural alignment, as the ABI lays out

@@ -49,6 +49,13 @@ THREADS = 384        # one producer and two consumer warpgroups (gemm_tma.cu)
 EPILOGUE_COLS = 128  # columns per round of a consumer warp's staged epilogue (EPI_COLS)
 # A dense row pitch / base address that TMA accepts: multiples of 16 bytes.
 TMA_ALIGN = 16
+# The kernel's Im2colGeometry (gemm_tma.cu), passed by value like the maps: the output plane,
+# stride, padding and dilation (rows, columns), the filter's width, channel blocks per tap.
+IM2COL_GEOMETRY = np.dtype([(f, "<i4") for f in ("oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw",
+                                                  "kw", "cblocks")], align=True)
+# im2col maps of 4-D tensors: the pixel box's corners are signed 8-bit (the filter offsets,
+# 0..255, stay within reach of them)
+IM2COL_CORNER = (-128, 127)
 TMA_DTYPES = ("float16", "bfloat16")
 _DRIVER_HINT = ("the TMA GEMM encodes its tensor maps with NVIDIA's cuda-bindings: "
                 "pip install 'cupyconv[cuda13]' (or 'cupyconv[cuda12]' for CUDA 12 drivers), "
@@ -135,8 +142,7 @@ def _encoded(ptr: int, layout: tuple) -> np.ndarray:
         raise ValueError("a TMA operand must start 16-byte aligned")
     drv = _driver()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    kind = {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    kind = _data_kind(drv, dtype)
     swizzle = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128
                else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
     err, tmap = drv.cuTensorMapEncodeTiled(
@@ -149,6 +155,68 @@ def _encoded(ptr: int, layout: tuple) -> np.ndarray:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err!r} (dims {dims}, pitch {pitch} "
                            f"bytes, box {box_rows} x {box_cols})")
     return _map_record([int(w) for w in tmap.opaque])
+
+
+def _data_kind(drv, dtype: str):
+    return {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+
+
+@memoized(1024)
+def encoded_tiled_nd(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple) -> np.ndarray:
+    """The driver's tiled tensor map (128-byte swizzle, zeros outside) of a tensor at ``ptr``
+    with ``dims`` (innermost first, the first contiguous), byte ``strides`` of the outer dims
+    (multiples of 16) and ``box`` (its first extent at most 128 bytes); for ranks above 2 (the
+    convolution's weights as [K][taps][C]).  Checked by the caller; cached like the 2-D maps."""
+    drv = _driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        _data_kind(drv, dtype), len(dims), ptr, [u64(d) for d in dims], [u64(s) for s in strides],
+        [u32(b) for b in box], [u32(1)] * len(dims),
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err!r} (dims {dims}, strides "
+                           f"{strides}, box {box})")
+    return _map_record([int(w) for w in tmap.opaque])
+
+
+@memoized(1024)
+def encoded_im2col(ptr: int, dtype: str, dims: tuple, strides: tuple, lower: tuple,
+                   upper: tuple, channels: int, pixels: int, element_strides: tuple) -> np.ndarray:
+    """The driver's im2col tensor map of a channels-last activation at ``ptr``: ``dims`` (C, W,
+    H, N), byte ``strides`` of W, H and N, the pixel window's ``lower`` and ``upper`` corners
+    (W, H) relative to the tensor's first and last pixel at filter offset 0, ``channels`` per
+    pixel and ``pixels`` per box, the traversal's ``element_strides`` (1, stride W, stride H, 1).
+    128-byte swizzle; pixels outside the tensor read as zeros.  Checked by the caller
+    (``_gemm/tma_conv.py``)."""
+    drv = _driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    err, tmap = drv.cuTensorMapEncodeIm2col(
+        _data_kind(drv, dtype), 4, ptr, [u64(d) for d in dims], [u64(s) for s in strides],
+        list(lower), list(upper), channels, pixels, [u32(e) for e in element_strides],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeIm2col failed: {err!r} (dims {dims}, strides "
+                           f"{strides}, corners {lower} / {upper}, {channels} channels x "
+                           f"{pixels} pixels, element strides {element_strides})")
+    return _map_record([int(w) for w in tmap.opaque])
+
+
+def im2col_geometry(**fields) -> np.ndarray:
+    """A one-element IM2COL_GEOMETRY record (fields not given are 0), passed by value."""
+    rec = np.zeros(1, dtype=IM2COL_GEOMETRY)
+    for name, value in fields.items():
+        rec[name] = value
+    return rec
+
+
+_NO_IM2COL = im2col_geometry()  # (the GEMM modes')
 
 
 def _map_record(words) -> np.ndarray:
@@ -380,7 +448,7 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
             ws = out  # (not touched)
             c_vec = max(v for v in (8, 2, 1) if ldc % v == 0
                         and int(out.data.ptr) % (v * out.dtype.itemsize) == 0)
-        fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, facts["a_kmajor"]),
+        fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, int(facts["a_kmajor"])),
                               "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
         smem = smem_bytes(tile, a.dtype.itemsize)
         if fn.max_dynamic_shared_size_bytes < smem:
@@ -389,7 +457,7 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         grid = (min(sm_count(device), units),)
         # (a and b ride along in the closure: the maps hold their addresses)
         args = (map_a, map_b, out, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
-                np.int32(c_vec), np.int32(splits), ws)
+                np.int32(c_vec), np.int32(splits), ws, _NO_IM2COL)
         rows = OutMap(m, 0, ldc, 1)
 
         def launch(a=a, b=b):

@@ -28,7 +28,11 @@ import math
 from cupyconv._core.kernels import TMA_TILES
 from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
-from cupyconv._gemm.tma import TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_on_tma
+import numpy as np
+
+from cupyconv._core.dtypes import dtype_name
+from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, gemm_tile, prepare_gemm_tma,
+                                runs_on_tma)
 
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
@@ -89,3 +93,125 @@ def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
         return False
     return (prob.channels_last and prob.y_channels_last and x.flags.c_contiguous
             and y.flags.c_contiguous)
+
+
+# ------------------------------------------------------------------ im2col mode (forward)
+def check_im2col_forward(x, w, stride, padding, dilation, out=None) -> dict:
+    """Check a channels-last forward convolution for the TMA kernel's im2col mode from the
+    arrays' dtype, shape, strides and address alone (testable without a GPU); raises TypeError /
+    ValueError naming the argument.  ``x``: (N, H, W, C) C-contiguous, ``w``: (K, R, S, C)
+    C-contiguous, both float16 or bfloat16, C a multiple of 8 (16-byte pixel rows), both 16-byte
+    aligned; ``out``: (N, OH, OW, K) with contiguous rows of K.  Returns the launch facts."""
+    for name, a, nd in (("x", x, 4), ("w", w, 4)):
+        if a.ndim != nd:
+            raise ValueError(f"{name} must be {nd}-D (channels-last), got shape {tuple(a.shape)}")
+    dtype = dtype_name(x.dtype)
+    if dtype not in TMA_DTYPES:
+        raise TypeError(f"x has dtype {dtype}; the TMA kernel takes float16 or bfloat16")
+    if dtype_name(w.dtype) != dtype:
+        raise TypeError(f"w has dtype {dtype_name(w.dtype)}, x has {dtype}: they must match")
+    n, h, wd, c = (int(v) for v in x.shape)
+    k, r, s, cw = (int(v) for v in w.shape)
+    if cw != c:
+        raise ValueError(f"w has {cw} input channels, x has {c}")
+    if c % 8:
+        raise ValueError(f"x has {c} channels: TMA needs 16-byte pixel rows (a multiple of 8)")
+    (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in t) for t in (stride, padding, dilation))
+    oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"the output would be empty ({oh} x {ow})")
+    itemsize = x.dtype.itemsize
+    for name, a in (("x", x), ("w", w)):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous for the TMA kernel's im2col mode")
+        if int(a.data.ptr) % TMA_ALIGN:
+            raise ValueError(f"{name} must start 16-byte aligned for TMA")
+    # the pixel window at filter offset 0: the first output pixel's top-left tap at (-ph, -pw),
+    # the last one's at ((oh - 1) sh - ph, (ow - 1) sw - pw), as corners relative to the
+    # tensor's first and last pixel
+    lower = (-pw, -ph)
+    upper = ((ow - 1) * sw - pw - (wd - 1), (oh - 1) * sh - ph - (h - 1))
+    lo, hi = IM2COL_CORNER
+    if not all(lo <= v <= hi for v in lower + upper):
+        raise ValueError(f"padding or stride out of the im2col window's range ({lower}, {upper}: "
+                         f"each corner {lo}..{hi})")
+    # (the filter offsets, up to (r - 1) dh, are 0..255: the upper corner, about padding minus
+    # that reach, leaves the corner range first)
+    if max(sh, sw) > 8:
+        raise ValueError(f"stride {stride}: the im2col traversal strides go up to 8")
+    m = n * oh * ow
+    if m >= 2**31 or n * h * wd * c >= 2**40:
+        raise ValueError("problem too large for the TMA kernel's 32-bit pixel indices")
+    if out is not None:
+        if tuple(out.shape) != (n, oh, ow, k) or dtype_name(out.dtype) != dtype:
+            raise ValueError(f"out must be {dtype} of shape {(n, oh, ow, k)}, got "
+                             f"{dtype_name(out.dtype)} {tuple(out.shape)}")
+        if not out.flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+    return {"dtype": dtype, "n": n, "h": h, "w": wd, "c": c, "k": k, "r": r, "s": s,
+            "oh": oh, "ow": ow, "stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw),
+            "lower": lower, "upper": upper, "m": m, "itemsize": itemsize}
+
+
+def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                           tile=CONV_TILE):
+    """The forward convolution of channels-last ``x`` (N, H, W, C) with ``w`` (K, R, S, C) on
+    the TMA kernel's im2col mode, prepared once (checks, tensor maps, kernel): returns
+    ``(launch, out)``, ``out`` (N, OH, OW, K).  The GEMM is out[P, K] = im2col(x)[P, taps x C] @
+    w[K, taps x C]^T, its k slices one tap's BK channels each (a tap's last block zero-filled
+    past C on both operands).  Hopper with cuda-bindings only; every check runs before anything
+    is compiled or launched."""
+    import cupy
+
+    from cupyconv._core import jit
+    from cupyconv._core.arrays import require_array, same_device
+    from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
+    from cupyconv._core.program import AddressArg
+    from cupyconv._gemm.tma import (THREADS, _driver, _require_hopper, encoded_im2col,
+                                    encoded_tiled_nd, im2col_geometry, smem_bytes)
+
+    x, w = require_array(x, "x"), require_array(w, "w")
+    if out is not None:
+        out = require_array(out, "out")
+    tile = tuple(tile)
+    if tile not in TMA_TILES:
+        raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
+    f = check_im2col_forward(x, w, stride, padding, dilation, out)
+    same_device({"x": x, "w": w, "out": out})
+    bm, bn, bk, _ = tile
+    dtype, c, k, item = f["dtype"], f["c"], f["k"], f["itemsize"]
+    cblocks, taps = math.ceil(c / bk), f["r"] * f["s"]
+    device = x.device.id
+    with cupy.cuda.Device(device):
+        _require_hopper(device)
+        _driver()
+        if out is None:
+            out = cupy.empty((f["n"], f["oh"], f["ow"], k), dtype=x.dtype)
+        # x as (C, W, H, N), innermost first; w as (C, taps, K)
+        x_dims = (c, f["w"], f["h"], f["n"])
+        x_strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
+        (sh, sw), (dh, dw) = f["stride"], f["dilation"]
+        map_a = AddressArg(x, lambda ptr: encoded_im2col(
+            ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], bk, bm, (1, sw, sh, 1)))
+        map_b = AddressArg(w, lambda ptr: encoded_tiled_nd(
+            ptr, dtype, (c, taps, k), (c * item, taps * c * item), (bk, 1, bn)))
+        geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
+                              pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks)
+        m, kk = f["m"], taps * cblocks * bk
+        c_vec = max(v for v in (8, 2, 1)
+                    if k % v == 0 and int(out.data.ptr) % (v * item) == 0)
+        fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
+                              (1,))
+        smem = smem_bytes(tile, item)
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        grid = (min(sm_count(device), math.ceil(m / bm) * math.ceil(k / bn)),)
+        args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),
+                np.int32(c_vec), np.int32(1), out, geo)
+
+        def launch(x=x, w=w):
+            with cupy.cuda.Device(device):
+                fn(grid, (THREADS,), args, shared_mem=smem)
+
+        return launch, out

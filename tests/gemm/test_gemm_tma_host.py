@@ -25,11 +25,11 @@ def _fake(shape, dtype="float16", strides=None, ptr=0x10000):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 @pytest.mark.parametrize("tile", TMA_TILES)
-@pytest.mark.parametrize("a_kmajor", [True, False])
-def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_kmajor):
+@pytest.mark.parametrize("a_mode", [0, 1, 2])
+def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_mode):
     from cupyconv._cli import compile_check
 
-    res = compile_check.check_module(gemm_tma_module(dtype, tile, a_kmajor), "nvidia", arch)
+    res = compile_check.check_module(gemm_tma_module(dtype, tile, a_mode), "nvidia", arch)
     if res.status == "skipped":
         pytest.skip(res.log)
     assert res.status == "ok", res.log
@@ -37,10 +37,10 @@ def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_kmajor):
 
 def test_the_tma_modules_are_registered_for_nvidia_only():
     mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
-    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 2  # (both orientations of A)
+    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 3  # (the three modes of A)
     assert all(m.vendors == ("nvidia",) for m in mods)
-    # both orientations of B in each binary
-    assert all(m.variants == ((0,), (1,)) for m in mods)
+    # both orientations of B in each GEMM binary; the im2col mode's weights are K-major
+    assert all(m.variants == (((1,),) if m.tile[-1] == 2 else ((0,), (1,))) for m in mods)
 
 
 @pytest.mark.parametrize("tile", TMA_TILES)
@@ -181,3 +181,38 @@ def test_the_dense_gemm_takes_the_wide_tile_from_two_rounds_of_it(monkeypatch, m
     c.data.device_id = 0
     got = tma.gemm_tile(_fake((m, 64)), _fake((64, n)), c, wide=wide)
     assert got == (None if want is None else TMA_TILES[want])
+
+
+def _fake4(shape, dtype="float16", ptr=0x10000):
+    dt = numpy_dtype(dtype)
+    strides = tuple(int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
+    return SimpleNamespace(ndim=len(shape), shape=tuple(shape), dtype=dt, strides=strides,
+                           data=SimpleNamespace(ptr=ptr), flags=SimpleNamespace(c_contiguous=True))
+
+
+def test_the_im2col_window_covers_exactly_the_output_pixels():
+    from cupyconv._gemm.tma_conv import check_im2col_forward
+
+    # 3x3, stride 2, padding 1 on 14 x 15: 7 x 8 outputs; the last window starts at
+    # ((7 - 1) 2 - 1, (8 - 1) 2 - 1) = (11, 13), so the upper corners are 11 - 13 and 13 - 14
+    f = check_im2col_forward(_fake4((2, 14, 15, 64)), _fake4((32, 3, 3, 64)), (2, 2), (1, 1),
+                             (1, 1))
+    assert (f["oh"], f["ow"], f["m"]) == (7, 8, 2 * 7 * 8)
+    assert f["lower"] == (-1, -1) and f["upper"] == (13 - 14, 11 - 13)
+
+
+@pytest.mark.parametrize("x,w,stride,padding,dilation,error,words", [
+    ((2, 8, 8, 12), (4, 3, 3, 12), 1, 1, 1, ValueError, "multiple of 8"),
+    ((2, 8, 8, 16), (4, 3, 3, 8), 1, 1, 1, ValueError, "input channels"),
+    ((2, 8, 8, 16), (4, 3, 3, 16), 1, 200, 1, ValueError, "range"),
+    ((2, 300, 300, 16), (4, 3, 3, 16), 1, 1, 130, ValueError, "range"),  # (a 261-pixel reach)
+    ((2, 8, 8, 16), (4, 3, 3, 16), 9, 1, 1, ValueError, "stride"),
+    ((2, 2, 2, 16), (4, 5, 5, 16), 1, 0, 1, ValueError, "empty"),
+])
+def test_im2col_forward_checks_name_the_problem(x, w, stride, padding, dilation, error, words):
+    from cupyconv._gemm.tma_conv import check_im2col_forward
+
+    with pytest.raises(error, match=words):
+        check_im2col_forward(_fake4(x), _fake4(w), (stride,) * 2, (padding,) * 2, (dilation,) * 2)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        check_im2col_forward(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))

@@ -1,10 +1,17 @@
 // Dense GEMM on Hopper (sm_90a), fed by TMA: C[M, N] = A[M, K] @ B[K, N] for T = __half or
 // cc::bf16, fp32 accumulation, C row-major with leading dimension ldc (elements).
 //
-// Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver): A either
-// row-major [M, K] (A_KMAJOR = 1, boxes of BK x BM) or stored [K, M] (A_KMAJOR = 0: MN-major
-// for wgmma, BM / 64 boxes of 64 m x BK k); B either stored [N, K] (B_KMAJOR = 1, boxes
-// BK x BN) or row-major [K, N] (B_KMAJOR = 0: MN-major, BN / 64 boxes of 64 n x BK k).
+// Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver).  A is
+//  * A_MODE = 1: row-major [M, K], boxes of BK x BM;
+//  * A_MODE = 0: stored [K, M] (MN-major for wgmma), BM / 64 boxes of 64 m x BK k;
+//  * A_MODE = 2: the implicit im2col matrix of a channels-last activation x[N][H][W][C] (a
+//    convolution's forward, M = output pixels, K = taps x channel blocks of BK): an im2col box
+//    of BM pixels x BK channels per k slice, the tap as TMA's filter offsets (geo, below).
+// B either stored [N, K] (B_KMAJOR = 1, boxes BK x BN) or row-major [K, N] (B_KMAJOR = 0:
+// MN-major, BN / 64 boxes of 64 n x BK k); with A_MODE = 2 it is the weight w[N][taps][C] as a
+// 3-D map, a box of BK channels of one tap for BN output channels (so the channels past C of
+// the last block are zeros on both sides, never the next tap's weights: a zero times an
+// infinite weight would be NaN).
 //
 // Split-K (splits > 1; backward-weight's long k = pixels over a small output): the work units
 // are (part, tile) pairs, part-major, and part p sums k slices [p per, (p + 1) per) with per =
@@ -37,6 +44,13 @@
 #include "tma.cuh"
 #include "wgmma_ss.cuh"
 
+// The convolution geometry of A_MODE = 2 (zeros in the other modes; cupyconv/_gemm/tma.py,
+// IM2COL_GEOMETRY, mirrors the layout): the output plane, stride, padding and dilation (rows,
+// columns), the filter's width and the channel blocks of BK per tap.
+struct Im2colGeometry {
+  int oh, ow, sh, sw, ph, pw, dh, dw, kw, cblocks;
+};
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace cc {
 namespace hopper {
@@ -51,6 +65,49 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
   const int r = tile - band * per_band;
   m0 = (first + r % rows) * BM;
   n0 = (r / rows) * BN;
+}
+
+// The loads of k slice `kt` of the tile at (m0, n0) into one ring stage (a: A's box, b: B's),
+// all completing on `bar`.  (img, h0, w0): A_MODE = 2's first output pixel as the input
+// position of its window's top-left tap (first_pixel).
+template <typename T, int BM, int BN, int BK, int A_MODE, int B_KMAJOR>
+__device__ __forceinline__ void load_slice(T* a, T* b, const TensorMap* map_a,
+                                           const TensorMap* map_b, unsigned long long* bar,
+                                           int kt, int m0, int n0, const Im2colGeometry& geo,
+                                           int img, int h0, int w0) {
+  const int k0 = kt * BK;
+  if constexpr (A_MODE == 2) {
+    const int tap = kt / geo.cblocks, c0 = (kt - tap * geo.cblocks) * BK;
+    const int ty = tap / geo.kw, tx = tap - ty * geo.kw;
+    tma_load_im2col_4d(a, map_a, bar, c0, w0, h0, img, (unsigned short)(tx * geo.dw),
+                       (unsigned short)(ty * geo.dh));
+    tma_load_3d(b, map_b, bar, c0, tap, n0);
+    return;
+  } else if constexpr (A_MODE == 1) {
+    tma_load_2d(a, map_a, bar, k0, m0);
+  } else {
+#pragma unroll
+    for (int j = 0; j < BM / 64; ++j)  // 64-m boxes, one per consumer warpgroup
+      tma_load_2d(a + j * 64 * BK, map_a, bar, m0 + 64 * j, k0);
+  }
+  if constexpr (B_KMAJOR) {
+    tma_load_2d(b, map_b, bar, k0, n0);
+  } else {
+#pragma unroll
+    for (int j = 0; j < BN / 64; ++j)  // 64-n boxes, BK * 128 bytes apart (OpB::LBO)
+      tma_load_2d(b + j * 64 * BK, map_b, bar, n0 + 64 * j, k0);
+  }
+}
+
+// A_MODE = 2: output pixel m0 (image, row, column of the oh x ow plane) as the image and the
+// input position (h0, w0) of its window's top-left tap.
+__device__ __forceinline__ void first_pixel(const Im2colGeometry& geo, int m0, int& img, int& h0,
+                                            int& w0) {
+  const int plane = geo.oh * geo.ow;
+  img = m0 / plane;
+  const int rem = m0 - img * plane, oy = rem / geo.ow;
+  h0 = oy * geo.sh - geo.ph;
+  w0 = (rem - oy * geo.ow) * geo.sw - geo.pw;
 }
 
 // Split-K's partial sums: two values of a row as one float2 store where `vec` (N even: the
@@ -119,16 +176,17 @@ __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stag
 }  // namespace cc
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+
 // The host mirrors the shared-memory size (cupyconv/_gemm/tma.py, smem_bytes): the stages from
 // a 1024-byte aligned base (up to 1008 bytes skipped), the consumer warps' epilogue buffers
 // (BM / 16 warps x 16 rows x EPI_COLS elements), then one full and one empty barrier per stage.
 // c_vec: the widest aligned store, in elements, that the rows written take (the host checks
 // pitch and address): 8 (16 bytes) or less for C; for split-K's workspace 2 where N is even.
-template <typename T, int BM, int BN, int BK, int STAGES, int A_KMAJOR, int B_KMAJOR>
+template <typename T, int BM, int BN, int BK, int STAGES, int A_MODE, int B_KMAJOR>
 __global__ void __launch_bounds__(384, 1)
 gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc::TensorMap tma_b,
          T* __restrict__ C, int M, int N, int K, long long ldc, int c_vec, int splits,
-         float* __restrict__ ws) {
+         float* __restrict__ ws, const Im2colGeometry geo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cc;
   using namespace cc::hopper;
@@ -136,11 +194,12 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   static_assert(BK * (int)sizeof(T) == 128, "slices of 128-byte rows (the swizzle's width)");
   static_assert(BN == 128 || BN == 256, "wgmma n of the consumers (WgmmaSS)");
   static_assert(STAGES >= 2, "a ring");
+  static_assert(A_MODE != 2 || B_KMAJOR, "im2col mode: the weights' 3-D map is K-major");
   constexpr int CONSUMERS = BM / 64;
   constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * sizeof(T);
   constexpr int NF = BN / 8;  // m16n8 fragments per accumulator row of a warp
-  typedef SwizzledOperand<(bool)A_KMAJOR, BK> OpA;
+  typedef SwizzledOperand<A_MODE != 0, BK> OpA;
   typedef SwizzledOperand<(bool)B_KMAJOR, BK> OpB;
 
   extern __shared__ __align__(1024) unsigned char dsmem[];
@@ -177,26 +236,14 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
         int m0, n0;
         tile_origin<BM, BN>(unit % tiles, tiles_m, tiles_n, m0, n0);
         const int kb = unit / tiles * per, ke = min(slices, kb + per);
+        int img = 0, h0 = 0, w0 = 0;
+        if constexpr (A_MODE == 2) first_pixel(geo, m0, img, h0, w0);
         for (int kt = kb; kt < ke; ++kt) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
-          const int k0 = kt * BK;
-          T* a = As + stage * A_STAGE;
-          if constexpr (A_KMAJOR) {
-            tma_load_2d(a, &tma_a, &full[stage], k0, m0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j)  // 64-m boxes, one per consumer warpgroup
-              tma_load_2d(a + j * 64 * BK, &tma_a, &full[stage], m0 + 64 * j, k0);
-          }
-          T* b = Bs + stage * B_STAGE;
-          if constexpr (B_KMAJOR) {
-            tma_load_2d(b, &tma_b, &full[stage], k0, n0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j)  // 64-n boxes, BK * 128 bytes apart (OpB::LBO)
-              tma_load_2d(b + j * 64 * BK, &tma_b, &full[stage], n0 + 64 * j, k0);
-          }
+          load_slice<T, BM, BN, BK, A_MODE, B_KMAJOR>(As + stage * A_STAGE, Bs + stage * B_STAGE,
+                                                      &tma_a, &tma_b, &full[stage], kt, m0, n0,
+                                                      geo, img, h0, w0);
           if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;

@@ -83,6 +83,34 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map,
       : "memory");
 }
 
+// The same for a 3-D map: (c0, c1, c2), c0 along the contiguous dimension (the convolution's
+// weights as [K][taps][C]: a box of one tap, so channels past C read as zeros, not as the next
+// tap's weights).
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map,
+                                            unsigned long long* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// An im2col box of a 4-D channels-last map (C, W, H, N innermost first): the map's pixels per
+// column, starting at pixel (w, h, n) shifted by the filter offsets (off_w, off_h) and walking
+// the map's pixel window (its corners and element strides) along W, then H, then N; for each
+// pixel the map's channels per pixel from channel c.  Pixels outside the tensor (the
+// convolution's padding, images past N) read as zeros.
+__device__ __forceinline__ void tma_load_im2col_4d(void* dst, const TensorMap* map,
+                                                   unsigned long long* bar, int c, int w, int h,
+                                                   int n, unsigned short off_w,
+                                                   unsigned short off_h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(smem_u32(bar)), "h"(off_w), "h"(off_h)
+      : "memory");
+}
+
 // ---- register reallocation between warpgroups (takes effect only under a register cap at
 // entry: __launch_bounds__(threads, 1)).  Every thread of the warpgroup executes it.
 template <int REGS>

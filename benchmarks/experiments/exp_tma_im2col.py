@@ -1,0 +1,93 @@
+"""Issue 46: channels-last forward convolutions on the TMA kernel's im2col mode
+(``_gemm/tma_conv.prepare_im2col_forward``, not routed yet) against cupyconv's default path and
+cuDNN (channels_last, autotuned), bf16 or fp16, batch 32, on the 3x3 and strided layers of
+ResNet-50 and ConvNeXt-T's 2x2 downsampling: device time of CUDA-graph replays over operands
+rotated past 3x the L2 (``measure.device_times``), and each result's error against the default
+path's.
+
+    PYTHONPATH=. python3 benchmarks/experiments/exp_tma_im2col.py [--dtype bfloat16] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import measure  # noqa: E402
+
+# (label, C, K, H (= W), kernel, stride, padding)
+LAYERS = [
+    ("r50 3x3 64 @56", 64, 64, 56, 3, 1, 1),
+    ("r50 3x3 128 @28", 128, 128, 28, 3, 1, 1),
+    ("r50 3x3 256 @14", 256, 256, 14, 3, 1, 1),
+    ("r50 3x3 512 @7", 512, 512, 7, 3, 1, 1),
+    ("r50 3x3 s2 128 @56", 128, 128, 56, 3, 2, 1),
+    ("r50 3x3 s2 256 @28", 256, 256, 28, 3, 2, 1),
+    ("r50 3x3 s2 512 @14", 512, 512, 14, 3, 2, 1),
+    ("r50 1x1 s2 256->512 @56", 256, 512, 56, 1, 2, 0),
+    ("r50 1x1 s2 512->1024 @28", 512, 1024, 28, 1, 2, 0),
+    ("r50 1x1 s2 1024->2048 @14", 1024, 2048, 14, 1, 2, 0),
+    ("cnx 2x2 s2 96->192 @56", 96, 192, 56, 2, 2, 0),
+    ("cnx 2x2 s2 384->768 @14", 384, 768, 14, 2, 2, 0),
+]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--batch", type=int, default=32)
+    args = p.parse_args(argv)
+    torch = measure.load_torch()
+    import cupy
+
+    import cupyconv
+    from cupyconv._gemm.tma_conv import prepare_im2col_forward
+
+    torch.backends.cudnn.benchmark = True
+    l2 = measure.device_facts()["l2_bytes"]
+    item = 2
+    print(f"{args.dtype}, batch {args.batch}: device us (graph replays, operands rotated past L2)"
+          f"; x = time / im2col time")
+    print("| layer | im2col us | default us (x) | cuDNN us (x) | rel err vs default |")
+    print("|---|---|---|---|---|")
+    for label, c, k, hw, ks, st, pad in LAYERS:
+        n = args.batch
+        oh = (hw + 2 * pad - ks) // st + 1
+        nbytes = item * (n * hw * hw * c + k * ks * ks * c + n * oh * oh * k)
+        copies = measure.rotation_copies(l2, nbytes, cap=8)
+        tensors = measure.torch_operand_copies(torch, [(n, c, hw, hw), (k, c, ks, ks)],
+                                               args.dtype, True, copies, seed=c + k + hw)
+        arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+        launches = [prepare_im2col_forward(x, w, stride=(st, st), padding=(pad, pad))
+                    for x, w in arrays]
+        by_x = {id(ops[0]): i for i, ops in enumerate(arrays)}
+        opts = dict(stride=st, padding=pad, layout="NHWC")
+        calls = {
+            "im2col": (lambda ops: launches[by_x[id(ops[0])]][0](), arrays,
+                       measure.cupy_graph_ms),
+            "default": (lambda ops: cupyconv.conv(ops[0], ops[1], **opts), arrays,
+                        measure.cupy_graph_ms),
+            "cudnn": (lambda ops: torch.nn.functional.conv2d(ops[0], ops[1], stride=st,
+                                                             padding=pad), tensors,
+                      lambda body, **kw: measure.torch_graph_ms(torch, body, **kw)),
+        }
+        launches[0][0]()
+        want = cupyconv.conv(arrays[0][0], arrays[0][1], **opts)
+        err = measure.rel_err_gpu(launches[0][1], want)
+        times, how, why = measure.device_times(calls, repeat=5, target_ms=10.0)
+        t = {name: ms * 1e3 for name, ms in times.items()}
+        print(f"| {label} | {t['im2col']:.1f} | {t['default']:.1f} ({t['default'] / t['im2col']:.2f}) | "
+              f"{t['cudnn']:.1f} ({t['cudnn'] / t['im2col']:.2f}) | {err:.1e}"
+              + (f" ({how}: {why})" if why else "") + " |", flush=True)
+        del launches, arrays, tensors
+        measure.release_memory(torch)
+        cupy.get_default_memory_pool().free_all_blocks()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

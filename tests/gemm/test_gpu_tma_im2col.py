@@ -1,0 +1,94 @@
+"""The TMA kernel's im2col mode (``_gemm/tma_conv.py``, ``prepare_im2col_forward``) on an sm_90
+GPU: channels-last forward convolutions against the float64 reference into poisoned outputs,
+over strides, paddings, dilations, channel counts that leave a partial 64-channel block, outputs
+whose pixels cross images within a tile, a relaunch with new data in the same arrays, and
+NaN/inf planted in x and w reaching exactly the outputs the reference gives them (an infinite
+weight of a tap's channel past a partial block must not meet the zeros TMA fills there)."""
+
+import numpy as np
+import pytest
+
+from cupyconv._core.verify import random_array, rel_error, tolerance
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ("float16", "bfloat16")
+# (N, H, W, C, K, R, S, stride, padding, dilation)
+CASES = [
+    (2, 13, 11, 64, 64, 3, 3, 1, 1, 1),      # tiles cross images; M = 286
+    (3, 14, 14, 128, 96, 3, 3, 2, 1, 1),     # stride 2
+    (2, 9, 10, 72, 40, 3, 3, 1, 1, 1),       # a partial channel block; K not a multiple of 8
+    (4, 15, 15, 256, 136, 1, 1, 2, 0, 1),    # 1x1 stride 2 (ResNet-50's downsampling)
+    (1, 20, 17, 24, 48, 5, 5, 1, 4, 2),      # dilation 2
+    (2, 31, 29, 8, 64, 7, 7, 2, 3, 1),       # a stem-like 7x7 on 8 channels
+    (1, 6, 6, 192, 256, 3, 3, 1, 0, 1),      # no padding
+]
+
+
+@pytest.fixture(autouse=True)
+def _hopper():
+    import cupy
+
+    if cupy.cuda.runtime.is_hip or cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the TMA kernel needs an NVIDIA GPU of compute capability 9.0")
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings (the cuda13/cuda12 extra)")
+
+
+def _run(x, w, stride, padding, dilation, out):
+    from cupyconv._gemm.tma_conv import prepare_im2col_forward
+
+    launch, y = prepare_im2col_forward(x, w, out, stride=(stride,) * 2, padding=(padding,) * 2,
+                                       dilation=(dilation,) * 2)
+    launch()
+    return launch, y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_im2col_forward_matches_reference(case, dtype):
+    import cupy
+
+    from cupyconv import reference
+
+    n, h, wd, c, k, r, s, stride, padding, dilation = case
+    rng = np.random.default_rng(sum(case))
+    xh = random_array(rng, (n, h, wd, c), dtype)
+    wh = random_array(rng, (k, r, s, c), dtype)
+    x, w = cupy.asarray(xh), cupy.asarray(wh)
+    ref = reference.conv(xh, wh, stride=stride, padding=padding, dilation=dilation, layout="NHWC")
+    out = cupy.full(ref.shape, np.nan, dtype=x.dtype)
+    launch, y = _run(x, w, stride, padding, dilation, out)
+    assert y is out
+    assert rel_error(y, ref) <= tolerance(dtype, ref)
+    # the same launch on new data in the same arrays (the maps hold the addresses)
+    xh2 = random_array(rng, xh.shape, dtype)
+    x[...] = cupy.asarray(xh2)
+    out.fill(np.nan)
+    launch()
+    ref2 = reference.conv(xh2, wh, stride=stride, padding=padding, dilation=dilation,
+                          layout="NHWC")
+    assert rel_error(out, ref2) <= tolerance(dtype, ref2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_im2col_nonfinite_values_reach_the_reference_outputs(dtype):
+    import cupy
+
+    from cupyconv import reference
+
+    n, h, wd, c, k = 2, 9, 10, 72, 16  # channel blocks 64 + 8: the second one mostly zero-filled
+    rng = np.random.default_rng(7)
+    xh = random_array(rng, (n, h, wd, c), dtype)
+    wh = random_array(rng, (k, 3, 3, c), dtype)
+    xh[0, 4, 5, 3] = np.inf
+    xh[1, 0, 9, 70] = np.nan
+    wh[5, 1, 2, 71] = -np.inf   # the last real channel of a partial block
+    ref = reference.conv(xh, wh, padding=1, layout="NHWC")
+    out = cupy.full(ref.shape, 0.5, dtype=xh.dtype)
+    _run(cupy.asarray(xh), cupy.asarray(wh), 1, 1, 1, out)
+    got = cupy.asnumpy(out).astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+    fin = np.isfinite(ref)
+    assert rel_error(got[fin], ref[fin]) <= tolerance(dtype, ref[fin])
