@@ -24,7 +24,7 @@ from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.implicit_cost import implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, MatrixView, OutMap
 from cupyconv._gemm.launch import plain_launch, run_conv_fprop, run_gemm
-from cupyconv._gemm.tma_conv import pointwise_gemm
+from cupyconv._gemm.tma_conv import im2col_forward, pointwise_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -74,6 +74,8 @@ def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None,
         geom = merged_geometry(geom, factor)
     if is_pointwise(geom) and pointwise_as_gemm(geom):
         _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1, z=z, act=act)
+    elif plain_launch(None, bias, z, act) and im2col_forward(geom, x, w, y):
+        pass  # (Hopper, 16-bit, channels-last: TMA's im2col mode ran it, _gemm/tma_conv.py)
     else:
         run_conv_fprop(geom, x, w, bias, y, z=z, act=act)
 

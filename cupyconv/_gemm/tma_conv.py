@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import math
 
-from cupyconv._core.kernels import TMA_TILES
-from cupyconv._core.launch import sm_count
-from cupyconv._gemm.kernel_args import ImplicitConv
 import numpy as np
 
 from cupyconv._core.dtypes import dtype_name
+from cupyconv._core.kernels import TMA_TILES
+from cupyconv._core.launch import sm_count
+from cupyconv._gemm.kernel_args import ImplicitConv
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, gemm_tile, prepare_gemm_tma,
-                                runs_on_tma)
+                                runs_here, runs_on_tma, tma_enabled)
 
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
@@ -96,12 +96,39 @@ def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
 
 
 # ------------------------------------------------------------------ im2col mode (forward)
-def check_im2col_forward(x, w, stride, padding, dilation, out=None) -> dict:
+def im2col_forward(geom, x, w, y) -> bool:
+    """Run the forward convolution ``geom`` (no epilogue options: the caller checked) on the TMA
+    kernel's im2col mode where it applies, and return whether it did: Hopper, float16 /
+    bfloat16, 2-d, ungrouped, channels-last, x, w and y C-contiguous with 16-byte channel rows,
+    and at least half the multiprocessors' worth of 128 x 128 output tiles (fewer: the implicit
+    loop, which splits K).  On the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's
+    downsampling (bf16, batch 32, H200, operands rotated past L2; benchmarks/notes/gemm.md,
+    session 31) it ran 1.13-2.0x the implicit loop, equal on 3x3 64 -> 64 at 56^2."""
+    if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
+            or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(y.data.device_id)):
+        return False
+    oh, ow = geom.out_spatial
+    tiles = (math.ceil(geom.batch * oh * ow / CONV_TILE[0])
+             * math.ceil(geom.out_channels / CONV_TILE[1]))
+    if tiles < sm_count(y.data.device_id) // 2:
+        return False
+    try:
+        launch = prepare_im2col_forward(x, w, y, stride=geom.stride, padding=geom.pad_lo,
+                                        dilation=geom.dilation, out_hw=(oh, ow))[0]
+    except (TypeError, ValueError):  # (views, channels, alignment, windows TMA cannot take)
+        return False
+    launch()
+    return True
+
+
+def check_im2col_forward(x, w, stride, padding, dilation, out=None, out_hw=None) -> dict:
     """Check a channels-last forward convolution for the TMA kernel's im2col mode from the
     arrays' dtype, shape, strides and address alone (testable without a GPU); raises TypeError /
     ValueError naming the argument.  ``x``: (N, H, W, C) C-contiguous, ``w``: (K, R, S, C)
     C-contiguous, both float16 or bfloat16, C a multiple of 8 (16-byte pixel rows), both 16-byte
-    aligned; ``out``: (N, OH, OW, K) with contiguous rows of K.  Returns the launch facts."""
+    aligned; ``out``: (N, OH, OW, K) with contiguous rows of K.  ``padding``: the top / left
+    padding; ``out_hw``: the output plane where the bottom / right padding differs (default:
+    the same padding on both sides).  Returns the launch facts."""
     for name, a, nd in (("x", x, 4), ("w", w, 4)):
         if a.ndim != nd:
             raise ValueError(f"{name} must be {nd}-D (channels-last), got shape {tuple(a.shape)}")
@@ -117,8 +144,11 @@ def check_im2col_forward(x, w, stride, padding, dilation, out=None) -> dict:
     if c % 8:
         raise ValueError(f"x has {c} channels: TMA needs 16-byte pixel rows (a multiple of 8)")
     (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in t) for t in (stride, padding, dilation))
-    oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    if out_hw is None:
+        oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+        ow = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    else:
+        oh, ow = (int(v) for v in out_hw)
     if oh < 1 or ow < 1:
         raise ValueError(f"the output would be empty ({oh} x {ow})")
     itemsize = x.dtype.itemsize
@@ -155,13 +185,13 @@ def check_im2col_forward(x, w, stride, padding, dilation, out=None) -> dict:
 
 
 def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                           tile=CONV_TILE):
+                           out_hw=None, tile=CONV_TILE):
     """The forward convolution of channels-last ``x`` (N, H, W, C) with ``w`` (K, R, S, C) on
     the TMA kernel's im2col mode, prepared once (checks, tensor maps, kernel): returns
     ``(launch, out)``, ``out`` (N, OH, OW, K).  The GEMM is out[P, K] = im2col(x)[P, taps x C] @
     w[K, taps x C]^T, its k slices one tap's BK channels each (a tap's last block zero-filled
-    past C on both operands).  Hopper with cuda-bindings only; every check runs before anything
-    is compiled or launched."""
+    past C on both operands).  ``padding`` and ``out_hw`` as for :func:`check_im2col_forward`.
+    Hopper with cuda-bindings only; every check runs before anything is compiled or launched."""
     import cupy
 
     from cupyconv._core import jit
@@ -177,7 +207,7 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
     tile = tuple(tile)
     if tile not in TMA_TILES:
         raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
-    f = check_im2col_forward(x, w, stride, padding, dilation, out)
+    f = check_im2col_forward(x, w, stride, padding, dilation, out, out_hw)
     same_device({"x": x, "w": w, "out": out})
     bm, bn, bk, _ = tile
     dtype, c, k, item = f["dtype"], f["c"], f["k"], f["itemsize"]

@@ -92,3 +92,119 @@ def test_im2col_nonfinite_values_reach_the_reference_outputs(dtype):
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
     fin = np.isfinite(ref)
     assert rel_error(got[fin], ref[fin]) <= tolerance(dtype, ref[fin])
+
+
+def _spy(monkeypatch):
+    """The problems ((N, H, W, C), (K, R, S, C)) that cupyconv's calls run on the im2col mode."""
+    import importlib
+
+    module = importlib.import_module("cupyconv._gemm.tma_conv")
+    calls, real = [], module.prepare_im2col_forward
+
+    def spy(x, w, *args, **kwargs):
+        calls.append((tuple(x.shape), tuple(w.shape)))
+        return real(x, w, *args, **kwargs)
+
+    monkeypatch.setattr(module, "prepare_im2col_forward", spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel,opts", [
+    (3, dict(padding=1)),
+    (3, dict(stride=2, padding=1)),
+    (1, dict(stride=2)),
+    (2, dict(padding="same")),               # asymmetric: (0, 1) on each axis
+    (3, dict(padding=((2, 0), (0, 1)), dilation=2)),
+])
+def test_conv_routes_to_the_im2col_mode(monkeypatch, dtype, kernel, opts):
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(kernel + len(opts))
+    for call in range(2):  # the second call replays the first's recording with new arrays
+        xh = random_array(rng, (32, 19, 21, 64), dtype)  # (enough output tiles to route)
+        wh = random_array(rng, (264, kernel, kernel, 64), dtype)
+        ref = reference.conv(xh, wh, layout="NHWC", **opts)
+        y = cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), layout="NHWC", **opts)
+        assert rel_error(y, ref) <= tolerance(dtype, ref), f"call {call}"
+    assert calls == [((32, 19, 21, 64), (264, kernel, kernel, 64))]
+    clear_caches()
+
+
+@pytest.mark.parametrize("case", ["bias", "groups", "channels_first", "float32", "view",
+                                  "few_tiles", "switched_off", "odd_channels"])
+def test_conv_cases_that_keep_the_implicit_kernel(monkeypatch, case):
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    dtype, layout, kw = "bfloat16", "NHWC", dict(padding=1)
+    n, c = 8, 64
+    if case == "float32":
+        dtype = "float32"
+    if case == "few_tiles":
+        n = 1
+    if case == "odd_channels":
+        c = 60
+    rng = np.random.default_rng(11)
+    xh = random_array(rng, (n, 33, 35, c), dtype)
+    wh = random_array(rng, (136, 3, 3, c), dtype)
+    x, w = cupy.asarray(xh), cupy.asarray(wh)
+    if case == "bias":
+        kw["bias"] = cupy.asarray(random_array(rng, (136,), dtype))
+    if case == "groups":
+        kw["groups"] = 2
+        w = cupy.ascontiguousarray(w[:, :, :, :c // 2])
+    if case == "channels_first":
+        layout = "NCHW"
+        x = cupy.ascontiguousarray(cupy.moveaxis(x, -1, 1))
+        w = cupy.ascontiguousarray(cupy.moveaxis(w, -1, 1))
+    if case == "view":  # a C-contiguous x at an 8-byte offset
+        x = cupy.concatenate([cupy.zeros(4, x.dtype), x.ravel()])[4:].reshape(x.shape)
+    if case == "switched_off":
+        monkeypatch.setenv("CUPYCONV_TMA", "0")
+    y = cupyconv.conv(x, w, layout=layout, **kw)
+    ref = reference.conv(x.get(), w.get(), layout=layout,
+                         **{k: (v.get() if hasattr(v, "get") else v) for k, v in kw.items()})
+    assert rel_error(y, ref) <= tolerance(dtype, ref)
+    assert calls == []
+    clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
+    """NaN and inf planted in x and w (an infinite weight on a partial channel block's last
+    channel): the non-finite outputs of the routed call are PyTorch's."""
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+
+    torch = pytest.importorskip("torch")
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(5)
+    x = cupy.asarray(random_array(rng, (32, 33, 35, 72), dtype))
+    w = cupy.asarray(random_array(rng, (136, 3, 3, 72), dtype))
+    x[0, 3, 5, 7] = np.nan
+    x[5, 32, 0, 70] = np.inf
+    w[9, 2, 1, 71] = -np.inf
+    y = cupyconv.conv(x, w, layout="NHWC", stride=2, padding=1)
+    tx, tw = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w))
+    ty = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1).permute(0, 2, 3, 1)
+    ty = cupy.from_dlpack(ty.contiguous())
+    assert bool((cupy.isnan(y) == cupy.isnan(ty)).all())
+    assert bool((cupy.isinf(y) == cupy.isinf(ty)).all())
+    assert bool((cupy.sign(y[cupy.isinf(y)]) == cupy.sign(ty[cupy.isinf(ty)])).all())
+    assert len(calls) == 1
+    clear_caches()
