@@ -99,7 +99,8 @@ def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
 def im2col_forward(geom, x, w, y) -> bool:
     """Run the forward convolution ``geom`` (no epilogue options: the caller checked) on the TMA
     kernel's im2col mode where it applies, and return whether it did: Hopper, float16 /
-    bfloat16, 2-d, ungrouped, channels-last, x, w and y C-contiguous with 16-byte channel rows,
+    bfloat16, 2-d, ungrouped (grouped problems merged into one group by block-diagonal weights
+    too), channels-last, x, w and y C-contiguous with 16-byte channel rows,
     and at least half the multiprocessors' worth of 128 x 128 output tiles (fewer: the implicit
     loop, which splits K).  On the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's
     downsampling (bf16, batch 32, H200, operands rotated past L2; benchmarks/notes/gemm.md,

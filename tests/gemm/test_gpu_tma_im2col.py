@@ -102,8 +102,9 @@ def _spy(monkeypatch):
     calls, real = [], module.prepare_im2col_forward
 
     def spy(x, w, *args, **kwargs):
+        prepared = real(x, w, *args, **kwargs)  # (a refusal raises: the call falls back)
         calls.append((tuple(x.shape), tuple(w.shape)))
-        return real(x, w, *args, **kwargs)
+        return prepared
 
     monkeypatch.setattr(module, "prepare_im2col_forward", spy)
     return calls
@@ -137,8 +138,8 @@ def test_conv_routes_to_the_im2col_mode(monkeypatch, dtype, kernel, opts):
     clear_caches()
 
 
-@pytest.mark.parametrize("case", ["bias", "groups", "channels_first", "float32", "view",
-                                  "few_tiles", "switched_off", "odd_channels"])
+@pytest.mark.parametrize("case", ["bias", "channels_first", "float32", "view", "few_tiles",
+                                  "switched_off", "odd_channels"])
 def test_conv_cases_that_keep_the_implicit_kernel(monkeypatch, case):
     import cupy
 
@@ -162,9 +163,6 @@ def test_conv_cases_that_keep_the_implicit_kernel(monkeypatch, case):
     x, w = cupy.asarray(xh), cupy.asarray(wh)
     if case == "bias":
         kw["bias"] = cupy.asarray(random_array(rng, (136,), dtype))
-    if case == "groups":
-        kw["groups"] = 2
-        w = cupy.ascontiguousarray(w[:, :, :, :c // 2])
     if case == "channels_first":
         layout = "NCHW"
         x = cupy.ascontiguousarray(cupy.moveaxis(x, -1, 1))
