@@ -2,8 +2,9 @@
 by the CUDA driver, operand checks, and a launcher for 2-D CuPy arrays.
 
 ``cupyconv.gemm`` runs 2-D float16 / bfloat16 products on it where :func:`gemm_tile` says so
-(Hopper, TMA-readable operands, at least half a wave of tiles), and so do channels-last 1x1
-convolutions (``_gemm/tma_conv.py``); ``CUPYCONV_TMA=0`` turns both off.  :func:`gemm_tma` is
+(Hopper, TMA-readable operands, at least half a wave of tiles), and so do channels-last
+convolutions (``_gemm/tma_conv.py``: 1x1 ones as dense GEMMs, other forwards through the
+im2col maps of :func:`encoded_im2col`); ``CUPYCONV_TMA=0`` turns them off.  :func:`gemm_tma` is
 the launcher the GPU tests and ``benchmarks/experiments/exp_gemm_tma.py`` call.
 
 A call that runs it records for replay like any other (``cupyconv._core.program``): the maps

@@ -1,4 +1,4 @@
-"""Channels-last 1x1 convolutions on the TMA GEMM (``_gemm/tma.py``).
+"""Channels-last convolutions on the TMA-fed Hopper kernel (``_gemm/tma.py``).
 
 A 1x1 convolution with unit stride and no padding over channels-last activations is one dense
 GEMM over the pixels: forward y[P, K] = x[P, C] @ w[K, C]^T, backward-data dx[P, C] =
@@ -17,8 +17,13 @@ Backward-weight of the same problems is dw[K, C] = dy[P, K]^T @ x[P, C]: both op
 MN-major, the reduction over the pixels long and the output small, so the kernel splits k
 (its fp32 parts summed in order by the split-K reduction) until the work units fill the GPU.
 
-No epilogue options (bias, activation, residual) and no grouped or strided problems: those stay
-on the other loops.
+Every other channels-last 2-d forward (3x3, strided, dilated, asymmetric padding) runs on the
+kernel's im2col mode (:func:`im2col_forward`): TMA gathers each tap's window of input pixels
+itself, zeros for the padding, so the producer issues one copy per k slice and no address
+arithmetic reaches the consumers.
+
+No epilogue options (bias, activation, residual) and no grouped problems: those stay on the
+other loops.
 """
 
 from __future__ import annotations

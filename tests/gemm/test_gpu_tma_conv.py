@@ -1,7 +1,7 @@
 """Channels-last 1x1 convolutions on the TMA GEMM (``_gemm/tma_conv.py``) on an sm_90 GPU: which
-calls take it (forward by its rule, backward-data always, backward-weight where its split-K parts
-fill the GPU, nothing with epilogue options, groups,
-strides, padding, channels that break 16-byte rows, or CUPYCONV_TMA=0), results against the
+calls take it (forward and backward-data always, backward-weight where its split-K parts fill the
+GPU; nothing with epilogue options, groups, strides, padding, channels that break 16-byte rows,
+or CUPYCONV_TMA=0: strided and padded forwards take the im2col mode, test_gpu_tma_im2col.py), results against the
 float64 reference into poisoned outputs, a warm call with new arrays (the replay re-encodes the
 tensor maps), and NaN/inf planted in the inputs reaching exactly the outputs PyTorch's dense
 product gives them (a row of x, a column of w)."""
