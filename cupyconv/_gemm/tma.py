@@ -129,33 +129,8 @@ def map_encoder(array2d, box_rows: int, box_cols: int, swizzle128: bool = True):
     if (box_cols * itemsize) % TMA_ALIGN or (swizzle128 and box_cols * itemsize > SWIZZLE_BYTES):
         raise ValueError(f"encode_tiled: a box row of {box_cols * itemsize} bytes; need a "
                          f"multiple of 16 bytes{', at most 128 with the 128-byte swizzle' if swizzle128 else ''}")
-    layout = (dtype, dims, pitch, box_rows, box_cols, swizzle128)
-    return lambda ptr: _encoded(ptr, layout)
-
-
-@memoized(1024)
-def _encoded(ptr: int, layout: tuple) -> np.ndarray:
-    """The driver's tensor map for an array at ``ptr`` of a checked ``layout`` (see
-    :func:`map_encoder`).  Cached: encoding through cuda-bindings costs tens of microseconds, and
-    a training loop's arrays come back at the same pool addresses."""
-    dtype, dims, pitch, box_rows, box_cols, swizzle128 = layout
-    if ptr % TMA_ALIGN:  # (a replay's operand at another alignment: the call key prevents it)
-        raise ValueError("a TMA operand must start 16-byte aligned")
-    drv = _driver()
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    kind = _data_kind(drv, dtype)
-    swizzle = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128
-               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        kind, 2, ptr, [u64(dims[0]), u64(dims[1])], [u64(pitch)], [u32(box_cols), u32(box_rows)],
-        [u32(1), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        # FILL_NONE: out-of-bounds elements are zeros (NAN_REQUEST_ZERO_FMA would give NaNs)
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err!r} (dims {dims}, pitch {pitch} "
-                           f"bytes, box {box_rows} x {box_cols})")
-    return _map_record([int(w) for w in tmap.opaque])
+    return lambda ptr: encoded_tiled(ptr, dtype, dims, (pitch,), (box_cols, box_rows),
+                                     swizzle128)
 
 
 def _data_kind(drv, dtype: str):
@@ -163,25 +138,39 @@ def _data_kind(drv, dtype: str):
             "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
 
 
-@memoized(1024)
-def encoded_tiled_nd(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple) -> np.ndarray:
-    """The driver's tiled tensor map (128-byte swizzle, zeros outside) of a tensor at ``ptr``
-    with ``dims`` (innermost first, the first contiguous), byte ``strides`` of the outer dims
-    (multiples of 16) and ``box`` (its first extent at most 128 bytes); for ranks above 2 (the
-    convolution's weights as [K][taps][C]).  Checked by the caller; cached like the 2-D maps."""
-    drv = _driver()
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        _data_kind(drv, dtype), len(dims), ptr, [u64(d) for d in dims], [u64(s) for s in strides],
-        [u32(b) for b in box], [u32(1)] * len(dims),
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+def _encode(drv, encode: str, args: tuple, swizzle128: bool, what: str) -> np.ndarray:
+    """``drv.<encode>(*args, ...)`` with the options every map here shares (no interleave, the
+    128-byte swizzle or none, 256-byte L2 promotion, zeros for elements outside the tensor:
+    NAN_REQUEST_ZERO_FMA would give NaNs), as a by-value record; ``what`` describes the map in
+    the error."""
+    swizzle = (drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128
+               else drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+    err, tmap = getattr(drv, encode)(
+        *args, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != drv.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err!r} (dims {dims}, strides "
-                           f"{strides}, box {box})")
+        raise RuntimeError(f"{encode} failed: {err!r} ({what})")
     return _map_record([int(w) for w in tmap.opaque])
+
+
+@memoized(1024)
+def encoded_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple,
+                  swizzle128: bool = True) -> np.ndarray:
+    """The driver's tiled tensor map of a tensor at ``ptr`` with ``dims`` (innermost first, the
+    first contiguous), byte ``strides`` of the outer dims (multiples of 16) and ``box`` (its
+    first extent at most 128 bytes with the 128-byte swizzle): the 2-D operands of
+    :func:`map_encoder`, the convolution's weights as [K][taps][C].  Checked by the caller.
+    Cached: encoding through cuda-bindings costs tens of microseconds, and a training loop's
+    arrays come back at the same pool addresses."""
+    if ptr % TMA_ALIGN:  # (a replay's operand at another alignment: the call key prevents it)
+        raise ValueError("a TMA operand must start 16-byte aligned")
+    drv = _driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    return _encode(drv, "cuTensorMapEncodeTiled",
+                   (_data_kind(drv, dtype), len(dims), ptr, [u64(d) for d in dims],
+                    [u64(s) for s in strides], [u32(b) for b in box], [u32(1)] * len(dims)),
+                   swizzle128, f"dims {dims}, strides {strides} bytes, box {box}")
 
 
 @memoized(1024)
@@ -193,20 +182,16 @@ def encoded_im2col(ptr: int, dtype: str, dims: tuple, strides: tuple, lower: tup
     pixel and ``pixels`` per box, the traversal's ``element_strides`` (1, stride W, stride H, 1).
     128-byte swizzle; pixels outside the tensor read as zeros.  Checked by the caller
     (``_gemm/tma_conv.py``)."""
+    if ptr % TMA_ALIGN:
+        raise ValueError("a TMA operand must start 16-byte aligned")
     drv = _driver()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    err, tmap = drv.cuTensorMapEncodeIm2col(
-        _data_kind(drv, dtype), 4, ptr, [u64(d) for d in dims], [u64(s) for s in strides],
-        list(lower), list(upper), channels, pixels, [u32(e) for e in element_strides],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeIm2col failed: {err!r} (dims {dims}, strides "
-                           f"{strides}, corners {lower} / {upper}, {channels} channels x "
-                           f"{pixels} pixels, element strides {element_strides})")
-    return _map_record([int(w) for w in tmap.opaque])
+    return _encode(drv, "cuTensorMapEncodeIm2col",
+                   (_data_kind(drv, dtype), 4, ptr, [u64(d) for d in dims],
+                    [u64(s) for s in strides], list(lower), list(upper), channels, pixels,
+                    [u32(e) for e in element_strides]),
+                   True, f"dims {dims}, strides {strides} bytes, corners {lower} / {upper}, "
+                   f"{channels} channels x {pixels} pixels, element strides {element_strides}")
 
 
 def im2col_geometry(**fields) -> np.ndarray:

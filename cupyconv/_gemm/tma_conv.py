@@ -205,7 +205,7 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
     from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
     from cupyconv._core.program import AddressArg
     from cupyconv._gemm.tma import (THREADS, _driver, _require_hopper, encoded_im2col,
-                                    encoded_tiled_nd, im2col_geometry, smem_bytes)
+                                    encoded_tiled, im2col_geometry, smem_bytes)
 
     x, w = require_array(x, "x"), require_array(w, "w")
     if out is not None:
@@ -230,7 +230,7 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
         (sh, sw), (dh, dw) = f["stride"], f["dilation"]
         map_a = AddressArg(x, lambda ptr: encoded_im2col(
             ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], bk, bm, (1, sw, sh, 1)))
-        map_b = AddressArg(w, lambda ptr: encoded_tiled_nd(
+        map_b = AddressArg(w, lambda ptr: encoded_tiled(
             ptr, dtype, (c, taps, k), (c * item, taps * c * item), (bk, 1, bn)))
         geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
                               pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks)

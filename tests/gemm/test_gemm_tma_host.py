@@ -151,6 +151,56 @@ def test_the_tensor_map_record_is_128_aligned_bytes():
     assert rec.view(np.uint64).tolist() == list(range(16))
 
 
+class _FakeDriver:
+    """What the encoders read of cuda.bindings.driver, recording each encode call's arguments."""
+
+    class _Enum:
+        def __getattr__(self, name):
+            return name
+
+    cuuint64_t = cuuint32_t = int
+    CUtensorMapDataType = CUtensorMapInterleave = CUtensorMapSwizzle = _Enum()
+    CUtensorMapL2promotion = CUtensorMapFloatOOBfill = CUresult = _Enum()
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):  # cuTensorMapEncode*
+        def encode(*args):
+            self.calls.append((name, args))
+            return "CUDA_SUCCESS", SimpleNamespace(opaque=list(range(16)))
+        return encode
+
+
+def test_the_encoders_hand_the_driver_what_its_signatures_take(monkeypatch):
+    from cupyconv._core.caches import clear_caches
+
+    drv = _FakeDriver()
+    monkeypatch.setattr(tma, "_driver", lambda: drv)
+    clear_caches()  # (the encodings are cached by address and layout)
+    a = _fake((100, 64), "bfloat16", ptr=0x20000)  # rows of 128 bytes
+    rec = tma.map_encoder(a, 128, 64)(0x20000)
+    assert rec.view(np.uint64).tolist() == list(range(16))
+    shared = ("CU_TENSOR_MAP_INTERLEAVE_NONE", "CU_TENSOR_MAP_SWIZZLE_128B",
+              "CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE")
+    assert drv.calls[-1] == ("cuTensorMapEncodeTiled", (
+        "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2, 0x20000, [64, 100], [128], [64, 128], [1, 1])
+        + shared)
+    tma.encoded_tiled(0x30000, "float16", (72, 9, 40), (144, 1296), (64, 1, 128))
+    assert drv.calls[-1] == ("cuTensorMapEncodeTiled", (
+        "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 3, 0x30000, [72, 9, 40], [144, 1296], [64, 1, 128],
+        [1, 1, 1]) + shared)
+    tma.encoded_im2col(0x40000, "float16", (64, 15, 14, 2), (128, 1920, 26880), (-1, -1),
+                       (-2, -2), 64, 128, (1, 2, 2, 1))
+    assert drv.calls[-1] == ("cuTensorMapEncodeIm2col", (
+        "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 4, 0x40000, [64, 15, 14, 2], [128, 1920, 26880],
+        [-1, -1], [-2, -2], 64, 128, [1, 2, 2, 1]) + shared)
+    assert len(drv.calls) == 3
+    tma.map_encoder(a, 128, 64)(0x20000)  # (cached: no second call)
+    assert len(drv.calls) == 3
+    clear_caches()
+
+
 @pytest.mark.parametrize("m,n,k,sms,want", [
     (512, 1024, 6272, 132, 4),      # 32 tiles: 4 parts fill 128 of 132 multiprocessors
     (64, 64, 100352, 132, 132),     # one tile, 1568 slices: a part per multiprocessor
