@@ -225,6 +225,23 @@ def smem_bytes(tile: tuple[int, ...], itemsize: int = 2) -> int:
             + 2 * stages * 8)
 
 
+def check_pair(arrays: dict, ndim: int, shape_words: str) -> str:
+    """The dtype of the kernel's two operands (``arrays``: name -> array, the first sets the
+    dtype): each ``ndim``-D (``shape_words`` names that in the error), both float16 or both
+    bfloat16; raises ValueError / TypeError naming the argument."""
+    for name, x in arrays.items():
+        if x.ndim != ndim:
+            raise ValueError(f"{name} must be {shape_words}, got shape {tuple(x.shape)}")
+    (first, a), (second, b) = arrays.items()
+    dtype = dtype_name(a.dtype)
+    if dtype not in TMA_DTYPES:
+        raise TypeError(f"{first} has dtype {dtype}; the TMA kernel takes float16 or bfloat16")
+    if dtype_name(b.dtype) != dtype:
+        raise TypeError(f"{second} has dtype {dtype_name(b.dtype)}, {first} has {dtype}: they "
+                        f"must match")
+    return dtype
+
+
 def check_operands(a, b, out=None, tile=None) -> dict:
     """Check ``a`` (M, K), ``b`` (K, N) and ``out`` (M, N) for the TMA GEMM from their dtype,
     shape, strides and address (``.data.ptr``) alone, so the rules are testable without a GPU;
@@ -238,14 +255,7 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     tile = TMA_TILES[0] if tile is None else tuple(tile)
     if tile not in TMA_TILES:
         raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
-    for name, x in (("a", a), ("b", b)):
-        if x.ndim != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-    dtype = dtype_name(a.dtype)
-    if dtype not in TMA_DTYPES:
-        raise TypeError(f"a has dtype {dtype}; the TMA GEMM takes float16 or bfloat16")
-    if dtype_name(b.dtype) != dtype:
-        raise TypeError(f"b has dtype {dtype_name(b.dtype)}, a has {dtype}: they must match")
+    dtype = check_pair({"a": a, "b": b}, 2, "2-D")
     (m, k), (kb, n) = a.shape, b.shape
     if k != kb:
         raise ValueError(f"a is {m} x {k} and b is {kb} x {n}: a's columns must equal b's rows")

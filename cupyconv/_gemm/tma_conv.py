@@ -36,8 +36,8 @@ from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.kernels import TMA_TILES
 from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
-from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, gemm_tile, prepare_gemm_tma,
-                                runs_here, runs_on_tma, tma_enabled)
+from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair, gemm_tile,
+                                prepare_gemm_tma, runs_here, runs_on_tma, tma_enabled)
 
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
@@ -135,14 +135,7 @@ def check_im2col_forward(x, w, stride, padding, dilation, out=None, out_hw=None)
     aligned; ``out``: (N, OH, OW, K) with contiguous rows of K.  ``padding``: the top / left
     padding; ``out_hw``: the output plane where the bottom / right padding differs (default:
     the same padding on both sides).  Returns the launch facts."""
-    for name, a, nd in (("x", x, 4), ("w", w, 4)):
-        if a.ndim != nd:
-            raise ValueError(f"{name} must be {nd}-D (channels-last), got shape {tuple(a.shape)}")
-    dtype = dtype_name(x.dtype)
-    if dtype not in TMA_DTYPES:
-        raise TypeError(f"x has dtype {dtype}; the TMA kernel takes float16 or bfloat16")
-    if dtype_name(w.dtype) != dtype:
-        raise TypeError(f"w has dtype {dtype_name(w.dtype)}, x has {dtype}: they must match")
+    dtype = check_pair({"x": x, "w": w}, 4, "4-D (channels-last)")
     n, h, wd, c = (int(v) for v in x.shape)
     k, r, s, cw = (int(v) for v in w.shape)
     if cw != c:
