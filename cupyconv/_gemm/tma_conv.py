@@ -22,8 +22,9 @@ kernel's im2col mode (:func:`im2col_forward`): TMA gathers each tap's window of 
 itself, zeros for the padding, so the producer issues one copy per k slice and no address
 arithmetic reaches the consumers.
 
-No epilogue options (bias, activation, residual) and no grouped problems: those stay on the
-other loops.
+No epilogue options (bias, activation, residual) and no grouped problems (unless the
+dispatcher merged the groups into one, with block-diagonal weights): those stay on the other
+loops.
 """
 
 from __future__ import annotations
