@@ -1,5 +1,6 @@
-// Dense GEMM on Hopper (sm_90a), fed by TMA: C[M, N] = A[M, K] @ B[K, N] for T = __half or
-// cc::bf16, fp32 accumulation, C row-major with leading dimension ldc (elements).
+// GEMM on Hopper (sm_90a), fed by TMA: C[M, N] = A[M, K] @ B[K, N] for T = __half or cc::bf16,
+// fp32 accumulation, C row-major with leading dimension ldc (elements); A dense, or a
+// convolution's implicit im2col matrix.
 //
 // Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver).  A is
 //  * A_MODE = 1: row-major [M, K], boxes of BK x BM;
@@ -30,8 +31,8 @@
 //    64-127 of the BM = 128 row tile: for each slice they wait on `full`, issue BK / 16 wgmma
 //    m64nBNk16, and once those have read the stage (wgmma.wait_group, one batch later) each warp
 //    arrives on the stage's `empty` barrier.  After a tile's last slice they store their
-//    accumulators to C (converted to T) while the producer already fills the ring for the next
-//    tile.
+//    accumulators to C (converted to T, through each warp's staging rows: store_warp_rows)
+//    while the producer already fills the ring for the next tile.
 // Ring position (stage, phase) advances identically on both sides across tiles: the phase bit
 // flips each time the stage index wraps.  A waiter on `full` waits for the phase of parity
 // `phase`; the producer waits on `empty` for parity phase ^ 1, which a fresh barrier reports as
