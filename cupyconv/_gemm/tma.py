@@ -225,6 +225,43 @@ def smem_bytes(tile: tuple[int, ...], itemsize: int = 2) -> int:
             + 2 * stages * 8)
 
 
+def output_tiles(m: int, n: int, tile) -> int:
+    """Output tiles of ``tile`` (BM, BN, ...) over an m x n product."""
+    return math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+
+
+def store_width(ldc: int, out) -> int:
+    """The kernel's ``c_vec`` for rows ``ldc`` elements apart from ``out``'s address: the widest
+    store (8, 2 or 1 elements) that every row start takes aligned.  (A call's key holds its
+    arrays' addresses modulo 16, so a replay keeps it true.)"""
+    item = out.dtype.itemsize
+    return max(v for v in (8, 2, 1) if ldc % v == 0 and int(out.data.ptr) % (v * item) == 0)
+
+
+def persistent_launch(fn, tile, itemsize: int, units: int, device: int, args, after=None):
+    """``launch()`` of the compiled ``gemm_tma`` ``fn`` over ``units`` work units: one block per
+    multiprocessor (fewer for fewer units) of THREADS threads with the tile's shared memory
+    (raised on ``fn`` where it needs more than the default), on ``device``; ``after()`` (a
+    split-K reduction), when given, follows it.  ``args`` hold the operands (their maps are
+    ``AddressArg`` objects holding the arrays), which so stay alive with the launch."""
+    import cupy
+
+    from cupyconv._core.launch import sm_count
+
+    smem = smem_bytes(tile, itemsize)
+    if fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    grid = (min(sm_count(device), units),)
+
+    def launch():
+        with cupy.cuda.Device(device):
+            fn(grid, (THREADS,), args, shared_mem=smem)
+            if after is not None:
+                after()
+
+    return launch
+
+
 def check_pair(arrays: dict, ndim: int, shape_words: str) -> str:
     """The dtype of the kernel's two operands (``arrays``: name -> array, the first sets the
     dtype): each ``ndim``-D (``shape_words`` names that in the error), both float16 or both
@@ -295,7 +332,7 @@ def check_operands(a, b, out=None, tile=None) -> dict:
             raise ValueError("out must have contiguous, non-overlapping rows (element stride 1 "
                              "along its last dim)")
         ldc = rs // itemsize if m > 1 else n
-    tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    tiles = output_tiles(m, n, tile)
     if tiles >= 2**31 or m >= 2**31 or n >= 2**31 or k >= 2**31:
         raise ValueError(f"problem too large for the TMA GEMM's 32-bit tile indices ({m} x {n} x {k})")
     return {"dtype": dtype, "m": m, "n": n, "k": k, "a_kmajor": a_kmajor, "b_kmajor": b_kmajor,
@@ -358,9 +395,9 @@ def gemm_tile(a, b, c, *, wide: bool = False):
         return None
     m, n = c.shape
     sms = sm_count(c.data.device_id)
-    if math.ceil(m / tile[0]) * math.ceil(n / tile[1]) < sms // 2:
+    if output_tiles(m, n, tile) < sms // 2:
         return None
-    if (wide and math.ceil(m / wide_tile[0]) * math.ceil(n / wide_tile[1]) >= WIDE_TILE_ROUNDS * sms
+    if (wide and output_tiles(m, n, wide_tile) >= WIDE_TILE_ROUNDS * sms
             and runs_on_tma(a, b, c, wide_tile)):
         return wide_tile
     return tile
@@ -396,7 +433,6 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import gemm_tma_module
-    from cupyconv._core.launch import sm_count
     from cupyconv._core.program import scratch
     from cupyconv._gemm.kernel_args import OutMap
     from cupyconv._gemm.launch import reduce_splits
@@ -440,29 +476,20 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         if splits > 1:  # the kernel writes fp32 rows of n to the workspace, not to out
             ws = scratch(splits * m * n, "float32")
             c_vec = 2 if n % 2 == 0 else 1
-        else:  # (the call key holds out's address modulo 16, so a replay keeps c_vec true)
+        else:
             ws = out  # (not touched)
-            c_vec = max(v for v in (8, 2, 1) if ldc % v == 0
-                        and int(out.data.ptr) % (v * out.dtype.itemsize) == 0)
+            c_vec = store_width(ldc, out)
         fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, int(facts["a_kmajor"])),
                               "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
-        smem = smem_bytes(tile, a.dtype.itemsize)
-        if fn.max_dynamic_shared_size_bytes < smem:
-            fn.max_dynamic_shared_size_bytes = smem
-        units = math.ceil(m / bm) * math.ceil(n / bn) * splits
-        grid = (min(sm_count(device), units),)
-        # (a and b ride along in the closure: the maps hold their addresses)
         args = (map_a, map_b, out, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
                 np.int32(c_vec), np.int32(splits), ws, _NO_IM2COL)
         rows = OutMap(m, 0, ldc, 1)
 
-        def launch(a=a, b=b):
-            with cupy.cuda.Device(device):
-                fn(grid, (THREADS,), args, shared_mem=smem)
-                if splits > 1:
-                    reduce_splits(facts["dtype"], ws, out, None, splits, 1, m, n, 1, 0, 0, 0,
-                                  rows, True)
+        def reduce():
+            reduce_splits(facts["dtype"], ws, out, None, splits, 1, m, n, 1, 0, 0, 0, rows, True)
 
+        launch = persistent_launch(fn, tile, a.dtype.itemsize, output_tiles(m, n, tile) * splits,
+                                   device, args, reduce if splits > 1 else None)
         return launch, out
 
 

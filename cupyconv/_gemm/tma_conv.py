@@ -38,7 +38,8 @@ from cupyconv._core.kernels import TMA_TILES
 from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair, gemm_tile,
-                                prepare_gemm_tma, runs_here, runs_on_tma, tma_enabled)
+                                output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
+                                runs_on_tma, store_width, tma_enabled)
 
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
@@ -83,7 +84,7 @@ def weight_splits(m: int, n: int, k: int, sms: int) -> int | None:
     """Split-K parts of an m x n x k backward-weight GEMM on CONV_TILE: enough work units
     (tiles x parts) for one round over the multiprocessors, each part at least 4 k slices; None
     where that still leaves more than half of them idle (few pixels: the implicit loop)."""
-    tiles = math.ceil(m / CONV_TILE[0]) * math.ceil(n / CONV_TILE[1])
+    tiles = output_tiles(m, n, CONV_TILE)
     slices = math.ceil(k / CONV_TILE[2])
     splits = max(1, min(sms // tiles, slices // 4))
     return splits if tiles * splits >= sms // 2 else None
@@ -115,8 +116,7 @@ def im2col_forward(geom, x, w, y) -> bool:
             or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(y.data.device_id)):
         return False
     oh, ow = geom.out_spatial
-    tiles = (math.ceil(geom.batch * oh * ow / CONV_TILE[0])
-             * math.ceil(geom.out_channels / CONV_TILE[1]))
+    tiles = output_tiles(geom.batch * oh * ow, geom.out_channels, CONV_TILE)
     if tiles < sm_count(y.data.device_id) // 2:
         return False
     try:
@@ -198,8 +198,8 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
     from cupyconv._core.program import AddressArg
-    from cupyconv._gemm.tma import (THREADS, _driver, _require_hopper, encoded_im2col,
-                                    encoded_tiled, im2col_geometry, smem_bytes)
+    from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, encoded_tiled,
+                                    im2col_geometry)
 
     x, w = require_array(x, "x"), require_array(w, "w")
     if out is not None:
@@ -229,19 +229,9 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
         geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
                               pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks)
         m, kk = f["m"], taps * cblocks * bk
-        c_vec = max(v for v in (8, 2, 1)
-                    if k % v == 0 and int(out.data.ptr) % (v * item) == 0)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
                               (1,))
-        smem = smem_bytes(tile, item)
-        if fn.max_dynamic_shared_size_bytes < smem:
-            fn.max_dynamic_shared_size_bytes = smem
-        grid = (min(sm_count(device), math.ceil(m / bm) * math.ceil(k / bn)),)
         args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),
-                np.int32(c_vec), np.int32(1), out, geo)
-
-        def launch(x=x, w=w):
-            with cupy.cuda.Device(device):
-                fn(grid, (THREADS,), args, shared_mem=smem)
-
+                np.int32(store_width(k, out)), np.int32(1), out, geo)
+        launch = persistent_launch(fn, tile, item, output_tiles(m, k, tile), device, args)
         return launch, out
