@@ -1,12 +1,14 @@
 """Issue 46: channels-last forward convolutions on the TMA kernel's im2col mode
-(``_gemm/tma_conv.prepare_im2col_forward``) against the implicit cp.async loop (cupyconv.conv
+(``_gemm/tma_conv.prepare_im2col``) against the implicit cp.async loop (cupyconv.conv
 with the im2col route switched off in this process) and cuDNN (channels_last, autotuned), bf16
 or fp16, batch 32, on the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's 2x2
 downsampling: device time of CUDA-graph replays over operands rotated past 3x the L2
-(``measure.device_times``), and each result's error against the implicit loop's.  (At 53d7cdf,
+(``measure.device_times``), and each result's error against the implicit loop's.  With
+``--passes data``, backward-data of the stride-1 layers the same way (cuDNN: conv2d_input).  (At 53d7cdf,
 before the route existed, the "default" column was that loop.)
 
     PYTHONPATH=. python3 benchmarks/experiments/exp_tma_im2col.py [--dtype bfloat16] [--batch 32]
+        [--passes forward,data]
 """
 
 from __future__ import annotations
@@ -37,59 +39,79 @@ LAYERS = [
 ]
 
 
+def layer_calls(torch, c, k, hw, ks, st, pad, batch, dtype, data, l2):
+    """(calls for measure.device_times, the im2col result, the implicit loop's) of one layer."""
+    import cupyconv
+    from cupyconv._gemm.tma_conv import prepare_im2col
+
+    oh = (hw + 2 * pad - ks) // st + 1
+    nbytes = 2 * (batch * hw * hw * c + k * ks * ks * c + batch * oh * oh * k)
+    copies = measure.rotation_copies(l2, nbytes, cap=8)
+    # data: (dy, w) in NCHW shapes, dy of the output's
+    shapes = [(batch, k, oh, oh) if data else (batch, c, hw, hw), (k, c, ks, ks)]
+    tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies, seed=c + k + hw)
+    arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
+    reach = ks - 1
+    if data:
+        x_shape = (batch, hw, hw, c)
+        launches = [prepare_im2col(dy, w, padding=(reach - pad,) * 2, out_hw=(hw, hw), data=True)
+                    for dy, w in arrays]
+        ours = lambda ops: cupyconv.conv_backward_data(ops[0], ops[1], x_shape, padding=pad,  # noqa: E731
+                                                       layout="NHWC")
+        peer = lambda ops: torch.nn.grad.conv2d_input((batch, c, hw, hw), ops[1], ops[0],  # noqa: E731
+                                                      padding=pad)
+    else:
+        launches = [prepare_im2col(x, w, stride=(st, st), padding=(pad, pad)) for x, w in arrays]
+        ours = lambda ops: cupyconv.conv(ops[0], ops[1], stride=st, padding=pad, layout="NHWC")  # noqa: E731
+        peer = lambda ops: torch.nn.functional.conv2d(ops[0], ops[1], stride=st, padding=pad)  # noqa: E731
+    by_first = {id(ops[0]): i for i, ops in enumerate(arrays)}
+    calls = {"im2col": (lambda ops: launches[by_first[id(ops[0])]][0](), arrays,
+                        measure.cupy_graph_ms),
+             "implicit": (ours, arrays, measure.cupy_graph_ms),
+             "cudnn": (peer, tensors, lambda body, **kw: measure.torch_graph_ms(torch, body, **kw))}
+    launches[0][0]()
+    return calls, launches[0][1], ours(arrays[0])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--passes", default="forward,data",
+                   help="forward (every layer), data (backward-data, the stride-1 layers)")
     args = p.parse_args(argv)
     torch = measure.load_torch()
     import cupy
 
-    import cupyconv
+    import cupyconv._gemm.backward as backward
     import cupyconv._gemm.forward as forward
-    from cupyconv._gemm.tma_conv import prepare_im2col_forward
 
-    forward.im2col_forward = lambda *args: False  # (cupyconv.conv: the implicit loop)
-
+    # (cupyconv's own calls: the implicit loop)
+    forward.im2col_forward = lambda *args: False
+    backward.im2col_backward_data = lambda *args: False
     torch.backends.cudnn.benchmark = True
     l2 = measure.device_facts()["l2_bytes"]
-    item = 2
-    print(f"{args.dtype}, batch {args.batch}: device us (graph replays, operands rotated past L2)"
-          f"; x = time / im2col time")
-    print("| layer | im2col us | implicit us (x) | cuDNN us (x) | rel err vs implicit |")
-    print("|---|---|---|---|---|")
-    for label, c, k, hw, ks, st, pad in LAYERS:
-        n = args.batch
-        oh = (hw + 2 * pad - ks) // st + 1
-        nbytes = item * (n * hw * hw * c + k * ks * ks * c + n * oh * oh * k)
-        copies = measure.rotation_copies(l2, nbytes, cap=8)
-        tensors = measure.torch_operand_copies(torch, [(n, c, hw, hw), (k, c, ks, ks)],
-                                               args.dtype, True, copies, seed=c + k + hw)
-        arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
-        launches = [prepare_im2col_forward(x, w, stride=(st, st), padding=(pad, pad))
-                    for x, w in arrays]
-        by_x = {id(ops[0]): i for i, ops in enumerate(arrays)}
-        opts = dict(stride=st, padding=pad, layout="NHWC")
-        calls = {
-            "im2col": (lambda ops: launches[by_x[id(ops[0])]][0](), arrays,
-                       measure.cupy_graph_ms),
-            "implicit": (lambda ops: cupyconv.conv(ops[0], ops[1], **opts), arrays,
-                        measure.cupy_graph_ms),
-            "cudnn": (lambda ops: torch.nn.functional.conv2d(ops[0], ops[1], stride=st,
-                                                             padding=pad), tensors,
-                      lambda body, **kw: measure.torch_graph_ms(torch, body, **kw)),
-        }
-        launches[0][0]()
-        want = cupyconv.conv(arrays[0][0], arrays[0][1], **opts)
-        err = measure.rel_err_gpu(launches[0][1], want)
-        times, how, why = measure.device_times(calls, repeat=5, target_ms=10.0)
-        t = {name: ms * 1e3 for name, ms in times.items()}
-        print(f"| {label} | {t['im2col']:.1f} | {t['implicit']:.1f} ({t['implicit'] / t['im2col']:.2f}) | "
-              f"{t['cudnn']:.1f} ({t['cudnn'] / t['im2col']:.2f}) | {err:.1e}"
-              + (f" ({how}: {why})" if why else "") + " |", flush=True)
-        del launches, arrays, tensors
-        measure.release_memory(torch)
-        cupy.get_default_memory_pool().free_all_blocks()
+    for pass_name in args.passes.split(","):
+        data = pass_name == "data"
+        print(f"\n{pass_name}, {args.dtype}, batch {args.batch}: device us (graph replays, "
+              f"operands rotated past L2); x = time / im2col time")
+        print("| layer | im2col us | implicit us (x) | cuDNN us (x) | rel err vs implicit |")
+        print("|---|---|---|---|---|")
+        for label, c, k, hw, ks, st, pad in LAYERS:
+            if data and st != 1:
+                continue
+            calls, got, want = layer_calls(torch, c, k, hw, ks, st, pad, args.batch,
+                                           args.dtype, data, l2)
+            err = measure.rel_err_gpu(got, want)
+            times, how, why = measure.device_times(calls, repeat=5, target_ms=10.0)
+            t = {name: ms * 1e3 for name, ms in times.items()}
+            print(f"| {label} | {t['im2col']:.1f} | {t['implicit']:.1f} "
+                  f"({t['implicit'] / t['im2col']:.2f}) | {t['cudnn']:.1f} "
+                  f"({t['cudnn'] / t['im2col']:.2f}) | {err:.1e}"
+                  + (f" ({how}: {why})" if why else "") + " |", flush=True)
+            del calls, got, want
+            measure.release_memory(torch)
+            cupy.get_default_memory_pool().free_all_blocks()
     return 0
 
 

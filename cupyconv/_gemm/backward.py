@@ -38,7 +38,7 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, 
 from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
 from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv, plain_launch
-from cupyconv._gemm.tma_conv import pointwise_gemm, pointwise_weight_gemm
+from cupyconv._gemm.tma_conv import im2col_backward_data, pointwise_gemm, pointwise_weight_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -219,6 +219,8 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
             and plain_launch(None, bias, None, NO_ACTIVATION)
             and pointwise_gemm(plan.phases[0].prob, dy, _weight_matrix(geom, w), dx)):
         return False
+    if plain_launch(None, bias, None, NO_ACTIVATION) and im2col_backward_data(geom, dy, w, dx):
+        return False  # (stride 1, Hopper, 16-bit, channels-last: TMA's im2col mode)
     if plan.zero_fill:
         zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset
         bias = None

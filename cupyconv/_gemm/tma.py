@@ -51,9 +51,11 @@ EPILOGUE_COLS = 128  # columns per round of a consumer warp's staged epilogue (E
 # A dense row pitch / base address that TMA accepts: multiples of 16 bytes.
 TMA_ALIGN = 16
 # The kernel's Im2colGeometry (gemm_tma.cu), passed by value like the maps: the output plane,
-# stride, padding and dilation (rows, columns), the filter's width, channel blocks per tap.
+# stride, padding and dilation (rows, columns), the filter's width, channel blocks per tap, the
+# weight tap of window tap t as wtap0 + wtap_step t.
 IM2COL_GEOMETRY = np.dtype([(f, "<i4") for f in ("oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw",
-                                                  "kw", "cblocks")], align=True)
+                                                  "kw", "cblocks", "wtap0", "wtap_step")],
+                           align=True)
 # im2col maps of 4-D tensors: the pixel box's corners are signed 8-bit (the filter offsets,
 # 0..255, stay within reach of them)
 IM2COL_CORNER = (-128, 127)

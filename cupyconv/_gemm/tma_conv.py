@@ -102,48 +102,84 @@ def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
             and y.flags.c_contiguous)
 
 
-# ------------------------------------------------------------------ im2col mode (forward)
+# ------------------------------------------------------------------ im2col mode
 def im2col_forward(geom, x, w, y) -> bool:
     """Run the forward convolution ``geom`` (no epilogue options: the caller checked) on the TMA
-    kernel's im2col mode where it applies, and return whether it did: Hopper, float16 /
-    bfloat16, 2-d, ungrouped (grouped problems merged into one group by block-diagonal weights
-    too), channels-last, x, w and y C-contiguous with 16-byte channel rows,
-    and at least half the multiprocessors' worth of 128 x 128 output tiles (fewer: the implicit
-    loop, which splits K).  On the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's
-    downsampling (bf16, batch 32, H200, operands rotated past L2; benchmarks/notes/gemm.md,
-    session 31) it ran 1.13-2.0x the implicit loop, equal on 3x3 64 -> 64 at 56^2."""
+    kernel's im2col mode where it applies (:func:`_im2col_applies`), and return whether it did.
+    On the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's downsampling (bf16, batch 32,
+    H200, operands rotated past L2; benchmarks/notes/gemm.md, session 31) it ran 1.13-2.0x the
+    implicit loop, equal on 3x3 64 -> 64 at 56^2."""
+    if not _im2col_applies(geom, y.data.device_id, geom.out_spatial, geom.out_channels):
+        return False
+    return _run_im2col(x, w, y, stride=geom.stride, padding=geom.pad_lo,
+                       dilation=geom.dilation, out_hw=tuple(geom.out_spatial))
+
+
+def im2col_backward_data(geom, dy, w, dx) -> bool:
+    """Run backward-data of the stride-1 convolution ``geom`` (no bias: the caller checked) on
+    the TMA kernel's im2col mode as a forward over dy (the filter turned half a turn, padded by
+    its dilated reach minus the convolution's padding) where it applies, and return whether it
+    did.  (Not measured yet: the GPU tests and the timing are issue 46's next step.)"""
+    if (any(s != 1 for s in geom.stride)
+            or not _im2col_applies(geom, dx.data.device_id, geom.spatial, geom.in_channels)):
+        return False
+    reach = tuple(d * (k - 1) for d, k in zip(geom.dilation, geom.kernel))
+    return _run_im2col(dy, w, dx, stride=(1, 1),
+                       padding=tuple(r - p for r, p in zip(reach, geom.pad_lo)),
+                       dilation=geom.dilation, out_hw=tuple(geom.spatial), data=True)
+
+
+def _im2col_applies(geom, device_id: int, plane, channels: int) -> bool:
+    """The rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
+    cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one group (grouped
+    problems merged into one by block-diagonal weights too), channels-last, and at least half
+    the multiprocessors' worth of 128 x 128 tiles of the output ``plane`` x ``channels`` (fewer:
+    the implicit loop, which splits K)."""
     if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
-            or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(y.data.device_id)):
+            or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(device_id)):
         return False
-    oh, ow = geom.out_spatial
-    tiles = output_tiles(geom.batch * oh * ow, geom.out_channels, CONV_TILE)
-    if tiles < sm_count(y.data.device_id) // 2:
-        return False
+    tiles = output_tiles(geom.batch * math.prod(plane), channels, CONV_TILE)
+    return tiles >= sm_count(device_id) // 2
+
+
+def _run_im2col(a, w, out, **options) -> bool:
+    """:func:`prepare_im2col` and launch where its checks pass; whether it ran."""
     try:
-        launch = prepare_im2col_forward(x, w, y, stride=geom.stride, padding=geom.pad_lo,
-                                        dilation=geom.dilation, out_hw=(oh, ow))[0]
+        launch = prepare_im2col(a, w, out, **options)[0]
     except (TypeError, ValueError):  # (views, channels, alignment, windows TMA cannot take)
         return False
     launch()
     return True
 
 
-def check_im2col_forward(x, w, stride, padding, dilation, out=None, out_hw=None) -> dict:
-    """Check a channels-last forward convolution for the TMA kernel's im2col mode from the
-    arrays' dtype, shape, strides and address alone (testable without a GPU); raises TypeError /
-    ValueError naming the argument.  ``x``: (N, H, W, C) C-contiguous, ``w``: (K, R, S, C)
-    C-contiguous, both float16 or bfloat16, C a multiple of 8 (16-byte pixel rows), both 16-byte
-    aligned; ``out``: (N, OH, OW, K) with contiguous rows of K.  ``padding``: the top / left
-    padding; ``out_hw``: the output plane where the bottom / right padding differs (default:
-    the same padding on both sides).  Returns the launch facts."""
+def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
+                 data: bool = False) -> dict:
+    """Check a channels-last convolution for the TMA kernel's im2col mode from the arrays'
+    dtype, shape, strides and address alone (testable without a GPU); raises TypeError /
+    ValueError naming the argument.
+
+    The forward: ``x`` (N, H, W, C) and ``w`` (K, R, S, C), ``out`` (N, OH, OW, K).  With
+    ``data``, backward-data as a forward over dy: ``x`` is dy (N, OH, OW, K), ``w`` the
+    convolution's (K, R, S, C), ``out`` dx (N, H, W, C), ``padding`` the dilated filter's reach
+    minus the convolution's padding, ``stride`` 1.  Both float16 or bfloat16, C-contiguous,
+    16-byte aligned, with 16-byte channel rows (multiples of 8 channels); ``out`` C-contiguous.
+    ``padding``: the top / left padding; ``out_hw``: the output plane where the bottom / right
+    padding differs (default: the same padding on both sides).  Returns the launch facts, with
+    ``c`` the reduction's channels (x's) and ``k`` the output's."""
     dtype = check_pair({"x": x, "w": w}, 4, "4-D (channels-last)")
     n, h, wd, c = (int(v) for v in x.shape)
-    k, r, s, cw = (int(v) for v in w.shape)
-    if cw != c:
-        raise ValueError(f"w has {cw} input channels, x has {c}")
-    if c % 8:
-        raise ValueError(f"x has {c} channels: TMA needs 16-byte pixel rows (a multiple of 8)")
+    wk, r, s, wc = (int(v) for v in w.shape)
+    k, reduced = (wc, wk) if data else (wk, wc)
+    if reduced != c:
+        raise ValueError(f"w has {reduced} {'output' if data else 'input'} channels, "
+                         f"{'dy' if data else 'x'} has {c}")
+    for name, channels in (("x", c),) + ((("w", k),) if data else ()):
+        if channels % 8:
+            raise ValueError(f"{name} has {channels} channels: TMA needs 16-byte channel rows (a "
+                             f"multiple of 8)")
     (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in t) for t in (stride, padding, dilation))
+    if data and (sh, sw) != (1, 1):
+        raise ValueError(f"backward-data on the im2col mode takes stride 1, got {stride}")
     if out_hw is None:
         oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
         ow = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
@@ -181,17 +217,20 @@ def check_im2col_forward(x, w, stride, padding, dilation, out=None, out_hw=None)
             raise ValueError("out must be C-contiguous")
     return {"dtype": dtype, "n": n, "h": h, "w": wd, "c": c, "k": k, "r": r, "s": s,
             "oh": oh, "ow": ow, "stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw),
-            "lower": lower, "upper": upper, "m": m, "itemsize": itemsize}
+            "lower": lower, "upper": upper, "m": m, "itemsize": itemsize, "data": data}
 
 
-def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                           out_hw=None, tile=CONV_TILE):
-    """The forward convolution of channels-last ``x`` (N, H, W, C) with ``w`` (K, R, S, C) on
-    the TMA kernel's im2col mode, prepared once (checks, tensor maps, kernel): returns
-    ``(launch, out)``, ``out`` (N, OH, OW, K).  The GEMM is out[P, K] = im2col(x)[P, taps x C] @
-    w[K, taps x C]^T, its k slices one tap's BK channels each (a tap's last block zero-filled
-    past C on both operands).  ``padding`` and ``out_hw`` as for :func:`check_im2col_forward`.
-    Hopper with cuda-bindings only; every check runs before anything is compiled or launched."""
+def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                   out_hw=None, data: bool = False, tile=CONV_TILE):
+    """A channels-last convolution on the TMA kernel's im2col mode, prepared once (checks,
+    tensor maps, kernel): returns ``(launch, out)``.  The arrays and options as for
+    :func:`check_im2col`, which runs before anything is compiled or launched.
+
+    The forward is the GEMM out[P, K] = im2col(x)[P, taps x C] @ w[K, taps x C]^T, its k slices
+    one tap's BK channels each (a tap's last block zero-filled past C on both operands).  With
+    ``data``, dx[P, C] = im2col(dy)[P, taps x K] @ w'[taps x K, C], w' the filter turned half a
+    turn (window tap t reads weight tap taps - 1 - t), read MN-major from w as it is: no
+    transposed copy.  Hopper with cuda-bindings only."""
     import cupy
 
     from cupyconv._core import jit
@@ -201,13 +240,13 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
     from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, encoded_tiled,
                                     im2col_geometry)
 
-    x, w = require_array(x, "x"), require_array(w, "w")
+    x, w = require_array(x, "dy" if data else "x"), require_array(w, "w")
     if out is not None:
         out = require_array(out, "out")
     tile = tuple(tile)
     if tile not in TMA_TILES:
         raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
-    f = check_im2col_forward(x, w, stride, padding, dilation, out, out_hw)
+    f = check_im2col(x, w, stride, padding, dilation, out, out_hw, data)
     same_device({"x": x, "w": w, "out": out})
     bm, bn, bk, _ = tile
     dtype, c, k, item = f["dtype"], f["c"], f["k"], f["itemsize"]
@@ -218,19 +257,24 @@ def prepare_im2col_forward(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dil
         _driver()
         if out is None:
             out = cupy.empty((f["n"], f["oh"], f["ow"], k), dtype=x.dtype)
-        # x as (C, W, H, N), innermost first; w as (C, taps, K)
+        # x as (C, W, H, N), innermost first; w (K, R, S, C) as (C, taps, K) in either pass:
+        # boxes of one tap, BK of the reduction's channels by BN output channels (the
+        # forward: C by K), or 64 output channels by BK (backward-data: C by K, MN-major)
         x_dims = (c, f["w"], f["h"], f["n"])
         x_strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
+        w_dims = (int(w.shape[3]), taps, int(w.shape[0]))
+        w_strides = (w_dims[0] * item, taps * w_dims[0] * item)
         (sh, sw), (dh, dw) = f["stride"], f["dilation"]
         map_a = AddressArg(x, lambda ptr: encoded_im2col(
             ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], bk, bm, (1, sw, sh, 1)))
         map_b = AddressArg(w, lambda ptr: encoded_tiled(
-            ptr, dtype, (c, taps, k), (c * item, taps * c * item), (bk, 1, bn)))
+            ptr, dtype, w_dims, w_strides, (64, 1, bk) if data else (bk, 1, bn)))
         geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
-                              pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks)
+                              pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks,
+                              wtap0=taps - 1 if data else 0, wtap_step=-1 if data else 1)
         m, kk = f["m"], taps * cblocks * bk
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
-                              (1,))
+                              (0 if data else 1,))
         args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),
                 np.int32(store_width(k, out)), np.int32(1), out, geo)
         launch = persistent_launch(fn, tile, item, output_tiles(m, k, tile), device, args)

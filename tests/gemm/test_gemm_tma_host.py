@@ -39,8 +39,8 @@ def test_the_tma_modules_are_registered_for_nvidia_only():
     mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
     assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 3  # (the three modes of A)
     assert all(m.vendors == ("nvidia",) for m in mods)
-    # both orientations of B in each GEMM binary; the im2col mode's weights are K-major
-    assert all(m.variants == (((1,),) if m.tile[-1] == 2 else ((0,), (1,))) for m in mods)
+    # both orientations of B in each binary (the im2col mode: forward and backward-data)
+    assert all(m.variants == ((0,), (1,)) for m in mods)
 
 
 @pytest.mark.parametrize("tile", TMA_TILES)
@@ -241,11 +241,11 @@ def _fake4(shape, dtype="float16", ptr=0x10000):
 
 
 def test_the_im2col_window_covers_exactly_the_output_pixels():
-    from cupyconv._gemm.tma_conv import check_im2col_forward
+    from cupyconv._gemm.tma_conv import check_im2col
 
     # 3x3, stride 2, padding 1 on 14 x 15: 7 x 8 outputs; the last window starts at
     # ((7 - 1) 2 - 1, (8 - 1) 2 - 1) = (11, 13), so the upper corners are 11 - 13 and 13 - 14
-    f = check_im2col_forward(_fake4((2, 14, 15, 64)), _fake4((32, 3, 3, 64)), (2, 2), (1, 1),
+    f = check_im2col(_fake4((2, 14, 15, 64)), _fake4((32, 3, 3, 64)), (2, 2), (1, 1),
                              (1, 1))
     assert (f["oh"], f["ow"], f["m"]) == (7, 8, 2 * 7 * 8)
     assert f["lower"] == (-1, -1) and f["upper"] == (13 - 14, 11 - 13)
@@ -260,9 +260,28 @@ def test_the_im2col_window_covers_exactly_the_output_pixels():
     ((2, 2, 2, 16), (4, 5, 5, 16), 1, 0, 1, ValueError, "empty"),
 ])
 def test_im2col_forward_checks_name_the_problem(x, w, stride, padding, dilation, error, words):
-    from cupyconv._gemm.tma_conv import check_im2col_forward
+    from cupyconv._gemm.tma_conv import check_im2col
 
     with pytest.raises(error, match=words):
-        check_im2col_forward(_fake4(x), _fake4(w), (stride,) * 2, (padding,) * 2, (dilation,) * 2)
+        check_im2col(_fake4(x), _fake4(w), (stride,) * 2, (padding,) * 2, (dilation,) * 2)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        check_im2col_forward(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))
+        check_im2col(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))
+
+
+def test_backward_data_is_a_forward_over_dy_in_the_im2col_window():
+    from cupyconv._gemm.tma_conv import check_im2col
+
+    # 3x3, padding 1 on 14 x 15: dy is 14 x 15; as a forward over dy the filter reaches 2 - 1 = 1
+    f = check_im2col(_fake4((2, 14, 15, 32)), _fake4((32, 3, 3, 64)), (1, 1), (1, 1), (1, 1),
+                     out_hw=(14, 15), data=True)
+    assert (f["c"], f["k"], f["m"]) == (32, 64, 2 * 14 * 15)
+    assert f["lower"] == (-1, -1) and f["upper"] == (-1, -1)
+    with pytest.raises(ValueError, match="stride 1"):
+        check_im2col(_fake4((2, 7, 8, 32)), _fake4((32, 3, 3, 64)), (2, 2), (1, 1), (1, 1),
+                     out_hw=(14, 15), data=True)
+    with pytest.raises(ValueError, match="output channels"):
+        check_im2col(_fake4((2, 14, 15, 40)), _fake4((32, 3, 3, 64)), (1, 1), (1, 1), (1, 1),
+                     data=True)
+    with pytest.raises(ValueError, match="w has 60 channels"):
+        check_im2col(_fake4((2, 14, 15, 32)), _fake4((32, 3, 3, 60)), (1, 1), (1, 1), (1, 1),
+                     data=True)

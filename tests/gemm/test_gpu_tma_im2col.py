@@ -1,5 +1,6 @@
-"""The TMA kernel's im2col mode (``_gemm/tma_conv.py``, ``prepare_im2col_forward``) on an sm_90
-GPU: channels-last forward convolutions against the float64 reference into poisoned outputs,
+"""The TMA kernel's im2col mode (``_gemm/tma_conv.py``, ``prepare_im2col``) on an sm_90
+GPU: channels-last forward convolutions and stride-1 backward-data (a forward over dy with the
+filter turned half a turn) against the float64 reference into poisoned outputs,
 over strides, paddings, dilations, channel counts that leave a partial 64-channel block, outputs
 whose pixels cross images within a tile, a relaunch with new data in the same arrays, and
 NaN/inf planted in x and w reaching exactly the outputs the reference gives them (an infinite
@@ -35,9 +36,9 @@ def _hopper():
 
 
 def _run(x, w, stride, padding, dilation, out):
-    from cupyconv._gemm.tma_conv import prepare_im2col_forward
+    from cupyconv._gemm.tma_conv import prepare_im2col
 
-    launch, y = prepare_im2col_forward(x, w, out, stride=(stride,) * 2, padding=(padding,) * 2,
+    launch, y = prepare_im2col(x, w, out, stride=(stride,) * 2, padding=(padding,) * 2,
                                        dilation=(dilation,) * 2)
     launch()
     return launch, y
@@ -99,14 +100,14 @@ def _spy(monkeypatch):
     import importlib
 
     module = importlib.import_module("cupyconv._gemm.tma_conv")
-    calls, real = [], module.prepare_im2col_forward
+    calls, real = [], module.prepare_im2col
 
     def spy(x, w, *args, **kwargs):
         prepared = real(x, w, *args, **kwargs)  # (a refusal raises: the call falls back)
-        calls.append((tuple(x.shape), tuple(w.shape)))
+        calls.append((tuple(x.shape), tuple(w.shape), kwargs.get("data", False)))
         return prepared
 
-    monkeypatch.setattr(module, "prepare_im2col_forward", spy)
+    monkeypatch.setattr(module, "prepare_im2col", spy)
     return calls
 
 
@@ -134,7 +135,7 @@ def test_conv_routes_to_the_im2col_mode(monkeypatch, dtype, kernel, opts):
         ref = reference.conv(xh, wh, layout="NHWC", **opts)
         y = cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), layout="NHWC", **opts)
         assert rel_error(y, ref) <= tolerance(dtype, ref), f"call {call}"
-    assert calls == [((32, 19, 21, 64), (264, kernel, kernel, 64))]
+    assert calls == [((32, 19, 21, 64), (264, kernel, kernel, 64), False)]
     clear_caches()
 
 
@@ -205,4 +206,98 @@ def test_conv_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
     assert bool((cupy.isinf(y) == cupy.isinf(ty)).all())
     assert bool((cupy.sign(y[cupy.isinf(y)]) == cupy.sign(ty[cupy.isinf(ty)])).all())
     assert len(calls) == 1
+    clear_caches()
+
+
+# (N, H, W, C, K, R, S, padding, dilation): stride-1 problems for backward-data
+DATA_CASES = [
+    (2, 13, 11, 64, 64, 3, 3, 1, 1),
+    (2, 9, 10, 72, 40, 3, 3, 1, 1),      # partial channel blocks on both sides
+    (1, 20, 17, 24, 48, 5, 5, 4, 2),     # dilation 2
+    (3, 7, 7, 128, 256, 3, 3, 0, 1),     # no padding: dy smaller than dx
+    (2, 12, 12, 64, 32, 1, 1, 1, 1),     # padding beyond the filter's reach
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", DATA_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_im2col_backward_data_matches_reference(case, dtype):
+    import cupy
+
+    from cupyconv import reference
+    from cupyconv._gemm.tma_conv import prepare_im2col
+
+    n, h, wd, c, k, r, s, padding, dilation = case
+    rng = np.random.default_rng(sum(case) + 1)
+    x_shape = (n, h, wd, c)
+    wh = random_array(rng, (k, r, s, c), dtype)
+    oh = h + 2 * padding - dilation * (r - 1)
+    ow = wd + 2 * padding - dilation * (s - 1)
+    dyh = random_array(rng, (n, oh, ow, k), dtype)
+    ref = reference.conv_backward_data(dyh, wh, x_shape, padding=padding, dilation=dilation,
+                                       layout="NHWC")
+    out = cupy.full(x_shape, np.nan, dtype=dyh.dtype)
+    reach = (dilation * (r - 1), dilation * (s - 1))
+    launch, dx = prepare_im2col(cupy.asarray(dyh), cupy.asarray(wh), out,
+                                padding=(reach[0] - padding, reach[1] - padding),
+                                dilation=(dilation,) * 2, out_hw=(h, wd), data=True)
+    launch()
+    assert dx is out
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel,opts", [(3, dict(padding=1)), (3, dict(padding=2, dilation=2)),
+                                         (2, dict(padding="same"))])
+def test_conv_backward_data_routes_to_the_im2col_mode(monkeypatch, dtype, kernel, opts):
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(kernel + 3)
+    x_shape = (32, 19, 21, 64)
+    y_shape = cupyconv.conv(cupy.zeros(x_shape, dtype),
+                            cupy.zeros((264, kernel, kernel, 64), dtype), layout="NHWC",
+                            **opts).shape
+    clear_caches()
+    calls.clear()
+    for call in range(2):
+        wh = random_array(rng, (264, kernel, kernel, 64), dtype)
+        dyh = random_array(rng, y_shape, dtype)
+        ref = reference.conv_backward_data(dyh, wh, x_shape, layout="NHWC", **opts)
+        dx = cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), x_shape,
+                                         layout="NHWC", **opts)
+        assert rel_error(dx, ref) <= tolerance(dtype, ref), f"call {call}"
+    assert calls == [(y_shape, (264, kernel, kernel, 64), True)]
+    clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+
+    torch = pytest.importorskip("torch")
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(9)
+    x_shape = (32, 17, 19, 72)
+    dy = cupy.asarray(random_array(rng, (32, 17, 19, 136), dtype))
+    w = cupy.asarray(random_array(rng, (136, 3, 3, 72), dtype))
+    dy[0, 3, 5, 7] = np.nan
+    dy[5, 16, 0, 130] = np.inf
+    w[9, 2, 1, 71] = -np.inf
+    dx = cupyconv.conv_backward_data(dy, w, x_shape, layout="NHWC", padding=1)
+    tdy, tw = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (dy, w))
+    tdx = torch.nn.grad.conv2d_input((32, 72, 17, 19), tw, tdy, padding=1).permute(0, 2, 3, 1)
+    tdx = cupy.from_dlpack(tdx.contiguous())
+    assert bool((cupy.isnan(dx) == cupy.isnan(tdx)).all())
+    assert bool((cupy.isinf(dx) == cupy.isinf(tdx)).all())
+    assert len(calls) == 1 and calls[0][2]
     clear_caches()

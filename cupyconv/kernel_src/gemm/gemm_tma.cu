@@ -9,10 +9,10 @@
 //    convolution's forward, M = output pixels, K = taps x channel blocks of BK): an im2col box
 //    of BM pixels x BK channels per k slice, the tap as TMA's filter offsets (geo, below).
 // B either stored [N, K] (B_KMAJOR = 1, boxes BK x BN) or row-major [K, N] (B_KMAJOR = 0:
-// MN-major, BN / 64 boxes of 64 n x BK k); with A_MODE = 2 it is the weight w[N][taps][C] as a
-// 3-D map, a box of BK channels of one tap for BN output channels (so the channels past C of
-// the last block are zeros on both sides, never the next tap's weights: a zero times an
-// infinite weight would be NaN).
+// MN-major, BN / 64 boxes of 64 n x BK k); with A_MODE = 2 it is the weight as a 3-D map, a
+// box of one tap (so the channels past the last block are zeros on both sides, never the next
+// tap's weights: a zero times an infinite weight would be NaN): the forward's w[N][taps][C]
+// (B_KMAJOR = 1) or backward-data's w[C][taps][N] (B_KMAJOR = 0, read tap-flipped).
 //
 // Split-K (splits > 1; backward-weight's long k = pixels over a small output): the work units
 // are (part, tile) pairs, part-major, and part p sums k slices [p per, (p + 1) per) with per =
@@ -47,9 +47,11 @@
 
 // The convolution geometry of A_MODE = 2 (zeros in the other modes; cupyconv/_gemm/tma.py,
 // IM2COL_GEOMETRY, mirrors the layout): the output plane, stride, padding and dilation (rows,
-// columns), the filter's width and the channel blocks of BK per tap.
+// columns), the filter's width, the channel blocks of BK per tap, and which weight tap a
+// window tap multiplies: wtap0 + wtap_step * tap (0, 1 for the forward; taps - 1, -1 for
+// backward-data, a forward over dy with the filter turned half a turn).
 struct Im2colGeometry {
-  int oh, ow, sh, sw, ph, pw, dh, dw, kw, cblocks;
+  int oh, ow, sh, sw, ph, pw, dh, dw, kw, cblocks, wtap0, wtap_step;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -82,7 +84,14 @@ __device__ __forceinline__ void load_slice(T* a, T* b, const TensorMap* map_a,
     const int ty = tap / geo.kw, tx = tap - ty * geo.kw;
     tma_load_im2col_4d(a, map_a, bar, c0, w0, h0, img, (unsigned short)(tx * geo.dw),
                        (unsigned short)(ty * geo.dh));
-    tma_load_3d(b, map_b, bar, c0, tap, n0);
+    const int wtap = geo.wtap0 + geo.wtap_step * tap;
+    if constexpr (B_KMAJOR) {  // the forward's w[N][taps][K]: BK of one tap's K for BN rows
+      tma_load_3d(b, map_b, bar, c0, wtap, n0);
+    } else {  // backward-data's w[K][taps][N]: BN / 64 boxes of 64 n for BK rows of one tap
+#pragma unroll
+      for (int j = 0; j < BN / 64; ++j)
+        tma_load_3d(b + j * 64 * BK, map_b, bar, n0 + 64 * j, wtap, c0);
+    }
     return;
   } else if constexpr (A_MODE == 1) {
     tma_load_2d(a, map_a, bar, k0, m0);
@@ -195,7 +204,6 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   static_assert(BK * (int)sizeof(T) == 128, "slices of 128-byte rows (the swizzle's width)");
   static_assert(BN == 128 || BN == 256, "wgmma n of the consumers (WgmmaSS)");
   static_assert(STAGES >= 2, "a ring");
-  static_assert(A_MODE != 2 || B_KMAJOR, "im2col mode: the weights' 3-D map is K-major");
   constexpr int CONSUMERS = BM / 64;
   constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * sizeof(T);
