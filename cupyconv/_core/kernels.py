@@ -26,9 +26,9 @@ def grouped_module(dtype: str) -> KernelModule:
 
 # Residual and activation of the fused epilogue as a pass of their own (after the depthwise kernels).
 EPILOGUE_PASS = KernelModule("common/epilogue_pass.cu", ("epilogue_pass",))
-IM2COL = KernelModule("gemm/im2col.cu", ("im2col",))
+IM2COL = KernelModule("gemm/im2col.cu", ("im2col", "im2col_rows"))
 SPLITK_REDUCE = KernelModule("gemm/splitk_reduce.cu", ("splitk_reduce",))
-COL2IM = KernelModule("gemm/col2im.cu", ("col2im",))
+COL2IM = KernelModule("gemm/col2im.cu", ("col2im", "col2im_rows"))
 # Depthwise kernels (depthwise.cu): forward (transposed = 0) and backward-data (transposed = 1).
 # The tile kernels have fixed-size variants for square unit-stride kernels (KF = 3, 5, 7 for
 # forward/backward-data, 3, 5 for backward-weight; 0 = any shape): one binary per (dtype, pass).

@@ -34,7 +34,8 @@ from cupyconv._depthwise.tiles import tile_plan
 from cupyconv._direct.grouped import grouped_applicable, grouped_plan, run_grouped
 from cupyconv._direct.launch import repair_merged_forward, run_direct
 from cupyconv._dispatch.callcache import PreparedCall, prepare
-from cupyconv._gemm.forward import (forward_merge, gemm_launch_shape, is_pointwise,
+from cupyconv._gemm import tma_columns
+from cupyconv._gemm.forward import (columns_pay, forward_merge, gemm_launch_shape, is_pointwise,
                                     run_im2col_gemm, run_implicit_gemm)
 from cupyconv._gemm.implicit_cost import few_channel_seconds, few_channels
 from cupyconv._gemm.launch import MAX_GEMM_ROWS, forced_plan, grid_fits
@@ -169,6 +170,8 @@ def run_implicit_gemm_exact(geom: ConvGeometry, x, w, bias, y, *, z=None,
 
 
 def _implicit_cost(g: ConvGeometry, device_id: int) -> float:
+    if columns_pay(g, device_id):  # (few channels on Hopper: run_implicit_gemm's route)
+        return tma_columns.seconds(g)
     return forward_merge(g, device_id)[1]
 
 

@@ -38,6 +38,7 @@ from cupyconv._gemm.grouped import (best_factor, expand_weight, extract_weight, 
 from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
 from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv, plain_launch
+from cupyconv._gemm import tma_columns
 from cupyconv._gemm.tma_conv import im2col_backward_data, pointwise_gemm, pointwise_weight_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
@@ -221,6 +222,8 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
         return False
     if plain_launch(None, bias, None, NO_ACTIVATION) and im2col_backward_data(geom, dy, w, dx):
         return False  # (stride 1, Hopper, 16-bit, channels-last: TMA's im2col mode)
+    if plain_launch(None, bias, None, NO_ACTIVATION) and tma_columns.backward_data(geom, dy, w, dx):
+        return False  # (few channels, Hopper, 16-bit, channels-last: fp32 columns, col2im)
     if plan.zero_fill:
         zero_fill(dx)  # rows no tap reaches (stride > dilated kernel): one memset
         bias = None
@@ -292,6 +295,9 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     if (plain_launch(None, None, None, NO_ACTIVATION)
             and pointwise_weight_gemm(ImplicitConv.from_geometry(geom), x, dy, dw)):
         return
+    if (plain_launch(None, None, None, NO_ACTIVATION)
+            and tma_columns.backward_weight(geom, x, dy, dw)):
+        return  # (few channels, Hopper, 16-bit, channels-last: the column matrix, split-K)
     factor = weight_merge(geom, dw.data.device_id)[0]
     if factor > 1:
         dw_m = scratch(merged_geometry(geom, factor).weight_shape, geom.dtype)

@@ -24,6 +24,7 @@ from cupyconv._gemm.im2col import run_im2col
 from cupyconv._gemm.implicit_cost import implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, MatrixView, OutMap
 from cupyconv._gemm.launch import plain_launch, run_conv_fprop, run_gemm
+from cupyconv._gemm import tma_columns
 from cupyconv._gemm.tma_conv import im2col_forward, pointwise_gemm
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
@@ -76,8 +77,27 @@ def run_implicit_gemm(geom: ConvGeometry, x, w, bias, y, *, z=None,
         _run_matrix_conv(geom, contiguous(x), contiguous(w), bias, y, taps=1, z=z, act=act)
     elif plain_launch(None, bias, z, act) and im2col_forward(geom, x, w, y):
         pass  # (Hopper, 16-bit, channels-last: TMA's im2col mode ran it, _gemm/tma_conv.py)
+    elif (plain_launch(None, bias, z, act) and columns_pay(geom, y.data.device_id)
+          and tma_columns.forward(geom, x, w, y)):
+        pass  # (the same, few channels: a padded column matrix, _gemm/tma_columns.py)
     else:
         run_conv_fprop(geom, x, w, bias, y, z=z, act=act)
+
+
+# The few-channel implicit model (``implicit_cost``, fitted on an H100 before the Hopper loop's
+# later changes) overestimates these layers about twice on an H200: 380, 306 and 140 us for the
+# 191, 150 and 76 us measured on the stems of ResNet-50, EfficientNet-B0 and ConvNeXt-T (bf16,
+# batch 32; benchmarks/notes/gemm.md, session 32).  The column route is weighed against it so.
+FEW_CHANNEL_H200 = 0.5
+
+
+def columns_pay(geom: ConvGeometry, device_id: int) -> bool:
+    """Whether the forward ``geom`` goes to the few-channel column route
+    (:mod:`cupyconv._gemm.tma_columns`): where it applies and its estimate beats the implicit
+    loop's (scaled by FEW_CHANNEL_H200).  Measured: the 3x3 and 4x4 stems gain (150 -> 87 us,
+    76 -> 50-66 us), ResNet-50's 7x7 stem would lose (191 -> 254 us) and keeps the loop."""
+    return (tma_columns.applies(geom, device_id) and tma_columns.seconds(geom)
+            < FEW_CHANNEL_H200 * forward_merge(geom, device_id)[1])
 
 
 def pointwise_as_gemm(geom: ConvGeometry) -> bool:

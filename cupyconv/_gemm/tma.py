@@ -327,13 +327,17 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     if out is not None:
         if out.ndim != 2 or tuple(out.shape) != (m, n):
             raise ValueError(f"out must have shape {(m, n)}, got {tuple(out.shape)}")
-        if dtype_name(out.dtype) != dtype:
-            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, need {dtype}")
+        if dtype_name(out.dtype) not in (dtype, "float32"):
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, need {dtype} (or float32: "
+                            f"the unrounded sums)")
+        out_item = out.dtype.itemsize
         rs, cs = out.strides
-        if (n > 1 and cs != itemsize) or (m > 1 and (rs < n * itemsize or rs % itemsize)):
+        if out_item == 4 and ((n > 1 and cs != 4) or (m > 1 and rs != 4 * n)):
+            raise ValueError("a float32 out must be C-contiguous (the sums go out as rows of n)")
+        if (n > 1 and cs != out_item) or (m > 1 and (rs < n * out_item or rs % out_item)):
             raise ValueError("out must have contiguous, non-overlapping rows (element stride 1 "
                              "along its last dim)")
-        ldc = rs // itemsize if m > 1 else n
+        ldc = rs // out_item if m > 1 else n
     tiles = output_tiles(m, n, tile)
     if tiles >= 2**31 or m >= 2**31 or n >= 2**31 or k >= 2**31:
         raise ValueError(f"problem too large for the TMA GEMM's 32-bit tile indices ({m} x {n} x {k})")
@@ -407,11 +411,11 @@ def gemm_tile(a, b, c, *, wide: bool = False):
 
 def runs_on_tma(a, b, c, tile) -> bool:
     """Whether ``c = a @ b`` can run on the TMA kernel with ``tile``: not ``CUPYCONV_TMA=0``, a
-    2-D float16 / bfloat16 product on a Hopper GPU with cuda-bindings, operands TMA can read
-    (:func:`check_operands`)."""
+    2-D float16 / bfloat16 product (``c`` of that dtype or float32) on a Hopper GPU with
+    cuda-bindings, operands TMA can read (:func:`check_operands`)."""
     if not tma_enabled():
         return False
-    if a.ndim != 2 or b.ndim != 2 or dtype_name(c.dtype) not in TMA_DTYPES:
+    if a.ndim != 2 or b.ndim != 2 or dtype_name(a.dtype) not in TMA_DTYPES:
         return False
     if not runs_here(c.data.device_id):
         return False
@@ -429,7 +433,8 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
 
     ``splits`` > 1 splits the k slices into that many parts (fewer where parts would be empty),
     summed in fp32 into a workspace and added in part order by a second kernel
-    (``splitk_reduce.cu``): for long k over a small output (backward-weight)."""
+    (``splitk_reduce.cu``): for long k over a small output (backward-weight).  A float32
+    ``out`` (C-contiguous, ``splits`` 1) receives the fp32 sums unrounded."""
     import cupy
 
     from cupyconv._core import jit
@@ -448,6 +453,9 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         out = require_array(out, "out")
         arrays["out"] = out
     facts = check_operands(a, b, out, tile)
+    fp32_out = out is not None and dtype_name(out.dtype) == "float32"
+    if fp32_out and splits != 1:
+        raise ValueError(f"a float32 out takes splits=1, got {splits}")
     same_device(arrays)
     device = a.device.id
     m, n, k, tile = facts["m"], facts["n"], facts["k"], facts["tile"]
@@ -475,15 +483,19 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         ldc = facts["ldc"] if facts["ldc"] is not None else n
         slices = math.ceil(k / bk)
         splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+        c = out
         if splits > 1:  # the kernel writes fp32 rows of n to the workspace, not to out
             ws = scratch(splits * m * n, "float32")
             c_vec = 2 if n % 2 == 0 else 1
+        elif fp32_out:  # no C (a null pointer): the one part's fp32 rows are the result
+            ws, c = out, np.uint64(0)
+            c_vec = 2 if n % 2 == 0 and int(out.data.ptr) % 8 == 0 else 1
         else:
             ws = out  # (not touched)
             c_vec = store_width(ldc, out)
         fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, int(facts["a_kmajor"])),
                               "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
-        args = (map_a, map_b, out, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
+        args = (map_a, map_b, c, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
                 np.int32(c_vec), np.int32(splits), ws, _NO_IM2COL)
         rows = OutMap(m, 0, ldc, 1)
 

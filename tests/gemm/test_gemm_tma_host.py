@@ -109,6 +109,16 @@ def test_bad_operands_are_refused(a, b, out, error, words):
         tma.check_operands(a, b, out)
 
 
+def test_a_float32_out_takes_the_unrounded_sums_in_dense_rows():
+    facts = tma.check_operands(_fake((8, 64)), _fake((64, 8)), _fake((8, 8), "float32"))
+    assert facts["ldc"] == 8
+    with pytest.raises(ValueError, match="float32 out must be C-contiguous"):
+        tma.check_operands(_fake((8, 64)), _fake((64, 8)), _fake((8, 8), "float32",
+                                                                 strides=(64, 4)))
+    with pytest.raises(TypeError, match="out has dtype"):
+        tma.check_operands(_fake((8, 64)), _fake((64, 8)), _fake((8, 8), "float64"))
+
+
 def test_out_with_a_row_pitch_gives_ldc():
     facts = tma.check_operands(_fake((8, 64)), _fake((64, 8)), _fake((8, 8), strides=(48, 2)))
     assert facts["ldc"] == 24

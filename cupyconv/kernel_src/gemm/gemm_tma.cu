@@ -17,7 +17,9 @@
 // Split-K (splits > 1; backward-weight's long k = pixels over a small output): the work units
 // are (part, tile) pairs, part-major, and part p sums k slices [p per, (p + 1) per) with per =
 // ceil(slices / splits) (the host makes every part non-empty); it stores its fp32 sums to
-// ws[p][M][N], which splitk_reduce.cu adds in part order (bitwise repeatable).
+// ws[p][M][N], which splitk_reduce.cu adds in part order (bitwise repeatable).  With no C
+// (C == nullptr, one part) the fp32 sums are the result: ws[M][N], unrounded (the few-channel
+// backward-data's column matrix, which col2im_rows then sums per input element).
 // Every box is 128 bytes wide with the 128-byte swizzle, the layout wgmma reads through
 // descriptors (wgmma_ss.cuh).  Edges need no code: TMA writes zeros for elements outside the
 // tensor (the k tail multiplies zeros; rows past M / columns past N are computed and not stored).
@@ -306,7 +308,7 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
 
       // Epilogue: the warp's rows 16 warp .. 16 warp + 15 of its warpgroup's 64.
       const int row0 = m0 + cw * 64 + warp * 16;
-      if (splits > 1) {
+      if (splits > 1 || C == nullptr) {
         // fp32 partial sums to ws[part], straight from the fragments: each thread's rows r and
         // r + 8, column pairs 8 j + 2 (lane % 4).  (Pairs: N even, float2 stores 8-byte
         // aligned; the host checks.)
