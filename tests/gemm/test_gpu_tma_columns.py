@@ -41,11 +41,14 @@ def _hopper():
 
 @pytest.fixture
 def routed(monkeypatch):
-    """The passes ("forward", "backward_data", "backward_weight") the column route ran."""
+    """The passes ("forward", "backward_data", "backward_weight") the column route ran, its
+    forward taken wherever it applies (not only where its estimate wins: the route is what
+    these tests check; test_the_forward_rule_on_the_stems checks the rule)."""
     from cupyconv._core.caches import clear_caches
-    from cupyconv._gemm import tma_columns
+    from cupyconv._gemm import forward, tma_columns
 
     clear_caches()
+    monkeypatch.setattr(forward, "columns_pay", tma_columns.applies)
     ran = []
     for name in ("forward", "backward_data", "backward_weight"):
         real = getattr(tma_columns, name)
@@ -207,3 +210,32 @@ def test_cases_that_keep_the_other_loops(routed, monkeypatch, case):
                          **{a: (v.get() if hasattr(v, "get") else v) for a, v in kw.items()})
     assert rel_error(y, ref) <= tolerance(dtype, ref)
     assert routed == []
+
+
+@pytest.mark.parametrize("stem,routes", [
+    (((32, 224, 224, 3), 64, (7, 7), dict(stride=2, padding=3)), False),   # 254 vs 191 us
+    (((32, 224, 224, 3), 32, (3, 3), dict(stride=2, padding=1)), True),    # 87 vs 150 us
+    (((32, 224, 224, 3), 96, (4, 4), dict(stride=4)), True),               # 50-66 vs 76 us
+])
+def test_the_forward_rule_on_the_stems(monkeypatch, stem, routes):
+    """cupyconv.conv's own choice (no forcing) on the stems the rule was measured on: the
+    column route where it measured faster than the implicit loop (benchmarks/notes/gemm.md,
+    session 32); a correct result either way."""
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._gemm import tma_columns
+
+    clear_caches()
+    ran, real = [], tma_columns.forward
+    monkeypatch.setattr(tma_columns, "forward", lambda *a: ran.append(1) or real(*a))
+    x_shape, k, kernel, opts = stem
+    rng = np.random.default_rng(1)
+    x = cupy.asarray(random_array(rng, x_shape, "bfloat16"))
+    w = cupy.asarray(random_array(rng, (k, *kernel, 3), "bfloat16"))
+    y = cupyconv.conv(x, w, layout="NHWC", **opts)
+    ref = cupyconv.conv(x.astype(cupy.float32), w.astype(cupy.float32), layout="NHWC", **opts)
+    assert rel_error(y, ref) <= 2e-2
+    assert bool(ran) == routes
+    clear_caches()
