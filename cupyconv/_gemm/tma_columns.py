@@ -26,12 +26,18 @@ import math
 
 import numpy as np
 
+from cupyconv._core import jit
+from cupyconv._core.copy import copy_into
 from cupyconv._core.dtypes import itemsize
 from cupyconv._core.geometry import ConvGeometry
-from cupyconv._core.kernels import MATH_WGMMA
-from cupyconv._core.launch import int64s, ints, launch_grid, sm_count, spatial_args
+from cupyconv._core.kernels import COL2IM, IM2COL, MATH_WGMMA
+from cupyconv._core.launch import (element_strides, int64s, ints, launch_grid, sm_count,
+                                   spatial_args)
+from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.plans import LAUNCH_S, MATH_RATE
-from cupyconv._gemm.tma import TMA_DTYPES, gemm_tile, runs_here, runs_on_tma, tma_enabled
+from cupyconv._gemm.tma import (TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_here, runs_on_tma,
+                                tma_enabled)
+from cupyconv._gemm.tma_conv import CONV_TILE, weight_splits
 
 # Most elements per column-matrix row (im2col.cu's IM2COL_ROWS_MAX: its shared column table).
 MAX_WIDTH = 1024
@@ -89,8 +95,6 @@ def _chunk(geom: ConvGeometry, row_bytes: int) -> int:
 def _pad_weight(w, wp) -> None:
     """w (K, *kernel, C) into ``wp``, the zero-padded [K, width] matrix of the column order (a
     copy per call: weights change in place between calls)."""
-    from cupyconv._core.copy import copy_into
-    from cupyconv._core.program import zero_fill
 
     zero_fill(wp)
     copy_into(w, _real_columns(wp, w.shape))
@@ -111,9 +115,6 @@ def _real_columns(matrix, weight_shape):
 def _write_columns(geom: ConvGeometry, x, col, batch: int) -> None:
     """im2col_rows: the column matrix of ``batch`` images of ``x`` (any strides) into ``col``
     (C-contiguous rows of column_width elements)."""
-    from cupyconv._core import jit
-    from cupyconv._core.kernels import IM2COL
-    from cupyconv._core.launch import element_strides
 
     fn = jit.get_function(IM2COL, "im2col_rows", geom.dtype)
     args = (x, col, *ints((batch, geom.in_channels)), *spatial_args(geom),
@@ -137,9 +138,6 @@ def forward(geom: ConvGeometry, x, w, y) -> bool:
     whether it ran."""
     if not applies(geom, y.data.device_id) or not y.flags.c_contiguous:
         return False
-    from cupyconv._core.program import scratch
-    from cupyconv._gemm.tma import prepare_gemm_tma
-
     width, k = column_width(geom), geom.out_channels
     chunk = _chunk(geom, width * itemsize(geom.dtype))
     pixels = chunk * math.prod(geom.out_spatial)
@@ -164,11 +162,6 @@ def backward_data(geom: ConvGeometry, dy, w, dx) -> bool:
     if (not applies(geom, dx.data.device_id) or not dx.flags.c_contiguous
             or not dy.flags.c_contiguous):
         return False
-    from cupyconv._core import jit
-    from cupyconv._core.kernels import COL2IM
-    from cupyconv._core.program import scratch
-    from cupyconv._gemm.tma import prepare_gemm_tma
-
     width, k = column_width(geom), geom.out_channels
     chunk = _chunk(geom, width * 4)
     pixels = chunk * math.prod(geom.out_spatial)
@@ -200,11 +193,6 @@ def backward_weight(geom: ConvGeometry, x, dy, dw) -> bool:
     if (not applies(geom, dw.data.device_id) or not dy.flags.c_contiguous
             or not dw.flags.c_contiguous):
         return False
-    from cupyconv._core.copy import copy_into
-    from cupyconv._core.program import scratch
-    from cupyconv._gemm.tma import prepare_gemm_tma
-    from cupyconv._gemm.tma_conv import CONV_TILE, weight_splits
-
     width, k = column_width(geom), geom.out_channels
     pixels = geom.batch * math.prod(geom.out_spatial)
     if pixels * width * itemsize(geom.dtype) > WEIGHT_COLUMN_BYTES:
