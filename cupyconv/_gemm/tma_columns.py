@@ -76,7 +76,7 @@ def seconds(geom: ConvGeometry) -> float:
     """Estimated time of the forward on the column route: the column matrix written at
     COLUMN_WRITE_BANDWIDTH, then read with y written at COLUMN_GEMM_BANDWIDTH, or the products
     at the Hopper loop's rate where that is longer, and the launches (the weight's padded copy
-    among them).  Measured against it on the three stems: 254, 87 and 50-66 us for 243, 77 and
+    among them).  Measured against it on the three stems: 254, 87 and 50-66 us for 260, 77 and
     45 estimated."""
     item = itemsize(geom.dtype)
     pixels = geom.batch * math.prod(geom.out_spatial)
@@ -95,7 +95,6 @@ def _chunk(geom: ConvGeometry, row_bytes: int) -> int:
 def _pad_weight(w, wp) -> None:
     """w (K, *kernel, C) into ``wp``, the zero-padded [K, width] matrix of the column order (a
     copy per call: weights change in place between calls)."""
-
     zero_fill(wp)
     copy_into(w, _real_columns(wp, w.shape))
 
