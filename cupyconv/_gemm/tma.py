@@ -363,10 +363,16 @@ def tma_enabled() -> bool:
 
 @memoized(None)
 def runs_here(device_id: int) -> bool:
-    """Whether ``device_id`` is a Hopper GPU and the driver binding is importable."""
+    """Whether ``device_id`` is a Hopper GPU and the driver binding is importable (False where
+    CUDA sees no device: the cost models ask it of modelled devices on machines without one)."""
     import cupy
 
-    if cupy.cuda.runtime.is_hip or cupy.cuda.Device(device_id).compute_capability != "90":
+    if cupy.cuda.runtime.is_hip:
+        return False
+    try:
+        if cupy.cuda.Device(device_id).compute_capability != "90":
+            return False
+    except cupy.cuda.runtime.CUDARuntimeError:
         return False
     try:
         _driver()

@@ -65,3 +65,17 @@ def test_the_kernel_table_holds_the_widest_row():
     src = (Path(tma_columns.__file__).parents[1] / "kernel_src/gemm/im2col.cu").read_text()
     assert int(re.search(r"IM2COL_ROWS_MAX = (\d+);", src).group(1)) == tma_columns.MAX_WIDTH
 
+
+
+def test_without_a_device_nothing_applies():
+    """The forward cost model asks the route of modelled devices: where CUDA sees no GPU the
+    answer is no, not an error."""
+    import cupy
+
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        g = _geom((32, 224, 224, 3), 64, (7, 7), stride=2, padding=3)
+        assert not tma_columns.applies(g, 0)
+    else:
+        pytest.skip("a GPU is present")
