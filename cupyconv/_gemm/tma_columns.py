@@ -35,9 +35,8 @@ from cupyconv._core.launch import (element_strides, int64s, ints, launch_grid, s
                                    spatial_args)
 from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.plans import LAUNCH_S, MATH_RATE
-from cupyconv._gemm.tma import (TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_here, runs_on_tma,
-                                tma_enabled)
-from cupyconv._gemm.tma_conv import CONV_TILE, weight_splits
+from cupyconv._gemm.tma import TMA_DTYPES, gemm_tile, prepare_gemm_tma, runs_here, tma_enabled
+from cupyconv._gemm.tma_conv import prepare_weight_gemm
 
 # Most elements per column-matrix row (im2col.cu's IM2COL_ROWS_MAX: its shared column table).
 MAX_WIDTH = 1024
@@ -196,13 +195,12 @@ def backward_weight(geom: ConvGeometry, x, dy, dw) -> bool:
     pixels = geom.batch * math.prod(geom.out_spatial)
     if pixels * width * itemsize(geom.dtype) > WEIGHT_COLUMN_BYTES:
         return False
-    splits = weight_splits(k, width, pixels, sm_count(dw.data.device_id))
     col = scratch((pixels, width), geom.dtype)
     dwp = scratch((k, width), geom.dtype)
-    a = dy.reshape(pixels, k).T
-    if splits is None or not runs_on_tma(a, col, dwp, CONV_TILE):
+    launch = prepare_weight_gemm(dy.reshape(pixels, k).T, col, dwp)
+    if launch is None:
         return False
     _write_columns(geom, x, col, geom.batch)
-    prepare_gemm_tma(a, col, dwp, tile=CONV_TILE, splits=splits)[0]()
+    launch()
     copy_into(_real_columns(dwp, dw.shape), dw)
     return True

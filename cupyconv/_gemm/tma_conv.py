@@ -70,14 +70,25 @@ def pointwise_weight_gemm(prob: ImplicitConv, x, dy, dw) -> bool:
     if not _is_plain_pointwise(prob, x, dy) or not dw.flags.c_contiguous:
         return False
     pixels, k_out, c_in = prob.gemm[0], prob.out_channels, prob.in_channels
-    a, b, c = dy.reshape(pixels, k_out).T, x.reshape(pixels, c_in), dw.reshape(k_out, c_in)
-    if not runs_on_tma(a, b, c, CONV_TILE):
+    launch = prepare_weight_gemm(dy.reshape(pixels, k_out).T, x.reshape(pixels, c_in),
+                                 dw.reshape(k_out, c_in))
+    if launch is None:
         return False
-    splits = weight_splits(k_out, c_in, pixels, sm_count(dw.data.device_id))
-    if splits is None:
-        return False
-    prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]()
+    launch()
     return True
+
+
+def prepare_weight_gemm(a, b, c):
+    """The launch of a backward-weight product ``c = a @ b`` (``a`` dy^T, its k the pixels) on
+    the TMA kernel with CONV_TILE, split by :func:`weight_splits`, prepared (nothing launched
+    yet); None where it does not apply (operands TMA cannot read, too few work units)."""
+    if not runs_on_tma(a, b, c, CONV_TILE):
+        return None
+    (m, k), n = a.shape, c.shape[1]
+    splits = weight_splits(m, n, k, sm_count(c.data.device_id))
+    if splits is None:
+        return None
+    return prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]
 
 
 def weight_splits(m: int, n: int, k: int, sms: int) -> int | None:
