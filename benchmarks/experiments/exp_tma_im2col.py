@@ -4,11 +4,12 @@ with the im2col route switched off in this process) and cuDNN (channels_last, au
 or fp16, batch 32, on the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's 2x2
 downsampling: device time of CUDA-graph replays over operands rotated past 3x the L2
 (``measure.device_times``), and each result's error against the implicit loop's.  With
-``--passes data``, backward-data of the stride-1 layers the same way (cuDNN: conv2d_input).  (At 53d7cdf,
+``--passes data``, backward-data of the stride-1 layers the same way (cuDNN: conv2d_input); with
+``weight``, backward-weight of the layers of a multiple of 64 input channels (conv2d_weight).  (At 53d7cdf,
 before the route existed, the "default" column was that loop.)
 
     PYTHONPATH=. python3 benchmarks/experiments/exp_tma_im2col.py [--dtype bfloat16] [--batch 32]
-        [--passes forward,data]
+        [--passes forward,data,weight]
 """
 
 from __future__ import annotations
@@ -39,27 +40,40 @@ LAYERS = [
 ]
 
 
-def layer_calls(torch, c, k, hw, ks, st, pad, batch, dtype, data, l2):
-    """(calls for measure.device_times, the im2col result, the implicit loop's) of one layer."""
+def layer_calls(torch, c, k, hw, ks, st, pad, batch, dtype, mode, l2):
+    """(calls for measure.device_times, the im2col result, the implicit loop's) of one layer in
+    ``mode`` ("forward", "data" or "weight")."""
+    import cupy
+
     import cupyconv
-    from cupyconv._gemm.tma_conv import prepare_im2col
+    from cupyconv._gemm.tma_conv import prepare_im2col, prepare_im2col_weight
 
     oh = (hw + 2 * pad - ks) // st + 1
     nbytes = 2 * (batch * hw * hw * c + k * ks * ks * c + batch * oh * oh * k)
     copies = measure.rotation_copies(l2, nbytes, cap=8)
-    # data: (dy, w) in NCHW shapes, dy of the output's
-    shapes = [(batch, k, oh, oh) if data else (batch, c, hw, hw), (k, c, ks, ks)]
+    # data: (dy, w); weight: (x, dy); forward: (x, w); in NCHW shapes
+    x_nchw, dy_nchw, w_nchw = (batch, c, hw, hw), (batch, k, oh, oh), (k, c, ks, ks)
+    shapes = {"data": [dy_nchw, w_nchw], "weight": [x_nchw, dy_nchw],
+              "forward": [x_nchw, w_nchw]}[mode]
     tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies, seed=c + k + hw)
     arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
     reach = ks - 1
-    if data:
+    if mode == "data":
         x_shape = (batch, hw, hw, c)
         launches = [prepare_im2col(dy, w, padding=(reach - pad,) * 2, out_hw=(hw, hw), data=True)
                     for dy, w in arrays]
         ours = lambda ops: cupyconv.conv_backward_data(ops[0], ops[1], x_shape, padding=pad,  # noqa: E731
                                                        layout="NHWC")
-        peer = lambda ops: torch.nn.grad.conv2d_input((batch, c, hw, hw), ops[1], ops[0],  # noqa: E731
+        peer = lambda ops: torch.nn.grad.conv2d_input(x_nchw, ops[1], ops[0],  # noqa: E731
                                                       padding=pad)
+    elif mode == "weight":
+        w_shape = (k, ks, ks, c)
+        launches = [prepare_im2col_weight(x, dy, cupy.empty(w_shape, x.dtype), stride=(st, st),
+                                          padding=(pad, pad)) for x, dy in arrays]
+        ours = lambda ops: cupyconv.conv_backward_weight(ops[0], ops[1], w_shape, stride=st,  # noqa: E731
+                                                         padding=pad, layout="NHWC")
+        peer = lambda ops: torch.nn.grad.conv2d_weight(ops[0], w_nchw, ops[1], stride=st,  # noqa: E731
+                                                       padding=pad)
     else:
         launches = [prepare_im2col(x, w, stride=(st, st), padding=(pad, pad)) for x, w in arrays]
         ours = lambda ops: cupyconv.conv(ops[0], ops[1], stride=st, padding=pad, layout="NHWC")  # noqa: E731
@@ -77,8 +91,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--passes", default="forward,data",
-                   help="forward (every layer), data (backward-data, the stride-1 layers)")
+    p.add_argument("--passes", default="forward,data,weight",
+                   help="forward (every layer), data (backward-data, the stride-1 layers), "
+                        "weight (backward-weight, layers of a multiple of 64 input channels)")
     args = p.parse_args(argv)
     torch = measure.load_torch()
     import cupy
@@ -89,19 +104,23 @@ def main(argv=None) -> int:
     # (cupyconv's own calls: the implicit loop)
     forward.im2col_forward = lambda *args: False
     backward.im2col_backward_data = lambda *args: False
+    backward.im2col_backward_weight = lambda *args: False
     torch.backends.cudnn.benchmark = True
     l2 = measure.device_facts()["l2_bytes"]
     for pass_name in args.passes.split(","):
-        data = pass_name == "data"
         print(f"\n{pass_name}, {args.dtype}, batch {args.batch}: device us (graph replays, "
               f"operands rotated past L2); x = time / im2col time")
         print("| layer | im2col us | implicit us (x) | cuDNN us (x) | rel err vs implicit |")
         print("|---|---|---|---|---|")
         for label, c, k, hw, ks, st, pad in LAYERS:
-            if data and st != 1:
+            if (pass_name == "data" and st != 1) or (pass_name == "weight" and c % 64):
                 continue
-            calls, got, want = layer_calls(torch, c, k, hw, ks, st, pad, args.batch,
-                                           args.dtype, data, l2)
+            try:
+                calls, got, want = layer_calls(torch, c, k, hw, ks, st, pad, args.batch,
+                                               args.dtype, pass_name, l2)
+            except ValueError as exc:  # (the mode's checks refused the layer)
+                print(f"| {label} | refused: {exc} | | | |", flush=True)
+                continue
             err = measure.rel_err_gpu(got, want)
             times, how, why = measure.device_times(calls, repeat=5, target_ms=10.0)
             t = {name: ms * 1e3 for name, ms in times.items()}

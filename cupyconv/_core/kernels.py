@@ -252,19 +252,24 @@ def _gemm_family(dtype: str, math: int):
 # <T, BM, BN, BK, STAGES, A_MODE, B_KMAJOR>, a tile (BM, BN, BK, STAGES) and a mode of A per
 # binary: TMA_A_KMAJOR (row-major [M, K]), TMA_A_MNMAJOR (stored [K, M], backward-weight's dy^T)
 # or TMA_A_IM2COL (a convolution's channels-last input through TMA's im2col mode, the weights
-# as a 3-D map).  Each binary holds both orientations of B (0: row-major [K, N], 1: stored
-# [N, K]; in the im2col mode 1 is the forward's weights, 0 backward-data's).  128 x 256 with 4 stages of 48 KB, or 128 x 128 with 6 of 32 KB:
+# as a 3-D map), or TMA_B_IM2COL (backward-weight: dy^T as A, x through the im2col mode as B).
+# Each binary holds both orientations of B (0: row-major [K, N], 1: stored [N, K]; in the
+# im2col mode 1 is the forward's weights, 0 backward-data's), but TMA_B_IM2COL's, whose B is
+# MN-major only.  128 x 256 with 4 stages of 48 KB, or 128 x 128 with 6 of 32 KB:
 # 192 KB of the 227 KB a block may take.  sm_90a only (wgmma, TMA, setmaxnreg): NVIDIA's compile
 # check builds it for sm_80 too, where it is a trapping stub.
 TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6))
 TMA_DTYPES = ("float16", "bfloat16")
 TMA_A_MNMAJOR, TMA_A_KMAJOR, TMA_A_IM2COL = 0, 1, 2
+# Backward-weight: A = dy^T (MN-major, as TMA_A_MNMAJOR), B = im2col(x), MN-major (B orientation 0).
+TMA_B_IM2COL = 3
 
 
 def gemm_tma_module(dtype: str, tile: tuple[int, ...] = TMA_TILES[0],
                     a_mode: int = TMA_A_KMAJOR) -> KernelModule:
     return KernelModule("gemm/gemm_tma.cu", ("gemm_tma",), (dtype,),
-                        tile=tuple(tile) + (int(a_mode),), variants=((0,), (1,)),
+                        tile=tuple(tile) + (int(a_mode),),
+                        variants=((0,),) if a_mode == TMA_B_IM2COL else ((0,), (1,)),
                         vendors=("nvidia",))
 
 
@@ -349,4 +354,4 @@ REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTE
           for m in (depthwise_cl_module(dtype, kf), depthwise_cl_wgrad_module(dtype, kf))) + tuple(m for dtype in DTYPES for m in _gemm_family(dtype, MATH_SIMT)) + tuple(
     m for math, dtypes in MMA_DTYPES.items() for dtype in dtypes for m in _gemm_family(dtype, math)) + tuple(
     gemm_tma_module(dtype, tile, a_mode) for dtype in TMA_DTYPES for tile in TMA_TILES
-    for a_mode in (TMA_A_KMAJOR, TMA_A_MNMAJOR, TMA_A_IM2COL))
+    for a_mode in (TMA_A_KMAJOR, TMA_A_MNMAJOR, TMA_A_IM2COL, TMA_B_IM2COL))

@@ -39,7 +39,8 @@ from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
 from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv, plain_launch
 from cupyconv._gemm import tma_columns
-from cupyconv._gemm.tma_conv import im2col_backward_data, pointwise_gemm, pointwise_weight_gemm
+from cupyconv._gemm.tma_conv import (im2col_backward_data, im2col_backward_weight, pointwise_gemm,
+                                     pointwise_weight_gemm)
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -298,6 +299,9 @@ def run_backward_weight(geom: ConvGeometry, x, dy, dw) -> None:
     if (plain_launch(None, None, None, NO_ACTIVATION)
             and tma_columns.backward_weight(geom, x, dy, dw)):
         return  # (few channels, Hopper, 16-bit, channels-last: the column matrix, split-K)
+    if (plain_launch(None, None, None, NO_ACTIVATION)
+            and im2col_backward_weight(geom, x, dy, dw)):
+        return  # (C % 64 == 0, Hopper, 16-bit, channels-last: x through TMA's im2col mode)
     factor = weight_merge(geom, dw.data.device_id)[0]
     if factor > 1:
         dw_m = scratch(merged_geometry(geom, factor).weight_shape, geom.dtype)

@@ -141,6 +141,103 @@ def im2col_backward_data(geom, dy, w, dx) -> bool:
                        dilation=geom.dilation, out_hw=tuple(geom.spatial), data=True)
 
 
+def im2col_backward_weight(geom, x, dy, dw) -> bool:
+    """Run backward-weight of ``geom`` (2-d, channels-last, 16-bit, one group, input channels a
+    multiple of 64) as dw[K, taps x C] = dy^T @ im2col(x) on the TMA kernel, x read through
+    the im2col mode, with split-K over the pixels, where it applies; returns whether it did.
+    (Not measured yet: issue 46's next step.)"""
+    if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
+            or len(geom.spatial) != 2 or geom.in_channels % 64 or not tma_enabled()
+            or not runs_here(dw.data.device_id)):
+        return False
+    try:
+        launch = prepare_im2col_weight(x, dy, dw, stride=geom.stride, padding=geom.pad_lo,
+                                       dilation=geom.dilation)[0]
+    except (TypeError, ValueError):  # (views, channels, alignment, too few work units)
+        return False
+    launch()
+    return True
+
+
+def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                          tile=CONV_TILE):
+    """Backward-weight of a channels-last convolution on the TMA kernel, prepared once:
+    dw[K, taps x C] = dy[P, K]^T @ im2col(x)[P, taps x C], A read MN-major from dy as it is,
+    B through TMA's im2col mode (per k slice, BK output pixels x 64 channels of one tap per
+    64-column block), split-K over the pixels P (fp32 parts summed in order).  ``x`` (N, H, W,
+    C), ``dy`` (N, OH, OW, K), ``dw`` (K, R, S, C), all C-contiguous float16 / bfloat16, C a
+    multiple of 64, K of 8; ``padding`` the top / left padding (the bottom / right ones follow
+    from dy's plane).  Raises TypeError / ValueError (before anything is compiled or launched)
+    where the kernel cannot take it, also where split-K cannot fill half the multiprocessors.
+    Returns ``(launch, dw)``."""
+    import cupy
+
+    from cupyconv._core import jit
+    from cupyconv._core.arrays import require_array, same_device
+    from cupyconv._core.kernels import TMA_B_IM2COL, TMA_TILES, gemm_tma_module
+    from cupyconv._core.program import AddressArg, scratch
+    from cupyconv._gemm.kernel_args import OutMap
+    from cupyconv._gemm.launch import reduce_splits
+    from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, im2col_geometry,
+                                    map_encoder)
+
+    x, dy, dw = require_array(x, "x"), require_array(dy, "dy"), require_array(dw, "dw")
+    tile = tuple(tile)
+    if tile not in TMA_TILES:
+        raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
+    if dy.ndim != 4:
+        raise ValueError(f"dy must be 4-D (channels-last), got {dy.ndim}-D")
+    # (the forward's checks, with dw standing for w and dy for the forward's output)
+    f = check_im2col(x, dw, stride, padding, dilation, dy, out_hw=tuple(dy.shape[1:3]))
+    same_device({"x": x, "dy": dy, "dw": dw})
+    bm, bn, bk, _ = tile
+    dtype, c, k, item = f["dtype"], f["c"], f["k"], f["itemsize"]
+    if c % 64:
+        raise ValueError(f"x has {c} channels: backward-weight on the im2col mode takes "
+                         f"multiples of 64 (whole 64-channel boxes of dw's columns)")
+    if k % 8:
+        raise ValueError(f"dy has {k} channels: TMA needs 16-byte rows (a multiple of 8)")
+    taps, pixels = f["r"] * f["s"], f["m"]
+    n_cols = taps * c
+    device = x.device.id
+    splits = weight_splits(k, n_cols, pixels, sm_count(device))
+    if splits is None:
+        raise ValueError(f"too few work units for the TMA kernel ({k} x {n_cols} outputs over "
+                         f"{pixels} pixels)")
+    with cupy.cuda.Device(device):
+        _require_hopper(device)
+        _driver()
+        (sh, sw), (dh, dw_) = f["stride"], f["dilation"]
+        x_dims = (c, f["w"], f["h"], f["n"])
+        x_strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
+        map_a = AddressArg(dy, map_encoder(dy.reshape(pixels, k), bk, 64))
+        map_b = AddressArg(x, lambda ptr: encoded_im2col(
+            ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], 64, bk, (1, sw, sh, 1)))
+        geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
+                              pw=f["padding"][1], dh=dh, dw=dw_, kw=f["s"], cblocks=c // 64,
+                              wtap0=0, wtap_step=1)
+        slices = math.ceil(pixels / bk)
+        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+        out = dw.reshape(k, n_cols)
+        if splits > 1:
+            ws = scratch(splits * k * n_cols, "float32")
+            c_vec = 2 if n_cols % 2 == 0 else 1
+        else:
+            ws, c_vec = out, store_width(n_cols, out)
+        fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_B_IM2COL), "gemm_tma", dtype,
+                              (0,))
+        args = (map_a, map_b, out, np.int32(k), np.int32(n_cols), np.int32(pixels),
+                np.int64(n_cols), np.int32(c_vec), np.int32(splits), ws, geo)
+        rows = OutMap(k, 0, n_cols, 1)
+
+        def reduce():
+            reduce_splits(dtype, ws, out, None, splits, 1, k, n_cols, 1, 0, 0, 0, rows, True)
+
+        launch = persistent_launch(fn, tile, item, output_tiles(k, n_cols, tile) * splits,
+                                   device, args, reduce if splits > 1 else None)
+        return launch, dw
+
+
 def _im2col_applies(geom, device_id: int, plane, channels: int) -> bool:
     """The rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
     cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one group (grouped

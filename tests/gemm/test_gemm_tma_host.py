@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from cupyconv._core.dtypes import numpy_dtype
-from cupyconv._core.kernels import REGISTRY, TMA_DTYPES, TMA_TILES, gemm_tma_module
+from cupyconv._core.kernels import (REGISTRY, TMA_B_IM2COL, TMA_DTYPES, TMA_TILES,
+                                    gemm_tma_module)
 from cupyconv._gemm import tma
 
 
@@ -25,7 +26,7 @@ def _fake(shape, dtype="float16", strides=None, ptr=0x10000):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
 @pytest.mark.parametrize("tile", TMA_TILES)
-@pytest.mark.parametrize("a_mode", [0, 1, 2])
+@pytest.mark.parametrize("a_mode", [0, 1, 2, 3])
 def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_mode):
     from cupyconv._cli import compile_check
 
@@ -37,10 +38,12 @@ def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_mode):
 
 def test_the_tma_modules_are_registered_for_nvidia_only():
     mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
-    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 3  # (the three modes of A)
+    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 4  # (the four operand modes)
     assert all(m.vendors == ("nvidia",) for m in mods)
-    # both orientations of B in each binary (the im2col mode: forward and backward-data)
-    assert all(m.variants == ((0,), (1,)) for m in mods)
+    # both orientations of B in each binary (the im2col mode: forward and backward-data), but
+    # backward-weight's im2col B, MN-major only
+    assert all(m.variants == (((0,),) if m.tile[-1] == TMA_B_IM2COL else ((0,), (1,)))
+               for m in mods)
 
 
 @pytest.mark.parametrize("tile", TMA_TILES)

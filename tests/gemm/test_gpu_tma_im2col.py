@@ -301,3 +301,87 @@ def test_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
     assert bool((cupy.isinf(dx) == cupy.isinf(tdx)).all())
     assert len(calls) == 1 and calls[0][2]
     clear_caches()
+
+
+# (N, H, W, C, K, R, S, stride, padding, dilation): backward-weight problems with enough pixels
+# for split-K to fill half the multiprocessors of an H200
+WEIGHT_CASES = [
+    (4, 32, 32, 64, 64, 3, 3, 1, 1, 1),     # 5 column tiles of one row tile
+    (8, 33, 35, 128, 96, 3, 3, 2, 1, 1),    # stride 2; K not a multiple of 64
+    (2, 40, 37, 64, 48, 5, 5, 1, 4, 2),     # dilation 2
+    (5, 30, 30, 64, 40, 3, 3, 1, 0, 1),     # no padding; the last slice partly past P
+    (2, 28, 28, 256, 256, 3, 3, 1, 1, 1),   # two row tiles
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_im2col_backward_weight_matches_reference(case, dtype):
+    import cupy
+
+    from cupyconv import reference
+    from cupyconv._gemm.tma_conv import prepare_im2col_weight
+
+    n, h, wd, c, k, r, s, stride, padding, dilation = case
+    rng = np.random.default_rng(sum(case) + 2)
+    xh = random_array(rng, (n, h, wd, c), dtype)
+    oh = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    dyh = random_array(rng, (n, oh, ow, k), dtype)
+    ref = reference.conv_backward_weight(xh, dyh, (k, r, s, c), stride=stride, padding=padding,
+                                         dilation=dilation, layout="NHWC")
+    dw = cupy.full((k, r, s, c), np.nan, dtype=xh.dtype)
+    launch, out = prepare_im2col_weight(cupy.asarray(xh), cupy.asarray(dyh), dw,
+                                        stride=(stride,) * 2, padding=(padding,) * 2,
+                                        dilation=(dilation,) * 2)
+    launch()
+    assert out is dw
+    assert rel_error(dw, ref) <= tolerance(dtype, ref)
+    first = dw.copy()
+    launch()  # split-K parts summed in order: bitwise the same again
+    assert bool((dw == first).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_backward_weight_routes_to_the_im2col_mode(monkeypatch, dtype):
+    """cupyconv.conv_backward_weight takes the mode (a spy on prepare_im2col_weight), its
+    result within tolerance on a replayed second call too, with NaN/inf planted in x and dy
+    reaching exactly the reference's non-finite elements."""
+    import importlib
+
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    module = importlib.import_module("cupyconv._gemm.tma_conv")
+    calls, real = [], module.prepare_im2col_weight
+
+    def spy(*args, **kwargs):
+        prepared = real(*args, **kwargs)
+        calls.append(1)
+        return prepared
+
+    monkeypatch.setattr(module, "prepare_im2col_weight", spy)
+    clear_caches()
+    rng = np.random.default_rng(3)
+    for call in range(2):
+        xh = random_array(rng, (16, 28, 28, 128), dtype)  # (enough pixels for split-K)
+        dyh = random_array(rng, (16, 14, 14, 128), dtype)
+        if call:
+            xh[1, 5, 6, 70] = np.inf
+            dyh[2, 13, 13, 9] = np.nan
+            dyh[0, 0, 0, 3] = -np.inf   # meets the padding: zeros times inf
+        ref = reference.conv_backward_weight(xh, dyh, (128, 3, 3, 128), stride=2, padding=1,
+                                             layout="NHWC")
+        dw = cupyconv.conv_backward_weight(cupy.asarray(xh), cupy.asarray(dyh), (128, 3, 3, 128),
+                                           stride=2, padding=1, layout="NHWC")
+        got = cupy.asnumpy(dw).astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+        fin = np.isfinite(ref)
+        assert rel_error(got[fin], ref[fin]) <= tolerance(dtype, ref[fin]), f"call {call}"
+    assert calls == [1]  # (the second call replays the first's launches)
+    clear_caches()

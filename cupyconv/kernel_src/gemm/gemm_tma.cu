@@ -8,11 +8,16 @@
 //  * A_MODE = 2: the implicit im2col matrix of a channels-last activation x[N][H][W][C] (a
 //    convolution's forward, M = output pixels, K = taps x channel blocks of BK): an im2col box
 //    of BM pixels x BK channels per k slice, the tap as TMA's filter offsets (geo, below).
+//  * A_MODE = 3: as 0 (backward-weight's dy [P][K_out] read as dy^T), with B the implicit im2col
+//    matrix of x (below).
 // B either stored [N, K] (B_KMAJOR = 1, boxes BK x BN) or row-major [K, N] (B_KMAJOR = 0:
 // MN-major, BN / 64 boxes of 64 n x BK k); with A_MODE = 2 it is the weight as a 3-D map, a
 // box of one tap (so the channels past the last block are zeros on both sides, never the next
 // tap's weights: a zero times an infinite weight would be NaN): the forward's w[N][taps][C]
-// (B_KMAJOR = 1) or backward-data's w[C][taps][N] (B_KMAJOR = 0, read tap-flipped).
+// (B_KMAJOR = 1) or backward-data's w[C][taps][N] (B_KMAJOR = 0, read tap-flipped).  With
+// A_MODE = 3 (backward-weight, B_KMAJOR = 0) B is im2col(x)[P, taps x C] with K = P, the output
+// pixels, and N = taps x C (C a multiple of 64): per k slice, BN / 64 im2col boxes of BK pixels
+// x 64 channels, one tap each (MN-major: a box's rows are pixels, 64 channels wide).
 //
 // Split-K (splits > 1; backward-weight's long k = pixels over a small output): the work units
 // are (part, tile) pairs, part-major, and part p sums k slices [p per, (p + 1) per) with per =
@@ -47,7 +52,7 @@
 #include "tma.cuh"
 #include "wgmma_ss.cuh"
 
-// The convolution geometry of A_MODE = 2 (zeros in the other modes; cupyconv/_gemm/tma.py,
+// The convolution geometry of A_MODE = 2 and 3 (zeros in the others; cupyconv/_gemm/tma.py,
 // IM2COL_GEOMETRY, mirrors the layout): the output plane, stride, padding and dilation (rows,
 // columns), the filter's width, the channel blocks of BK per tap, and which weight tap a
 // window tap multiplies: wtap0 + wtap_step * tap (0, 1 for the forward; taps - 1, -1 for
@@ -73,15 +78,31 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
 }
 
 // The loads of k slice `kt` of the tile at (m0, n0) into one ring stage (a: A's box, b: B's),
-// all completing on `bar`.  (img, h0, w0): A_MODE = 2's first output pixel as the input
-// position of its window's top-left tap (first_pixel).
+// all completing on `bar`.  (img, h0, w0): the first output pixel of A_MODE = 2's tile or of
+// A_MODE = 3's slice as the input position of its window's top-left tap (first_pixel).
 template <typename T, int BM, int BN, int BK, int A_MODE, int B_KMAJOR>
 __device__ __forceinline__ void load_slice(T* a, T* b, const TensorMap* map_a,
                                            const TensorMap* map_b, unsigned long long* bar,
-                                           int kt, int m0, int n0, const Im2colGeometry& geo,
-                                           int img, int h0, int w0) {
+                                           int kt, int m0, int n0, int N,
+                                           const Im2colGeometry& geo, int img, int h0, int w0) {
   const int k0 = kt * BK;
-  if constexpr (A_MODE == 2) {
+  if constexpr (A_MODE == 3) {
+    // B: the slice's BK output pixels (first at img, h0, w0) x 64 channels of the tap of each
+    // 64-column block of the tile.  Blocks past N (the last tile's) read the last block again:
+    // computed, never stored.
+#pragma unroll
+    for (int j = 0; j < BN / 64; ++j) {
+      const int nb = min(n0 / 64 + j, N / 64 - 1);
+      const int tap = nb / geo.cblocks, c0 = (nb - tap * geo.cblocks) * 64;
+      const int ty = tap / geo.kw, tx = tap - ty * geo.kw;
+      tma_load_im2col_4d(b + j * 64 * BK, map_b, bar, c0, w0, h0, img,
+                         (unsigned short)(tx * geo.dw), (unsigned short)(ty * geo.dh));
+    }
+#pragma unroll
+    for (int j = 0; j < BM / 64; ++j)  // dy^T: 64-m boxes, one per consumer warpgroup
+      tma_load_2d(a + j * 64 * BK, map_a, bar, m0 + 64 * j, k0);
+    return;
+  } else if constexpr (A_MODE == 2) {
     const int tap = kt / geo.cblocks, c0 = (kt - tap * geo.cblocks) * BK;
     const int ty = tap / geo.kw, tx = tap - ty * geo.kw;
     tma_load_im2col_4d(a, map_a, bar, c0, w0, h0, img, (unsigned short)(tx * geo.dw),
@@ -112,7 +133,7 @@ __device__ __forceinline__ void load_slice(T* a, T* b, const TensorMap* map_a,
 }
 
 // A_MODE = 2: output pixel m0 (image, row, column of the oh x ow plane) as the image and the
-// input position (h0, w0) of its window's top-left tap.
+// input position (h0, w0) of its window's top-left tap (A_MODE = 3: the k slice's first pixel).
 __device__ __forceinline__ void first_pixel(const Im2colGeometry& geo, int m0, int& img, int& h0,
                                             int& w0) {
   const int plane = geo.oh * geo.ow;
@@ -210,7 +231,8 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements
   constexpr unsigned STAGE_BYTES = (A_STAGE + B_STAGE) * sizeof(T);
   constexpr int NF = BN / 8;  // m16n8 fragments per accumulator row of a warp
-  typedef SwizzledOperand<A_MODE != 0, BK> OpA;
+  static_assert(A_MODE != 3 || !B_KMAJOR, "backward-weight's im2col B is MN-major");
+  typedef SwizzledOperand<A_MODE == 1 || A_MODE == 2, BK> OpA;  // (0 and 3: MN-major)
   typedef SwizzledOperand<(bool)B_KMAJOR, BK> OpB;
 
   extern __shared__ __align__(1024) unsigned char dsmem[];
@@ -250,11 +272,12 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
         int img = 0, h0 = 0, w0 = 0;
         if constexpr (A_MODE == 2) first_pixel(geo, m0, img, h0, w0);
         for (int kt = kb; kt < ke; ++kt) {
+          if constexpr (A_MODE == 3) first_pixel(geo, kt * BK, img, h0, w0);
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);
           load_slice<T, BM, BN, BK, A_MODE, B_KMAJOR>(As + stage * A_STAGE, Bs + stage * B_STAGE,
                                                       &tma_a, &tma_b, &full[stage], kt, m0, n0,
-                                                      geo, img, h0, w0);
+                                                      N, geo, img, h0, w0);
           if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;
