@@ -116,14 +116,16 @@ def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
 # ------------------------------------------------------------------ im2col mode
 def im2col_forward(geom, x, w, y) -> bool:
     """Run the forward convolution ``geom`` (no epilogue options: the caller checked) on the TMA
-    kernel's im2col mode where it applies (:func:`_im2col_applies`), and return whether it did.
+    kernel's im2col mode where it applies (:func:`_im2col_splits`), and return whether it did.
     On the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's downsampling (bf16, batch 32,
     H200, operands rotated past L2; benchmarks/notes/gemm.md, session 31) it ran 1.13-2.0x the
     implicit loop, equal on 3x3 64 -> 64 at 56^2."""
-    if not _im2col_applies(geom, y.data.device_id, geom.out_spatial, geom.out_channels):
+    splits = _im2col_splits(geom, y.data.device_id, geom.out_spatial, geom.out_channels,
+                            geom.in_channels)
+    if not splits:
         return False
     return _run_im2col(x, w, y, stride=geom.stride, padding=geom.pad_lo,
-                       dilation=geom.dilation, out_hw=tuple(geom.out_spatial))
+                       dilation=geom.dilation, out_hw=tuple(geom.out_spatial), splits=splits)
 
 
 def im2col_backward_data(geom, dy, w, dx) -> bool:
@@ -132,13 +134,17 @@ def im2col_backward_data(geom, dy, w, dx) -> bool:
     its dilated reach minus the convolution's padding) where it applies, and return whether it
     did.  On ResNet-50's stride-1 3x3 layers (bf16, batch 32, H200, operands rotated past L2;
     benchmarks/notes/gemm.md, session 32) it ran 1.20-1.61x the implicit loop."""
-    if (any(s != 1 for s in geom.stride)
-            or not _im2col_applies(geom, dx.data.device_id, geom.spatial, geom.in_channels)):
+    if any(s != 1 for s in geom.stride):
+        return False
+    splits = _im2col_splits(geom, dx.data.device_id, geom.spatial, geom.in_channels,
+                            geom.out_channels)
+    if not splits:
         return False
     reach = tuple(d * (k - 1) for d, k in zip(geom.dilation, geom.kernel))
     return _run_im2col(dy, w, dx, stride=(1, 1),
                        padding=tuple(r - p for r, p in zip(reach, geom.pad_lo)),
-                       dilation=geom.dilation, out_hw=tuple(geom.spatial), data=True)
+                       dilation=geom.dilation, out_hw=tuple(geom.spatial), data=True,
+                       splits=splits)
 
 
 def im2col_backward_weight(geom, x, dy, dw) -> bool:
@@ -238,17 +244,33 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
         return launch, dw
 
 
-def _im2col_applies(geom, device_id: int, plane, channels: int) -> bool:
-    """The rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
+# The im2col mode splits K where its output has fewer 128 x 128 tiles than half the
+# multiprocessors, down to this share of them (fewer tiles: the implicit loop and its plans).
+# ResNet-50's 512-channel 3x3 layers at 7^2 / 14^2 (batch 32) have 52 tiles on 132 SMs and ran
+# at 0.57-0.59x cuDNN on the mode without a split (benchmarks/notes/gemm.md, session 31).
+SPLIT_MIN_TILE_SHARE = 8
+
+
+def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int) -> int:
+    """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it), from the
+    rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
     cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one group (grouped
-    problems merged into one by block-diagonal weights too), channels-last, and at least half
-    the multiprocessors' worth of 128 x 128 tiles of the output ``plane`` x ``channels`` (fewer:
-    the implicit loop, which splits K)."""
+    problems merged into one by block-diagonal weights too), channels-last.  1 where the output
+    ``plane`` x ``channels`` has at least half the multiprocessors' worth of 128 x 128 tiles;
+    else (from 1 / SPLIT_MIN_TILE_SHARE of them) enough parts of at least 4 k slices each
+    (taps x blocks of the ``reduced`` channels) to fill the multiprocessors once."""
     if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
             or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(device_id)):
-        return False
+        return 0
+    sms = sm_count(device_id)
     tiles = output_tiles(geom.batch * math.prod(plane), channels, CONV_TILE)
-    return tiles >= sm_count(device_id) // 2
+    if tiles >= sms // 2:
+        return 1
+    if tiles * SPLIT_MIN_TILE_SHARE < sms:
+        return 0
+    slices = math.prod(geom.kernel) * math.ceil(reduced / CONV_TILE[2])
+    splits = min(math.ceil(sms / tiles), slices // 4)
+    return splits if splits >= 2 else 0
 
 
 def _run_im2col(a, w, out, **options) -> bool:
@@ -330,7 +352,7 @@ def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
 
 
 def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                   out_hw=None, data: bool = False, tile=CONV_TILE):
+                   out_hw=None, data: bool = False, tile=CONV_TILE, splits: int = 1):
     """A channels-last convolution on the TMA kernel's im2col mode, prepared once (checks,
     tensor maps, kernel): returns ``(launch, out)``.  The arrays and options as for
     :func:`check_im2col`, which runs before anything is compiled or launched.
@@ -339,16 +361,22 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
     one tap's BK channels each (a tap's last block zero-filled past C on both operands).  With
     ``data``, dx[P, C] = im2col(dy)[P, taps x K] @ w'[taps x K, C], w' the filter turned half a
     turn (window tap t reads weight tap taps - 1 - t), read MN-major from w as it is: no
-    transposed copy.  Hopper with cuda-bindings only."""
+    transposed copy.  ``splits`` > 1 splits the k slices into that many parts (fewer where
+    parts would be empty), their fp32 sums added in part order (``splitk_reduce.cu``): for
+    outputs of few tiles.  Hopper with cuda-bindings only."""
     import cupy
 
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
-    from cupyconv._core.program import AddressArg
+    from cupyconv._core.program import AddressArg, scratch
+    from cupyconv._gemm.kernel_args import OutMap
+    from cupyconv._gemm.launch import reduce_splits
     from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, encoded_tiled,
                                     im2col_geometry)
 
+    if not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"splits must be a positive int, got {splits!r}")
     x, w = require_array(x, "dy" if data else "x"), require_array(w, "w")
     if out is not None:
         out = require_array(out, "out")
@@ -382,9 +410,21 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
                               pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks,
                               wtap0=taps - 1 if data else 0, wtap_step=-1 if data else 1)
         m, kk = f["m"], taps * cblocks * bk
+        slices = taps * cblocks
+        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+        if splits > 1:  # fp32 rows of k to the workspace, then added in part order into out
+            ws, c_vec = scratch(splits * m * k, "float32"), 2 if k % 2 == 0 else 1
+        else:
+            ws, c_vec = out, store_width(k, out)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
                               (0 if data else 1,))
         args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),
-                np.int32(store_width(k, out)), np.int32(1), out, geo)
-        launch = persistent_launch(fn, tile, item, output_tiles(m, k, tile), device, args)
+                np.int32(c_vec), np.int32(splits), ws, geo)
+        rows = OutMap(m, 0, k, 1)
+
+        def reduce():
+            reduce_splits(dtype, ws, out, None, splits, 1, m, k, 1, 0, 0, 0, rows, True)
+
+        launch = persistent_launch(fn, tile, item, output_tiles(m, k, tile) * splits, device,
+                                   args, reduce if splits > 1 else None)
         return launch, out

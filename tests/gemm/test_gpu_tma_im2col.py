@@ -385,3 +385,63 @@ def test_conv_backward_weight_routes_to_the_im2col_mode(monkeypatch, dtype):
         assert rel_error(got[fin], ref[fin]) <= tolerance(dtype, ref[fin]), f"call {call}"
     assert calls == [1]  # (the second call replays the first's launches)
     clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("data", [False, True])
+@pytest.mark.parametrize("splits", [2, 5, 1000])  # (1000: as many parts as k slices)
+def test_im2col_split_k_matches_reference_and_repeats_bitwise(dtype, data, splits):
+    import cupy
+
+    from cupyconv import reference
+    from cupyconv._gemm.tma_conv import prepare_im2col
+
+    rng = np.random.default_rng(splits + data)
+    n, h, wd, c, k = 3, 9, 10, 136, 72  # 3 channel blocks per tap, the last one partial
+    wh = random_array(rng, (k, 3, 3, c), dtype)
+    if data:
+        dyh = random_array(rng, (n, h, wd, k), dtype)
+        ref = reference.conv_backward_data(dyh, wh, (n, h, wd, c), padding=1, layout="NHWC")
+        # (backward-data's channels: dy's k = 72 reduced, dx's c = 136 produced)
+        out = cupy.full(ref.shape, np.nan, dtype=dyh.dtype)
+        launch, got = prepare_im2col(cupy.asarray(dyh), cupy.asarray(wh), out, padding=(1, 1),
+                                     out_hw=(h, wd), data=True, splits=splits)
+    else:
+        xh = random_array(rng, (n, h, wd, c), dtype)
+        ref = reference.conv(xh, wh, padding=1, layout="NHWC")
+        out = cupy.full(ref.shape, np.nan, dtype=xh.dtype)
+        launch, got = prepare_im2col(cupy.asarray(xh), cupy.asarray(wh), out, padding=(1, 1),
+                                     splits=splits)
+    launch()
+    assert got is out
+    assert rel_error(out, ref) <= tolerance(dtype, ref)
+    first = out.copy()
+    launch()
+    assert bool((out == first).all())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_splits_k_on_the_im2col_mode_for_few_tiles(monkeypatch, dtype):
+    """A layer of 20 output tiles (under half of an H200's 132 multiprocessors, over an eighth)
+    runs on the im2col mode with split-K, its forward and backward-data within tolerance."""
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(8)
+    xh = random_array(rng, (24, 7, 7, 256), dtype)
+    wh = random_array(rng, (256, 3, 3, 256), dtype)
+    dyh = random_array(rng, (24, 7, 7, 256), dtype)
+    ref = reference.conv(xh, wh, padding=1, layout="NHWC")
+    y = cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), padding=1, layout="NHWC")
+    assert rel_error(y, ref) <= tolerance(dtype, ref)
+    ref = reference.conv_backward_data(dyh, wh, xh.shape, padding=1, layout="NHWC")
+    dx = cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), xh.shape, padding=1,
+                                     layout="NHWC")
+    assert rel_error(dx, ref) <= tolerance(dtype, ref)
+    assert [data for *_, data in calls] == [False, True]
+    clear_caches()
