@@ -446,9 +446,6 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import gemm_tma_module
-    from cupyconv._core.program import scratch
-    from cupyconv._gemm.kernel_args import OutMap
-    from cupyconv._gemm.launch import reduce_splits
 
     if not isinstance(splits, int) or splits < 1:
         raise ValueError(f"splits must be a positive int, got {splits!r}")
@@ -487,30 +484,42 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         else:
             map_b = AddressArg(b, map_encoder(b, bk, 64))  # BN / 64 boxes of 64 n per stage
         ldc = facts["ldc"] if facts["ldc"] is not None else n
-        slices = math.ceil(k / bk)
-        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+        splits, ws, c_vec, reduce = split_parts(facts["dtype"], out, m, n, ldc,
+                                                math.ceil(k / bk), splits)
         c = out
-        if splits > 1:  # the kernel writes fp32 rows of n to the workspace, not to out
-            ws = scratch(splits * m * n, "float32")
-            c_vec = 2 if n % 2 == 0 else 1
-        elif fp32_out:  # no C (a null pointer): the one part's fp32 rows are the result
+        if fp32_out:  # no C (a null pointer): the one part's fp32 rows are the result
             ws, c = out, np.uint64(0)
             c_vec = 2 if n % 2 == 0 and int(out.data.ptr) % 8 == 0 else 1
-        else:
-            ws = out  # (not touched)
-            c_vec = store_width(ldc, out)
         fn = jit.get_function(gemm_tma_module(facts["dtype"], tile, int(facts["a_kmajor"])),
                               "gemm_tma", facts["dtype"], (int(facts["b_kmajor"]),))
         args = (map_a, map_b, c, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
                 np.int32(c_vec), np.int32(splits), ws, _NO_IM2COL)
-        rows = OutMap(m, 0, ldc, 1)
-
-        def reduce():
-            reduce_splits(facts["dtype"], ws, out, None, splits, 1, m, n, 1, 0, 0, 0, rows, True)
-
         launch = persistent_launch(fn, tile, a.dtype.itemsize, output_tiles(m, n, tile) * splits,
-                                   device, args, reduce if splits > 1 else None)
+                                   device, args, reduce)
         return launch, out
+
+
+def split_parts(dtype: str, out, m: int, n: int, ldc: int, slices: int, splits: int):
+    """``(splits, ws, c_vec, reduce)`` of a gemm_tma launch whose m x n result goes to ``out``
+    (rows ``ldc`` elements apart) over ``slices`` k slices in ``splits`` parts, fewer where a
+    part would be empty.  Split, the kernel writes fp32 rows of n to the scratch workspace ``ws``
+    (``c_vec`` 2 where n is even) and ``reduce()`` adds them in part order into out (bitwise
+    repeatable); unsplit, ``ws`` is out (not touched), ``c_vec`` out's store width and
+    ``reduce`` None."""
+    from cupyconv._core.program import scratch
+    from cupyconv._gemm.kernel_args import OutMap
+    from cupyconv._gemm.launch import reduce_splits
+
+    splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
+    if splits == 1:
+        return 1, out, store_width(ldc, out), None
+    ws = scratch(splits * m * n, "float32")
+    rows = OutMap(m, 0, ldc, 1)
+
+    def reduce():
+        reduce_splits(dtype, ws, out, None, splits, 1, m, n, 1, 0, 0, 0, rows, True)
+
+    return splits, ws, 2 if n % 2 == 0 else 1, reduce
 
 
 def gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):

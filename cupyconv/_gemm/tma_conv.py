@@ -39,7 +39,7 @@ from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair, gemm_tile,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
-                                runs_on_tma, store_width, tma_enabled)
+                                runs_on_tma, split_parts, tma_enabled)
 
 # The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
 # 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
@@ -181,9 +181,7 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_B_IM2COL, TMA_TILES, gemm_tma_module
-    from cupyconv._core.program import AddressArg, scratch
-    from cupyconv._gemm.kernel_args import OutMap
-    from cupyconv._gemm.launch import reduce_splits
+    from cupyconv._core.program import AddressArg
     from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, im2col_geometry,
                                     map_encoder)
 
@@ -222,25 +220,15 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
         geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
                               pw=f["padding"][1], dh=dh, dw=dw_, kw=f["s"], cblocks=c // 64,
                               wtap0=0, wtap_step=1)
-        slices = math.ceil(pixels / bk)
-        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
         out = dw.reshape(k, n_cols)
-        if splits > 1:
-            ws = scratch(splits * k * n_cols, "float32")
-            c_vec = 2 if n_cols % 2 == 0 else 1
-        else:
-            ws, c_vec = out, store_width(n_cols, out)
+        splits, ws, c_vec, reduce = split_parts(dtype, out, k, n_cols, n_cols,
+                                                math.ceil(pixels / bk), splits)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_B_IM2COL), "gemm_tma", dtype,
                               (0,))
         args = (map_a, map_b, out, np.int32(k), np.int32(n_cols), np.int32(pixels),
                 np.int64(n_cols), np.int32(c_vec), np.int32(splits), ws, geo)
-        rows = OutMap(k, 0, n_cols, 1)
-
-        def reduce():
-            reduce_splits(dtype, ws, out, None, splits, 1, k, n_cols, 1, 0, 0, 0, rows, True)
-
         launch = persistent_launch(fn, tile, item, output_tiles(k, n_cols, tile) * splits,
-                                   device, args, reduce if splits > 1 else None)
+                                   device, args, reduce)
         return launch, dw
 
 
@@ -369,9 +357,7 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
-    from cupyconv._core.program import AddressArg, scratch
-    from cupyconv._gemm.kernel_args import OutMap
-    from cupyconv._gemm.launch import reduce_splits
+    from cupyconv._core.program import AddressArg
     from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, encoded_tiled,
                                     im2col_geometry)
 
@@ -410,21 +396,11 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
                               pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks,
                               wtap0=taps - 1 if data else 0, wtap_step=-1 if data else 1)
         m, kk = f["m"], taps * cblocks * bk
-        slices = taps * cblocks
-        splits = math.ceil(slices / math.ceil(slices / min(splits, slices)))  # (none empty)
-        if splits > 1:  # fp32 rows of k to the workspace, then added in part order into out
-            ws, c_vec = scratch(splits * m * k, "float32"), 2 if k % 2 == 0 else 1
-        else:
-            ws, c_vec = out, store_width(k, out)
+        splits, ws, c_vec, reduce = split_parts(dtype, out, m, k, k, taps * cblocks, splits)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
                               (0 if data else 1,))
         args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),
                 np.int32(c_vec), np.int32(splits), ws, geo)
-        rows = OutMap(m, 0, k, 1)
-
-        def reduce():
-            reduce_splits(dtype, ws, out, None, splits, 1, m, k, 1, 0, 0, 0, rows, True)
-
         launch = persistent_launch(fn, tile, item, output_tiles(m, k, tile) * splits, device,
-                                   args, reduce if splits > 1 else None)
+                                   args, reduce)
         return launch, out
