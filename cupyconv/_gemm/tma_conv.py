@@ -151,7 +151,8 @@ def im2col_backward_weight(geom, x, dy, dw) -> bool:
     """Run backward-weight of ``geom`` (2-d, channels-last, 16-bit, one group, input channels a
     multiple of 64) as dw[K, taps x C] = dy^T @ im2col(x) on the TMA kernel, x read through
     the im2col mode, with split-K over the pixels, where it applies; returns whether it did.
-    (Not measured yet: issue 46's next step.)"""
+    On the layers of exp_tma_im2col (bf16, batch 32, H200, operands rotated past L2;
+    benchmarks/notes/gemm.md, session 33) it ran 1.74-2.53x the implicit loop."""
     if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
             or len(geom.spatial) != 2 or geom.in_channels % 64 or not tma_enabled()
             or not runs_here(dw.data.device_id)):
