@@ -216,8 +216,10 @@ def test_the_encoders_hand_the_driver_what_its_signatures_take(monkeypatch):
 
 @pytest.mark.parametrize("m,n,k,sms,want", [
     (512, 1024, 6272, 132, 4),      # 32 tiles: 4 parts fill 128 of 132 multiprocessors
-    (64, 64, 100352, 132, 132),     # one tile, 1568 slices: a part per multiprocessor
+    (64, 64, 100352, 132, 131),     # one tile, 1568 slices: 12 slices a part, as with 132
     (2048, 2048, 1568, 132, 1),     # 256 tiles: no split
+    (2048, 512, 1568, 132, 1),      # 64 tiles of 25 slices: the reduction costs more (H200:
+                                    # 11.1 us unsplit, 21.8 in 2 parts)
     (64, 64, 1024, 132, None),      # 16 slices: at most 4 parts, 128 multiprocessors idle
     (8, 32, 32, 132, None),         # a squeeze-excite layer: one slice
 ])
@@ -225,6 +227,37 @@ def test_backward_weight_splits_fill_the_gpu(m, n, k, sms, want):
     from cupyconv._gemm.tma_conv import weight_splits
 
     assert weight_splits(m, n, k, sms) == want
+
+
+def test_split_estimate_charges_the_reduction():
+    """The split-K estimate: parts shorten the slices each unit runs, rounds past the
+    multiprocessors lengthen them, and a split adds the reduction (its launch and the fp32
+    parts written and read back)."""
+    from cupyconv._gemm import tma_conv as t
+
+    one = t.split_seconds(10, 100, 1, 10 * 128 * 128, 132, t.SLICE_S)
+    assert one == pytest.approx(t.LAUNCH_FIXED_S + 100 * t.SLICE_S)
+    two = t.split_seconds(10, 100, 2, 10 * 128 * 128, 132, t.SLICE_S)
+    assert two == pytest.approx(t.LAUNCH_FIXED_S + 50 * t.SLICE_S + t.REDUCE_FIXED_S
+                                + 2 * 10 * 128 * 128 * 8 / t.REDUCE_BANDWIDTH)
+    # 100 tiles in 2 parts: two rounds of 50 slices, no faster than one round of 100
+    assert t.split_seconds(100, 100, 2, 1, 132, t.SLICE_S) > t.split_seconds(100, 100, 1, 1, 132,
+                                                                               t.SLICE_S)
+    assert t.best_splits(100, 100, 100 * 128 * 128, 132, t.SLICE_S) == 1
+    assert t.best_splits(1, 1000, 64 * 64, 132, t.SLICE_S) > 64   # long k, one small tile
+    assert t.best_splits(1, 7, 64 * 64, 132, t.SLICE_S) == 1      # parts of 4 slices at least
+
+
+@pytest.mark.parametrize("tiles,slices,want", [
+    (16, 100, 0),    # under 1 / 8 of 132 multiprocessors: the implicit loop
+    (52, 32, 1),     # ResNet-50's 1x1 2048 -> 512 at 7^2: unsplit beats any split
+    (5, 1000, 0),    # too few tiles, however long k
+    (20, 400, 6),    # long k over 20 tiles: parts fill the multiprocessors once
+])
+def test_few_tile_splits(tiles, slices, want):
+    from cupyconv._gemm.tma_conv import few_tile_splits
+
+    assert few_tile_splits(tiles, slices, 132, tiles * 128 * 128) == want
 
 
 @pytest.mark.parametrize("m,n,wide,want", [

@@ -101,6 +101,42 @@ def test_pointwise_forward_and_data_on_tma(monkeypatch, dtype, cin, cout):
     assert weight_on_tma or (cin, cout) == (64, 32)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cin,cout,splits", [(2048, 512, None), (512, 2048, None),
+                                             (1152, 192, None), (2048, 512, 3), (192, 1152, 2)])
+def test_pointwise_with_few_output_tiles_on_tma(monkeypatch, dtype, cin, cout, splits):
+    """ResNet-50's and EfficientNet-B0's 1x1 layers at 7^2 (batch 32: 1568 pixels, 13 row
+    tiles): forward and backward-data outputs of 26-52 tiles, under half of an H200's
+    multiprocessors, run on the TMA kernel (unsplit by the estimate, or with ``splits`` forced),
+    within tolerance of float64 and bitwise repeatable (split parts are added in order)."""
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._gemm import tma_conv
+
+    clear_caches()  # (routing is decided when a call is prepared)
+    if splits is not None:
+        monkeypatch.setattr(tma_conv, "few_tile_splits", lambda *args: splits)
+    calls = _spy(monkeypatch)
+    batch, size = 32, 7
+    m = batch * size * size
+    x, w, dy = _arrays(batch, size, cin, cout, dtype, 4)
+    y = cupy.full((batch, size, size, cout), np.nan, dtype=x.dtype)
+    dx = cupy.full(x.shape, np.nan, dtype=x.dtype)
+    assert cupyconv.conv(x, w, layout="NHWC", out=y) is y
+    assert cupyconv.conv_backward_data(dy, w, x.shape, layout="NHWC", out=dx) is dx
+    _check(y, reference.conv(x.get(), w.get(), layout="NHWC"), dtype)
+    _check(dx, reference.conv_backward_data(dy.get(), w.get(), x.shape, layout="NHWC"), dtype)
+    again = cupyconv.conv(x, w, layout="NHWC", out=cupy.empty_like(y))  # (replays)
+    assert bool((again == y).all())
+    again = cupyconv.conv_backward_data(dy, w, x.shape, layout="NHWC", out=cupy.empty_like(dx))
+    assert bool((again == dx).all())
+    assert calls == [(m, cout, cin), (m, cin, cout)]  # (both passes on the TMA kernel)
+    clear_caches()
+
+
 @pytest.mark.parametrize("case", ["bias", "stride", "padding", "groups", "odd_channels",
                                   "channels_first", "view", "few_pixels", "switched_off"])
 def test_pointwise_cases_that_keep_the_implicit_kernel(monkeypatch, case):
