@@ -51,7 +51,8 @@ forward map, which sigpy built from four real calls and explicit conjugates.
 
 from __future__ import annotations
 
-from cupyconv._core.arrays import check_out_disjoint, require_array, same_device
+from cupyconv._core.arrays import check_out_disjoint, described_array, require_array, same_device
+from cupyconv._core.foreign import is_c_contiguous
 from cupyconv._core.geometry import as_int
 from cupyconv._core.names import spoken_as
 from cupyconv.backward import conv_backward_data, conv_backward_weight
@@ -147,11 +148,11 @@ def _same_ndim(w_name: str, w, arrays: dict) -> None:
     (cupyconv's unbatched form is no part of this API), and the filter has 1-3 spatial dims."""
     if not 3 <= w.ndim <= 5:
         raise ValueError(f"{w_name} must have 3, 4 or 5 dims (K, C/groups and 1-3 spatial dims), "
-                         f"got shape {w.shape}")
+                         f"got shape {tuple(w.shape)}")
     for name, a in arrays.items():
         if a.ndim != w.ndim:
             raise ValueError(f"{name} must have as many dims as {w_name} ({w.ndim}: N, C and "
-                             f"{w.ndim - 2} spatial dims), got shape {a.shape}")
+                             f"{w.ndim - 2} spatial dims), got shape {tuple(a.shape)}")
 
 
 def _weight_view(w, w_layout: str, d_layout: str):
@@ -161,6 +162,7 @@ def _weight_view(w, w_layout: str, d_layout: str):
         return w
     import cupy
 
+    w = require_array(w, "w")  # (a CuPy view of another library's array)
     return cupy.moveaxis(w, 1, -1) if d_layout == "NHWC" else cupy.moveaxis(w, -1, 1)
 
 
@@ -177,10 +179,12 @@ def _write(run, target) -> None:
     then copied into ``target``.  Either way the pass checks ``out`` against the result's shape
     and dtype before any work, so a wrong ``target`` of any strides is refused and left as it
     was."""
-    if target.flags.c_contiguous:
+    if is_c_contiguous(target):
         run(target)
         return
     import cupy
+
+    target = require_array(target, "out")  # (a CuPy view of another library's array)
 
     with target.device:
         out = cupy.empty(target.shape, target.dtype)
@@ -194,6 +198,7 @@ def _channel_bias(b, y, layout: str):
     ``y``, so ``b`` must not overlap it."""
     if b is None:
         return None
+    b, y = require_array(b, "bias"), require_array(y, "out")  # (views of other libraries')
     same_device({"bias": b, "out": y})
     check_out_disjoint(y, {"bias": b})
     if b.ndim != 1 or b.shape[0] != (y.shape[-1] if layout == "NHWC" else y.shape[1]):
@@ -217,10 +222,10 @@ def convolution_forward(x, W, b, y, pad, stride, dilation, groups, *, auto_tune,
     del auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
     with _spoken_as("convolution_forward", wl, d):  # arguments go in under cupyconv's names
-        y = require_array(y, "out")
-        W = require_array(W, "w")
-        b = None if b is None else require_array(b, "bias")
-        x = require_array(x, "x")
+        y = described_array(y, "out")
+        W = described_array(W, "w")
+        b = None if b is None else described_array(b, "bias")
+        x = described_array(x, "x")
         _same_ndim("W", W, {"x": x, "y": y})
         w = _weight_view(W, wl, d)
         _write(lambda out: conv(x, w, b, out=out, **options), y)
@@ -236,13 +241,15 @@ def convolution_backward_data(W, x, b, y, pad, stride, dilation, groups, *, dete
     del deterministic, auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
     with _spoken_as("convolution_backward_data", wl, d):  # (cupyconv's names, see above)
-        y = require_array(y, "out")
-        W = require_array(W, "w")
-        b = None if b is None else require_array(b, "bias")
-        x = require_array(x, "dy")
+        y = described_array(y, "out")
+        W = described_array(W, "w")
+        b = None if b is None else described_array(b, "bias")
+        x = described_array(x, "dy")
         _same_ndim("W", W, {"x": x, "y": y})
         w = _weight_view(W, wl, d)
         b = _channel_bias(b, y, d)
+        if b is not None:
+            y = require_array(y, "out")  # (y += b below: a CuPy view of another library's y)
         _write(lambda out: conv_backward_data(x, w, y.shape, out=out, **options), y)
         if b is not None:
             y += b
@@ -256,9 +263,9 @@ def convolution_backward_filter(x, gy, gW, pad, stride, dilation, groups, *, det
     del deterministic, auto_tune  # see the module docstring
     d, wl, options = _options(pad, stride, dilation, groups, d_layout, w_layout, tensor_core)
     with _spoken_as("convolution_backward_filter", wl, d):  # (cupyconv's names, see above)
-        gW = require_array(gW, "out")
-        x = require_array(x, "x")
-        gy = require_array(gy, "dy")
+        gW = described_array(gW, "out")
+        x = described_array(x, "x")
+        gy = described_array(gy, "dy")
         _same_ndim("gW", gW, {"x": x, "gy": gy})
         gw = _weight_view(gW, wl, d)
         _write(lambda out: conv_backward_weight(x, gy, gw.shape, out=out, **options), gw)

@@ -48,6 +48,21 @@ def _dlpack_on_gpu(a) -> bool:
     return device_type in _DLPACK_GPU_DEVICES
 
 
+def described_array(a, name: str):
+    """``a`` as checks that read only its shape, strides, dtype and address take it, for a call
+    that hands it on to a public function: a CuPy array as itself, another library's array
+    that :func:`~cupyconv._core.foreign.describe` reads as its description (no CuPy view: the
+    function it is handed to keys its warm path by the same description), anything else as
+    :func:`require_array` gives it (or refuses it)."""
+    if type(a) is _cupy().ndarray:
+        return a
+    try:
+        described = describe(a)
+    except Exception:  # (require_array meets the same error, or takes DLPack, and says why)
+        described = None
+    return described if described is not None else require_array(a, name)
+
+
 def gpu_view(a, name: str):
     """A CuPy view (no copy) of a GPU array of another library, or None where ``a`` is no such
     array.  A PyTorch tensor or an object with ``__cuda_array_interface__`` (Numba, JAX, ...)
@@ -95,10 +110,13 @@ def gpu_view(a, name: str):
 
 def require_array(a, name: str):
     """``a`` itself if it is a CuPy ndarray; a CuPy view (no copy) of a GPU array of another
-    library (:func:`gpu_view`); otherwise a TypeError that says how to fix the call."""
+    library (:func:`gpu_view`) or of its :class:`~cupyconv._core.foreign.ForeignArray`
+    description; otherwise a TypeError that says how to fix the call."""
     cupy = _cupy()
     if isinstance(a, cupy.ndarray):
         return a
+    if isinstance(a, ForeignArray):
+        return a.cupy()
     view = gpu_view(a, name)
     if view is not None:
         return view

@@ -82,6 +82,24 @@ class ForeignArray:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def c_contiguous(self) -> bool:
+        """As ``flags.c_contiguous`` of the CuPy view: dims of one element may have any stride,
+        an empty array is contiguous."""
+        shape = tuple(self.shape)
+        if 0 in shape:
+            return True
+        step = self.itemsize
+        for n, s in zip(reversed(shape), reversed(self.strides)):
+            if n != 1 and s != step:
+                return False
+            step *= n
+        return True
+
     def memory_bounds(self) -> tuple[int, int]:
         """As :func:`cupyconv._core.arrays.memory_bounds` (for ``out=`` checks)."""
         return byte_bounds(self.ptr, self.shape, self.strides, self.itemsize)
@@ -152,6 +170,11 @@ def _view(ptr, shape, dtype, strides, owner, device: int):
 
     memory = cupy.cuda.UnownedMemory(ptr, _nbytes(shape, strides, dtype.itemsize), owner, device)
     return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides)
+
+
+def is_c_contiguous(a) -> bool:
+    """Whether ``a``, a CuPy array or a :class:`ForeignArray`, is C-contiguous."""
+    return a.c_contiguous if isinstance(a, ForeignArray) else a.flags.c_contiguous
 
 
 def c_strides(shape: tuple, itemsize: int) -> tuple:

@@ -30,6 +30,10 @@ _calls: dict = {}
 
 
 _PLAIN = frozenset((int, str, type(None)))
+_PLAIN_OR_TUPLE = _PLAIN | {tuple}
+# Tags the options of a key that holds flat tuples of plain values as they are (stride=(1, 1)):
+# such a key can then equal neither a key of plain options nor a frozen one.
+_FLAT_TUPLES = object()
 
 
 def call_key(name: str, arrays: tuple, options: tuple):
@@ -54,9 +58,16 @@ def call_key(name: str, arrays: tuple, options: tuple):
 
 
 def _with_options(parts: list, options: tuple):
-    # plain ints, strings and None as themselves; anything else typed (True must not pass as 1)
-    if {*map(type, options)} <= _PLAIN:
+    # plain ints, strings and None as themselves, and flat tuples of them (per-dim strides,
+    # padding, cuDNN's pad / stride / dilation tuples); anything else typed (True must not pass
+    # as 1; _freeze costs a few microseconds a call)
+    types = {*map(type, options)}
+    if types <= _PLAIN:
         parts.append(options)
+        return tuple(parts)
+    if types <= _PLAIN_OR_TUPLE and all({*map(type, v)} <= _PLAIN for v in options
+                                        if type(v) is tuple):
+        parts.append((_FLAT_TUPLES, options))
         return tuple(parts)
     parts.append(_freeze(options))
     key = tuple(parts)
@@ -92,7 +103,7 @@ def _operand(a, ndarray):
     """``a`` as a prepared call takes it: a CuPy array (a subclass too) as itself, another
     library's array as its description, else as its CuPy view (DLPack only, ...); None where
     the full path refuses it (a CPU array, a tensor that requires grad), which says why."""
-    if isinstance(a, ndarray):
+    if isinstance(a, (ndarray, ForeignArray)):  # (a description: cupyconv.cudnn's operands)
         return a
     try:
         described = describe(a)

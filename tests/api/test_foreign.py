@@ -444,3 +444,40 @@ def test_overlap_rule_on_cupy_and_foreign_arrays(driver):
     assert memory_bounds(foreign_odd) == memory_bounds(odd)
     with pytest.raises(ValueError, match="out overlaps x"):
         check_out_disjoint(foreign_odd, {"x": even})
+
+
+def test_flat_tuples_of_plain_options_key_as_they_are_yet_apart_from_bools():
+    """Per-dim options (stride=(1, 1)) skip the typed freeze, but (True, 1) is no (1, 1): it
+    takes the typed key, and neither form can equal a key of plain options."""
+    flat = callcache._with_options(["conv"], (2, (1, 1), (0, 0), "NCHW"))
+    assert flat == callcache._with_options(["conv"], (2, (1, 1), (0, 0), "NCHW"))
+    typed = callcache._with_options(["conv"], (2, (True, 1), (0, 0), "NCHW"))
+    assert flat != typed
+    assert callcache._with_options(["conv"], (2, 1, 0, "NCHW")) != flat
+    nested = callcache._with_options(["conv"], (2, ((1, 1),), "NCHW"))  # (not flat: typed)
+    assert nested == ("conv", callcache._freeze((2, ((1, 1),), "NCHW")))
+
+
+@pytest.mark.parametrize("shape,strides,want", [
+    ((2, 3, 4), (48, 16, 4), True),
+    ((2, 3, 4), (48, 4, 12), False),
+    ((2, 1, 4), (16, 999, 4), True),     # a dim of one element: any stride
+    ((2, 0, 4), (7, 7, 7), True),        # empty
+    ((2, 3, 4), (-48, 16, 4), False),
+])
+def test_a_description_knows_whether_it_is_c_contiguous(shape, strides, want):
+    a = foreign._InterfaceArray(BASE, None, (shape, strides, np.dtype("float32"), 0, 0))
+    assert a.c_contiguous is want and foreign.is_c_contiguous(a) is want
+    assert a.ndim == len(shape)
+
+
+def test_a_description_passes_through_the_key_and_require_array(driver):
+    """cupyconv.cudnn hands its operands' descriptions on: call_key keys them as the arrays
+    they describe, and the full path views them."""
+    src = CAI(BASE, (2, 3, 4))
+    described = foreign.describe(src)
+    assert key(described, None, None, None, None) == key(src, None, None, None, None)
+    view = arrays.require_array(described, "x")
+    assert isinstance(view, cupy.ndarray) and view.data.ptr == BASE and view.shape == (2, 3, 4)
+    assert arrays.described_array(src, "x").key == described.key
+

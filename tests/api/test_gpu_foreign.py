@@ -206,8 +206,9 @@ CUDNN_OUT = {"convolution_forward": "y", "convolution_backward_data": "y",
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("function", sorted(CUDNN_SHAPES))
 def test_cudnn_functions_take_the_warm_path_with_tensors(replays, function, dtype):
-    """The compat functions view their tensors (from the same descriptions) and run
-    cupyconv's passes on the views: the second call replays the pass's prepared call."""
+    """The compat functions check their tensors' descriptions and hand them to cupyconv's
+    passes as such (no CuPy views): the second call replays the pass's prepared call with the
+    descriptions."""
     call = _cudnn_call(function)
     out = CUDNN_OUT[function]
     for round_ in range(2):
@@ -219,6 +220,6 @@ def test_cudnn_functions_take_the_warm_path_with_tensors(replays, function, dtyp
         replays.clear()
         assert call(t) is None
         if round_:
-            _warm(replays, foreign=False)
+            _warm(replays)
         call(c)
         _same(t[out], c[out])
