@@ -54,7 +54,7 @@ def described_array(a, name: str):
     that :func:`~cupyconv._core.foreign.describe` reads as its description (no CuPy view: the
     function it is handed to keys its warm path by the same description), anything else as
     :func:`require_array` gives it (or refuses it)."""
-    if type(a) is _cupy().ndarray:
+    if isinstance(a, _cupy().ndarray):  # (a subclass too, as require_array takes it)
         return a
     try:
         described = describe(a)
