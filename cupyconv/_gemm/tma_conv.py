@@ -16,6 +16,7 @@ below 64 outputs; it now takes 24.4 us there.)
 Backward-weight of the same problems is dw[K, C] = dy[P, K]^T @ x[P, C]: both operands
 MN-major, the reduction over the pixels long and the output small, so the kernel splits k
 (its fp32 parts summed in order by the split-K reduction) until the work units fill the GPU.
+How many parts every pass takes is ``_gemm/tma_splits.py``'s estimate.
 
 Every other channels-last 2-d forward (3x3, strided, dilated, asymmetric padding) runs on the
 kernel's im2col mode (:func:`im2col_forward`): TMA gathers each tap's window of input pixels
@@ -34,21 +35,19 @@ import math
 import numpy as np
 
 from cupyconv._core.dtypes import dtype_name
-from cupyconv._core.kernels import TMA_TILES
 from cupyconv._core.launch import sm_count
 from cupyconv._gemm.kernel_args import ImplicitConv
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
                                 runs_on_tma, split_parts, tma_enabled)
+from cupyconv._gemm.tma_splits import (CONV_TILE, IM2COL_SLICE_S, few_tile_splits,
+                                       weight_splits)
 
-# The TMA tile backward-weight takes (the forward and backward-data take gemm_tile's, the same):
-# 128 x 128 beat 128 x 256 on 15 of the 17 layers measured.
-CONV_TILE = TMA_TILES[1]
 
 
 def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
     """Run ``prob`` (forward or a backward-data phase) as ``y = x @ b`` on the TMA kernel where
-    it applies (with split-K where the output has few tiles: :func:`few_tile_splits`), and
+    it applies (with split-K where the output has few tiles: ``tma_splits.few_tile_splits``), and
     return whether it did.
     ``x`` and ``y`` are the activations (C-contiguous, channels-last), ``b`` the weight as a
     (k, n) matrix view (either orientation: :func:`cupyconv._gemm.tma.check_operands`).  The
@@ -84,8 +83,9 @@ def pointwise_weight_gemm(prob: ImplicitConv, x, dy, dw) -> bool:
 
 def prepare_weight_gemm(a, b, c):
     """The launch of a backward-weight product ``c = a @ b`` (``a`` dy^T, its k the pixels) on
-    the TMA kernel with CONV_TILE, split by :func:`weight_splits`, prepared (nothing launched
-    yet); None where it does not apply (operands TMA cannot read, too few work units)."""
+    the TMA kernel with CONV_TILE, split by ``tma_splits.weight_splits``, prepared (nothing
+    launched yet); None where it does not apply (operands TMA cannot read, too few work
+    units)."""
     if not runs_on_tma(a, b, c, CONV_TILE):
         return None
     (m, k), n = a.shape, c.shape[1]
@@ -93,52 +93,6 @@ def prepare_weight_gemm(a, b, c):
     if splits is None:
         return None
     return prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]
-
-
-def weight_splits(m: int, n: int, k: int, sms: int, slice_s: float = None) -> int | None:
-    """Split-K parts of an m x n x k backward-weight GEMM on CONV_TILE: None where even parts
-    of 4 k slices each leave more than half the multiprocessors idle (few pixels: the implicit
-    loop), else the count :func:`best_splits` estimates fastest (``slice_s``: the seconds of one
-    k slice, default SLICE_S)."""
-    tiles = output_tiles(m, n, CONV_TILE)
-    slices = math.ceil(k / CONV_TILE[2])
-    if tiles * max(1, min(sms // tiles, slices // 4)) < sms // 2:
-        return None
-    return best_splits(tiles, slices, m * n, sms, SLICE_S if slice_s is None else slice_s)
-
-
-# What split-K costs on the TMA kernel with CONV_TILE (H200, bf16, fitted on 8 backward-weight
-# problems, benchmarks/notes/gemm.md, session 33): a launch, then each work unit's k slices
-# (slower where B comes through the im2col mode), then, split, the reduction: a second launch
-# and the fp32 parts written by the kernel and read back.  The reduction measured 6-15 us, so a
-# split pays only on long k over small outputs: at 7^2 x 32 images (25 slices) 1x1 2048 -> 512
-# backward-weight ran 11.1 us unsplit, 21.8 in 2 parts; 64 -> 64 3x3 at 56^2 (1568 slices) 750
-# us unsplit, 37 in 26 parts.
-LAUNCH_FIXED_S = 2.5e-6
-SLICE_S = 0.34e-6
-IM2COL_SLICE_S = 0.48e-6
-REDUCE_FIXED_S = 6e-6
-REDUCE_BANDWIDTH = 3e12   # bytes / s of the fp32 parts, written and read
-
-
-def split_seconds(tiles: int, slices: int, splits: int, outputs: int, sms: int,
-                  slice_s: float) -> float:
-    """Estimated seconds of a TMA-kernel GEMM of ``tiles`` output tiles (``outputs`` elements)
-    over ``slices`` k slices in ``splits`` parts on ``sms`` multiprocessors: rounds of work
-    units, each its part's slices, plus the reduction where split."""
-    rounds = math.ceil(tiles * splits / sms)
-    seconds = LAUNCH_FIXED_S + rounds * math.ceil(slices / splits) * slice_s
-    if splits > 1:
-        seconds += REDUCE_FIXED_S + splits * outputs * 8 / REDUCE_BANDWIDTH
-    return seconds
-
-
-def best_splits(tiles: int, slices: int, outputs: int, sms: int, slice_s: float) -> int:
-    """The split-K parts (1 to one per multiprocessor, each part at least 4 k slices) that
-    :func:`split_seconds` estimates fastest; the fewest among equals."""
-    most = max(1, min(sms, slices // 4))
-    return min(range(1, most + 1),
-               key=lambda p: (split_seconds(tiles, slices, p, outputs, sms, slice_s), p))
 
 
 def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
@@ -273,33 +227,13 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
         return launch, dw
 
 
-# The forward and backward-data GEMMs split K where their output has fewer 128 x 128 tiles
-# than half the multiprocessors, down to this share of them (fewer tiles: the implicit loop and
-# its plans).  ResNet-50's 512-channel 3x3 layers at 7^2 / 14^2 (batch 32) have 52 tiles on 132
-# SMs and ran at 0.57-0.59x cuDNN on the im2col mode without a split (benchmarks/notes/gemm.md,
-# session 31); split, 1.15x the implicit loop (session 33).
-SPLIT_MIN_TILE_SHARE = 8
-
-
-def few_tile_splits(tiles: int, slices: int, sms: int, outputs: int,
-                    slice_s: float = SLICE_S) -> int:
-    """The split-K parts of a forward or backward-data GEMM whose output has ``tiles`` 128 x 128
-    tiles (``outputs`` elements) over ``slices`` k slices on ``sms`` multiprocessors: 0 (the TMA
-    kernel does not take it) below 1 / SPLIT_MIN_TILE_SHARE of the multiprocessors' worth of
-    tiles, else what :func:`best_splits` estimates fastest (mostly 1: the reduction costs more
-    than the slices a split saves on these layers' short k)."""
-    if tiles * SPLIT_MIN_TILE_SHARE < sms:
-        return 0
-    return best_splits(tiles, slices, outputs, sms, slice_s)
-
-
 def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int) -> int:
     """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it), from the
     rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
     cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one group (grouped
     problems merged into one by block-diagonal weights too), channels-last; the parts from
-    :func:`few_tile_splits` for the output ``plane`` x ``channels`` over taps x blocks of the
-    ``reduced`` channels."""
+    ``tma_splits.few_tile_splits`` for the output ``plane`` x ``channels`` over taps x blocks of
+    the ``reduced`` channels."""
     if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
             or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(device_id)):
         return 0

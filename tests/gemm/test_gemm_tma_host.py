@@ -224,7 +224,7 @@ def test_the_encoders_hand_the_driver_what_its_signatures_take(monkeypatch):
     (8, 32, 32, 132, None),         # a squeeze-excite layer: one slice
 ])
 def test_backward_weight_splits_fill_the_gpu(m, n, k, sms, want):
-    from cupyconv._gemm.tma_conv import weight_splits
+    from cupyconv._gemm.tma_splits import weight_splits
 
     assert weight_splits(m, n, k, sms) == want
 
@@ -233,7 +233,7 @@ def test_split_estimate_charges_the_reduction():
     """The split-K estimate: parts shorten the slices each unit runs, rounds past the
     multiprocessors lengthen them, and a split adds the reduction (its launch and the fp32
     parts written and read back)."""
-    from cupyconv._gemm import tma_conv as t
+    from cupyconv._gemm import tma_splits as t
 
     one = t.split_seconds(10, 100, 1, 10 * 128 * 128, 132, t.SLICE_S)
     assert one == pytest.approx(t.LAUNCH_FIXED_S + 100 * t.SLICE_S)
@@ -255,7 +255,7 @@ def test_split_estimate_charges_the_reduction():
     (20, 400, 6),    # long k over 20 tiles: parts fill the multiprocessors once
 ])
 def test_few_tile_splits(tiles, slices, want):
-    from cupyconv._gemm.tma_conv import few_tile_splits
+    from cupyconv._gemm.tma_splits import few_tile_splits
 
     assert few_tile_splits(tiles, slices, 132, tiles * 128 * 128) == want
 

@@ -74,7 +74,7 @@ def test_pointwise_forward_and_data_on_tma(monkeypatch, dtype, cin, cout):
     import cupyconv
     from cupyconv import reference
     from cupyconv._core.launch import sm_count
-    from cupyconv._gemm.tma_conv import weight_splits
+    from cupyconv._gemm.tma_splits import weight_splits
 
     calls = _spy(monkeypatch)
     batch, size = 8, 33  # 8712 pixels: 69 row tiles, more than half of 132 multiprocessors
