@@ -193,12 +193,12 @@ def _write(run, target) -> None:
 
 
 def _channel_bias(b, y, layout: str):
-    """``b`` (None, or one value per channel of ``y``) as a view that broadcasts over ``y``;
-    checked before any work, as every argument is: ``y += b`` runs after the pass has written
-    ``y``, so ``b`` must not overlap it."""
+    """``b`` (None, or one value per channel of ``y``, a CuPy array) as a view that broadcasts
+    over ``y``; checked before any work, as every argument is: ``y += b`` runs after the pass
+    has written ``y``, so ``b`` must not overlap it."""
     if b is None:
         return None
-    b, y = require_array(b, "bias"), require_array(y, "out")  # (views of other libraries')
+    b = require_array(b, "bias")  # (a view of another library's b; y is a CuPy array here)
     same_device({"bias": b, "out": y})
     check_out_disjoint(y, {"bias": b})
     if b.ndim != 1 or b.shape[0] != (y.shape[-1] if layout == "NHWC" else y.shape[1]):
@@ -247,9 +247,9 @@ def convolution_backward_data(W, x, b, y, pad, stride, dilation, groups, *, dete
         x = described_array(x, "dy")
         _same_ndim("W", W, {"x": x, "y": y})
         w = _weight_view(W, wl, d)
-        b = _channel_bias(b, y, d)
         if b is not None:
             y = require_array(y, "out")  # (y += b below: a CuPy view of another library's y)
+        b = _channel_bias(b, y, d)
         _write(lambda out: conv_backward_data(x, w, y.shape, out=out, **options), y)
         if b is not None:
             y += b

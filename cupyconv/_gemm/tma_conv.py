@@ -44,7 +44,6 @@ from cupyconv._gemm.tma_splits import (CONV_TILE, IM2COL_SLICE_S, few_tile_split
                                        weight_splits)
 
 
-
 def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
     """Run ``prob`` (forward or a backward-data phase) as ``y = x @ b`` on the TMA kernel where
     it applies (with split-K where the output has few tiles: ``tma_splits.few_tile_splits``), and
@@ -147,9 +146,7 @@ def im2col_backward_weight(geom, x, dy, dw) -> bool:
     the im2col mode, with split-K over the pixels, where it applies; returns whether it did.
     On the layers of exp_tma_im2col (bf16, batch 32, H200, operands rotated past L2;
     benchmarks/notes/gemm.md, session 33) it ran 1.74-2.53x the implicit loop."""
-    if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
-            or len(geom.spatial) != 2 or geom.in_channels % 64 or not tma_enabled()
-            or not runs_here(dw.data.device_id)):
+    if not _takes_im2col_mode(geom, dw.data.device_id) or geom.in_channels % 64:
         return False
     try:
         launch = prepare_im2col_weight(x, dy, dw, stride=geom.stride, padding=geom.pad_lo,
@@ -177,8 +174,7 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_B_IM2COL, TMA_TILES, gemm_tma_module
     from cupyconv._core.program import AddressArg
-    from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, im2col_geometry,
-                                    map_encoder)
+    from cupyconv._gemm.tma import _driver, _require_hopper, map_encoder
 
     x, dy, dw = require_array(x, "x"), require_array(dy, "dy"), require_array(dw, "dw")
     tile = tuple(tile)
@@ -206,15 +202,9 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
     with cupy.cuda.Device(device):
         _require_hopper(device)
         _driver()
-        (sh, sw), (dh, dw_) = f["stride"], f["dilation"]
-        x_dims = (c, f["w"], f["h"], f["n"])
-        x_strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
         map_a = AddressArg(dy, map_encoder(dy.reshape(pixels, k), bk, 64))
-        map_b = AddressArg(x, lambda ptr: encoded_im2col(
-            ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], 64, bk, (1, sw, sh, 1)))
-        geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
-                              pw=f["padding"][1], dh=dh, dw=dw_, kw=f["s"], cblocks=c // 64,
-                              wtap0=0, wtap_step=1)
+        map_b = _im2col_map(x, f, 64, bk)
+        geo = _im2col_geometry(f, c // 64, 0, 1)
         out = dw.reshape(k, n_cols)
         splits, ws, c_vec, reduce = split_parts(dtype, out, k, n_cols, n_cols,
                                                 math.ceil(pixels / bk), splits)
@@ -227,15 +217,47 @@ def prepare_im2col_weight(x, dy, dw, *, stride=(1, 1), padding=(0, 0), dilation=
         return launch, dw
 
 
+def _im2col_map(x, f: dict, channels: int, pixels: int):
+    """The im2col tensor map of the channels-last activation ``x`` (:func:`check_im2col`'s
+    facts ``f``: its shape, the pixel window, the stride) for boxes of ``pixels`` output pixels
+    x ``channels`` channels, as an ``AddressArg`` (a replay re-encodes it for its operand).
+    x is (C, W, H, N), innermost first."""
+    from cupyconv._core.program import AddressArg
+    from cupyconv._gemm.tma import encoded_im2col
+
+    c, item = f["c"], f["itemsize"]
+    dims = (c, f["w"], f["h"], f["n"])
+    strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
+    sh, sw = f["stride"]
+    return AddressArg(x, lambda ptr: encoded_im2col(
+        ptr, f["dtype"], dims, strides, f["lower"], f["upper"], channels, pixels,
+        (1, sw, sh, 1)))
+
+
+def _im2col_geometry(f: dict, cblocks: int, wtap0: int, wtap_step: int):
+    """The kernel's Im2colGeometry of :func:`check_im2col`'s facts ``f``: ``cblocks`` blocks of
+    channels per tap, weight tap ``wtap0 + wtap_step t`` for window tap t."""
+    from cupyconv._gemm.tma import im2col_geometry
+
+    (sh, sw), (ph, pw), (dh, dw) = f["stride"], f["padding"], f["dilation"]
+    return im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+                           kw=f["s"], cblocks=cblocks, wtap0=wtap0, wtap_step=wtap_step)
+
+
+def _takes_im2col_mode(geom, device_id: int) -> bool:
+    """The rules of the im2col mode that the arrays do not decide (:func:`check_im2col` checks
+    those): Hopper with cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one
+    group (grouped problems merged into one by block-diagonal weights too), channels-last."""
+    return (geom.dtype in TMA_DTYPES and geom.groups == 1 and geom.channels_last
+            and len(geom.spatial) == 2 and tma_enabled() and runs_here(device_id))
+
+
 def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int) -> int:
-    """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it), from the
-    rules the arrays do not decide (:func:`check_im2col` checks those): Hopper with
-    cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one group (grouped
-    problems merged into one by block-diagonal weights too), channels-last; the parts from
+    """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it): where
+    :func:`_takes_im2col_mode`, the parts from
     ``tma_splits.few_tile_splits`` for the output ``plane`` x ``channels`` over taps x blocks of
     the ``reduced`` channels."""
-    if (geom.dtype not in TMA_DTYPES or geom.groups != 1 or not geom.channels_last
-            or len(geom.spatial) != 2 or not tma_enabled() or not runs_here(device_id)):
+    if not _takes_im2col_mode(geom, device_id):
         return 0
     pixels = geom.batch * math.prod(plane)
     tiles = output_tiles(pixels, channels, CONV_TILE)
@@ -341,8 +363,7 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
     from cupyconv._core.arrays import require_array, same_device
     from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
     from cupyconv._core.program import AddressArg
-    from cupyconv._gemm.tma import (_driver, _require_hopper, encoded_im2col, encoded_tiled,
-                                    im2col_geometry)
+    from cupyconv._gemm.tma import _driver, _require_hopper, encoded_tiled
 
     if not isinstance(splits, int) or splits < 1:
         raise ValueError(f"splits must be a positive int, got {splits!r}")
@@ -363,21 +384,15 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
         _driver()
         if out is None:
             out = cupy.empty((f["n"], f["oh"], f["ow"], k), dtype=x.dtype)
-        # x as (C, W, H, N), innermost first; w (K, R, S, C) as (C, taps, K) in either pass:
-        # boxes of one tap, BK of the reduction's channels by BN output channels (the
+        # x through the im2col map; w (K, R, S, C) as (C, taps, K) in either pass: boxes of
+        # one tap, BK of the reduction's channels by BN output channels (the
         # forward: C by K), or 64 output channels by BK (backward-data: C by K, MN-major)
-        x_dims = (c, f["w"], f["h"], f["n"])
-        x_strides = (c * item, f["w"] * c * item, f["h"] * f["w"] * c * item)
         w_dims = (int(w.shape[3]), taps, int(w.shape[0]))
         w_strides = (w_dims[0] * item, taps * w_dims[0] * item)
-        (sh, sw), (dh, dw) = f["stride"], f["dilation"]
-        map_a = AddressArg(x, lambda ptr: encoded_im2col(
-            ptr, dtype, x_dims, x_strides, f["lower"], f["upper"], bk, bm, (1, sw, sh, 1)))
+        map_a = _im2col_map(x, f, bk, bm)
         map_b = AddressArg(w, lambda ptr: encoded_tiled(
             ptr, dtype, w_dims, w_strides, (64, 1, bk) if data else (bk, 1, bn)))
-        geo = im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=f["padding"][0],
-                              pw=f["padding"][1], dh=dh, dw=dw, kw=f["s"], cblocks=cblocks,
-                              wtap0=taps - 1 if data else 0, wtap_step=-1 if data else 1)
+        geo = _im2col_geometry(f, cblocks, taps - 1 if data else 0, -1 if data else 1)
         m, kk = f["m"], taps * cblocks * bk
         splits, ws, c_vec, reduce = split_parts(dtype, out, m, k, k, taps * cblocks, splits)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
