@@ -5,7 +5,9 @@ or fp16, batch 32, on the 3x3 and strided layers of ResNet-50 and ConvNeXt-T's 2
 downsampling: device time of CUDA-graph replays over operands rotated past 3x the L2
 (``measure.device_times``), and each result's error against the implicit loop's.  With
 ``--passes data``, backward-data of the stride-1 layers the same way (cuDNN: conv2d_input); with
-``weight``, backward-weight of the layers of a multiple of 64 input channels (conv2d_weight).  (At 53d7cdf,
+``weight``, backward-weight of the layers of a multiple of 64 input channels (conv2d_weight).
+Strided layers' backward-data: cupyconv's call with its stride phases on the im2col mode
+(``tma_conv.im2col_phases``) against the same call on the implicit loop.  (At 53d7cdf,
 before the route existed, the "default" column was that loop.)
 
     PYTHONPATH=. python3 benchmarks/experiments/exp_tma_im2col.py [--dtype bfloat16] [--batch 32]
@@ -40,6 +42,11 @@ LAYERS = [
 ]
 
 
+# Whether cupyconv's strided backward-data runs its phases on the im2col mode (switched by the
+# "data" pass's columns of a strided layer).
+STRIDED_PHASES = {"on": False}
+
+
 def layer_calls(torch, c, k, hw, ks, st, pad, batch, dtype, mode, l2):
     """(calls for measure.device_times, the im2col result, the implicit loop's) of one layer in
     ``mode`` ("forward", "data" or "weight")."""
@@ -58,6 +65,31 @@ def layer_calls(torch, c, k, hw, ks, st, pad, batch, dtype, mode, l2):
     tensors = measure.torch_operand_copies(torch, shapes, dtype, True, copies, seed=c + k + hw)
     arrays = [tuple(measure.cupy_view(t, True) for t in ops) for ops in tensors]
     reach = ks - 1
+    if mode == "data" and st != 1:
+        # strided: the stride phases on the im2col mode (cupyconv's routed call) against the
+        # same call on the implicit loop; the route is switched (and prepared calls forgotten)
+        # at the first call of each column, in its eager warm-up round
+        from cupyconv._core.caches import clear_caches
+
+        x_shape = (batch, hw, hw, c)
+
+        def routed(on):
+            def call(ops):
+                if STRIDED_PHASES["on"] != on:
+                    clear_caches()
+                    STRIDED_PHASES["on"] = on
+                return cupyconv.conv_backward_data(ops[0], ops[1], x_shape, stride=st,
+                                                   padding=pad, layout="NHWC")
+            return call
+
+        peer = lambda ops: torch.nn.grad.conv2d_input(x_nchw, ops[1], ops[0], stride=st,  # noqa: E731
+                                                      padding=pad)
+        calls = {"im2col": (routed(True), arrays, measure.cupy_graph_ms),
+                 "implicit": (routed(False), arrays, measure.cupy_graph_ms),
+                 "cudnn": (peer, tensors,
+                           lambda body, **kw: measure.torch_graph_ms(torch, body, **kw))}
+        got = routed(True)(arrays[0]).copy()
+        return calls, got, routed(False)(arrays[0])
     if mode == "data":
         x_shape = (batch, hw, hw, c)
         launches = [prepare_im2col(dy, w, padding=(reach - pad,) * 2, out_hw=(hw, hw), data=True)
@@ -101,10 +133,12 @@ def main(argv=None) -> int:
     import cupyconv._gemm.backward as backward
     import cupyconv._gemm.forward as forward
 
-    # (cupyconv's own calls: the implicit loop)
+    # (cupyconv's own calls: the implicit loop; strided backward-data's phases switchable)
     forward.im2col_forward = lambda *args: False
     backward.im2col_backward_data = lambda *args: False
     backward.im2col_backward_weight = lambda *args: False
+    phases = backward.im2col_phases
+    backward.im2col_phases = lambda *args: STRIDED_PHASES["on"] and phases(*args)
     torch.backends.cudnn.benchmark = True
     l2 = measure.device_facts()["l2_bytes"]
     for pass_name in args.passes.split(","):
@@ -113,7 +147,7 @@ def main(argv=None) -> int:
         print("| layer | im2col us | implicit us (x) | cuDNN us (x) | rel err vs implicit |")
         print("|---|---|---|---|---|")
         for label, c, k, hw, ks, st, pad in LAYERS:
-            if (pass_name == "data" and st != 1) or (pass_name == "weight" and c % 64):
+            if pass_name == "weight" and c % 64:
                 continue
             try:
                 calls, got, want = layer_calls(torch, c, k, hw, ks, st, pad, args.batch,

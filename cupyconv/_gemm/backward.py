@@ -39,8 +39,8 @@ from cupyconv._gemm.implicit_cost import IMPLICIT_FACTOR, implicit_conv_seconds
 from cupyconv._gemm.kernel_args import ImplicitConv, fprop_out_map
 from cupyconv._gemm.launch import launch_conv_wgrad, launch_implicit_conv, plain_launch
 from cupyconv._gemm import tma_columns
-from cupyconv._gemm.tma_conv import (im2col_backward_data, im2col_backward_weight, pointwise_gemm,
-                                     pointwise_weight_gemm)
+from cupyconv._gemm.tma_conv import (im2col_backward_data, im2col_backward_weight, im2col_phases,
+                                     pointwise_gemm, pointwise_weight_gemm)
 from cupyconv._gemm.plans import LAUNCH_S, plan_gemm, repair_seconds
 
 
@@ -223,6 +223,9 @@ def run_backward_data(geom: ConvGeometry, dy, w, dx, bias=None) -> bool:
         return False
     if plain_launch(None, bias, None, NO_ACTIVATION) and im2col_backward_data(geom, dy, w, dx):
         return False  # (stride 1, Hopper, 16-bit, channels-last: TMA's im2col mode)
+    if plain_launch(None, bias, None, NO_ACTIVATION) and im2col_phases(
+            geom, plan, dy, dx, lambda ph: _weight_for_phase(w_cf, ph.taps, geom.groups)):
+        return False  # (strided: each stride phase on the im2col mode, then into dx)
     if plain_launch(None, bias, None, NO_ACTIVATION) and tma_columns.backward_data(geom, dy, w, dx):
         return False  # (few channels, Hopper, 16-bit, channels-last: fp32 columns, col2im)
     if plan.zero_fill:

@@ -34,8 +34,10 @@ import math
 
 import numpy as np
 
+from cupyconv._core.copy import copy_into
 from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.launch import sm_count
+from cupyconv._core.program import scratch, zero_fill
 from cupyconv._gemm.kernel_args import ImplicitConv
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
@@ -138,6 +140,47 @@ def im2col_backward_data(geom, dy, w, dx) -> bool:
                        padding=tuple(r - p for r, p in zip(reach, geom.pad_lo)),
                        dilation=geom.dilation, out_hw=tuple(geom.spatial), data=True,
                        splits=splits)
+
+
+def im2col_phases(geom, plan, dy, dx, phase_weight) -> bool:
+    """Run backward-data of the strided convolution ``geom`` (no bias: the caller checked) on
+    the TMA kernel's im2col mode, one launch per stride phase of ``plan``
+    (``_gemm/backward.phase_plan``: each phase a stride-1 forward convolution of dy with its
+    taps, ``phase_weight(phase)`` its (C, taps, K) weights, flipped and selected) into a scratch
+    array of the phase's rows, then copied into those rows of dx (rows no phase reaches are
+    zero-filled first); returns whether it ran.  Every phase is checked before anything of dx
+    is written: where one does not apply (few output tiles, a window TMA cannot describe),
+    nothing runs but the weights' copies, and the caller takes the implicit loop."""
+    if all(s == 1 for s in geom.stride) or len(geom.spatial) != 2:
+        return False
+    device = dx.data.device_id
+    parts = []
+    for ph in plan.phases:
+        prob = ph.prob
+        splits = _im2col_splits(geom, device, prob.out_spatial[1:], geom.in_channels,
+                                geom.out_channels, taps=math.prod(prob.kernel))
+        if not splits:
+            return False
+        parts.append((ph, splits))
+    launches = []
+    for ph, splits in parts:
+        prob = ph.prob
+        w = phase_weight(ph).reshape((geom.in_channels,) + prob.kernel[1:]
+                                     + (geom.out_channels,))
+        rows = scratch(ph.shape, geom.dtype)
+        try:
+            launch = prepare_im2col(dy, w, rows, stride=(1, 1), padding=prob.pad_lo[1:],
+                                    dilation=prob.dilation[1:], out_hw=prob.out_spatial[1:],
+                                    splits=splits)[0]
+        except (TypeError, ValueError):  # (a window TMA cannot take)
+            return False
+        launches.append((launch, rows, ph.window))
+    if plan.zero_fill:
+        zero_fill(dx)
+    for launch, rows, window in launches:
+        launch()
+        copy_into(rows, dx[window])
+    return True
 
 
 def im2col_backward_weight(geom, x, dy, dw) -> bool:
@@ -252,16 +295,18 @@ def _takes_im2col_mode(geom, device_id: int) -> bool:
             and len(geom.spatial) == 2 and tma_enabled() and runs_here(device_id))
 
 
-def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int) -> int:
+def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int,
+                   taps: int | None = None) -> int:
     """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it): where
-    :func:`_takes_im2col_mode`, the parts from
-    ``tma_splits.few_tile_splits`` for the output ``plane`` x ``channels`` over taps x blocks of
-    the ``reduced`` channels."""
+    :func:`_takes_im2col_mode`, the parts from ``tma_splits.few_tile_splits`` for the output
+    ``plane`` x ``channels`` over ``taps`` (default ``geom``'s) x blocks of the ``reduced``
+    channels."""
     if not _takes_im2col_mode(geom, device_id):
         return 0
     pixels = geom.batch * math.prod(plane)
     tiles = output_tiles(pixels, channels, CONV_TILE)
-    slices = math.prod(geom.kernel) * math.ceil(reduced / CONV_TILE[2])
+    taps = math.prod(geom.kernel) if taps is None else taps
+    slices = taps * math.ceil(reduced / CONV_TILE[2])
     return few_tile_splits(tiles, slices, sm_count(device_id), pixels * channels,
                            IM2COL_SLICE_S)
 

@@ -303,6 +303,85 @@ def test_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
     clear_caches()
 
 
+# Strided backward-data, each stride phase on the im2col mode: (x shape NHWC, K, kernel, options,
+# phases); every phase has enough output tiles to route (1/8 of an H200's multiprocessors).
+STRIDED_DATA_CASES = [
+    ((32, 28, 28, 64), 136, 3, dict(stride=2, padding=1), 4),           # ResNet-50's downsampling
+    ((32, 27, 29, 64), 72, 3, dict(stride=2, padding=1), 4),            # odd planes: phases differ
+    ((32, 28, 28, 64), 136, 2, dict(stride=2), 4),                      # ConvNeXt-T: one tap each
+    ((32, 28, 28, 64), 136, 1, dict(stride=2), 1),                      # 1x1: rows no tap reaches
+    ((32, 30, 30, 64), 72, 3, dict(stride=3, padding=1), 9),            # stride 3: one tap each
+    ((32, 29, 29, 72), 64, 3, dict(stride=2, padding=3, dilation=3), 4),  # dilated phases
+    ((32, 29, 29, 72), 64, 5, dict(stride=2, padding=4, dilation=2), 1),  # dilation = stride:
+    # every tap in one phase, the odd rows zero
+    ((32, 28, 30, 64), 72, 3, dict(stride=(2, 1), padding=(1, 0)), 2),  # stride on one axis
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", STRIDED_DATA_CASES, ids=lambda c: f"{c[2]}x{c[2]}-{c[3]}")
+def test_strided_backward_data_runs_each_phase_on_the_im2col_mode(monkeypatch, dtype, case):
+    """Each stride phase is a forward over dy on the im2col mode (one prepared launch per phase,
+    replayed on a second call), its rows copied into dx, rows no tap reaches zero: within
+    tolerance of the float64 reference, dx poisoned first."""
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+
+    x_shape, k, kernel, opts, phases = case
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(kernel + k)
+    w_shape = (k, kernel, kernel, x_shape[3])
+    y_shape = cupyconv.conv(cupy.zeros(x_shape, dtype), cupy.zeros(w_shape, dtype),
+                            layout="NHWC", **opts).shape
+    clear_caches()
+    calls.clear()
+    for call in range(2):
+        wh = random_array(rng, w_shape, dtype)
+        dyh = random_array(rng, y_shape, dtype)
+        ref = reference.conv_backward_data(dyh, wh, x_shape, layout="NHWC", **opts)
+        dx = cupy.full(x_shape, np.nan, dtype)
+        got = cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), x_shape,
+                                          layout="NHWC", out=dx, **opts)
+        assert got is dx
+        assert rel_error(dx, ref) <= tolerance(dtype, ref), f"call {call}"
+    assert len(calls) == phases and all(shape == y_shape and not data
+                                        for shape, _, data in calls)
+    clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
+    """NaN and inf planted in dy and w reach exactly the dx elements PyTorch's gradient has
+    non-finite, through the phases (each reads only its taps of w)."""
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+
+    torch = pytest.importorskip("torch")
+    clear_caches()
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(19)
+    x_shape = (32, 28, 27, 64)
+    dy = cupy.asarray(random_array(rng, (32, 14, 14, 136), dtype))
+    w = cupy.asarray(random_array(rng, (136, 3, 3, 64), dtype))
+    dy[0, 3, 5, 7] = np.nan
+    dy[5, 13, 0, 130] = np.inf
+    w[9, 2, 1, 63] = -np.inf
+    dx = cupyconv.conv_backward_data(dy, w, x_shape, layout="NHWC", stride=2, padding=1)
+    tdy, tw = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (dy, w))
+    tdx = torch.nn.grad.conv2d_input((32, 64, 28, 27), tw, tdy, stride=2, padding=1)
+    tdx = cupy.from_dlpack(tdx.permute(0, 2, 3, 1).contiguous())
+    assert bool((cupy.isnan(dx) == cupy.isnan(tdx)).all())
+    assert bool((cupy.isinf(dx) == cupy.isinf(tdx)).all())
+    assert len(calls) == 4
+    clear_caches()
+
+
 # (N, H, W, C, K, R, S, stride, padding, dilation): backward-weight problems with enough pixels
 # for split-K to fill half the multiprocessors of an H200
 WEIGHT_CASES = [
