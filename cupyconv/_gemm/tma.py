@@ -52,9 +52,11 @@ EPILOGUE_COLS = 128  # columns per round of a consumer warp's staged epilogue (E
 TMA_ALIGN = 16
 # The kernel's Im2colGeometry (gemm_tma.cu), passed by value like the maps: the output plane,
 # stride, padding and dilation (rows, columns), the filter's width, channel blocks per tap, the
-# weight tap of window tap t as wtap0 + wtap_step t.
+# weight tap of window tap t as wtap0 + wtap_step t; and where the output rows go in a strided
+# view (element pitches of image, row and column; out_col 0: dense rows ldc apart).
 IM2COL_GEOMETRY = np.dtype([(f, "<i4") for f in ("oh", "ow", "sh", "sw", "ph", "pw", "dh", "dw",
-                                                  "kw", "cblocks", "wtap0", "wtap_step")],
+                                                  "kw", "cblocks", "wtap0", "wtap_step",
+                                                  "out_image", "out_row", "out_col")],
                            align=True)
 # im2col maps of 4-D tensors: the pixel box's corners are signed 8-bit (the filter offsets,
 # 0..255, stay within reach of them)
@@ -499,11 +501,13 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         return launch, out
 
 
-def split_parts(dtype: str, out, m: int, n: int, ldc: int, slices: int, splits: int):
+def split_parts(dtype: str, out, m: int, n: int, ldc: int, slices: int, splits: int,
+                rows=None):
     """``(splits, ws, c_vec, reduce)`` of a gemm_tma launch whose m x n result goes to ``out``
-    (rows ``ldc`` elements apart) over ``slices`` k slices in ``splits`` parts, fewer where a
-    part would be empty.  Split, the kernel writes fp32 rows of n to the scratch workspace ``ws``
-    (``c_vec`` 2 where n is even) and ``reduce()`` adds them in part order into out (bitwise
+    (rows ``ldc`` elements apart, or placed by the ``OutMap`` ``rows`` where given; ``ldc`` is
+    then the largest store width the placement allows) over ``slices`` k slices in ``splits``
+    parts, fewer where a part would be empty.  Split, the kernel writes fp32 rows of n to the
+    scratch workspace ``ws`` (``c_vec`` 2 where n is even) and ``reduce()`` adds them in part order into out (bitwise
     repeatable); unsplit, ``ws`` is out (not touched), ``c_vec`` out's store width and
     ``reduce`` None."""
     from cupyconv._core.program import scratch
@@ -514,7 +518,7 @@ def split_parts(dtype: str, out, m: int, n: int, ldc: int, slices: int, splits: 
     if splits == 1:
         return 1, out, store_width(ldc, out), None
     ws = scratch(splits * m * n, "float32")
-    rows = OutMap(m, 0, ldc, 1)
+    rows = rows or OutMap(m, 0, ldc, 1)
 
     def reduce():
         reduce_splits(dtype, ws, out, None, splits, 1, m, n, 1, 0, 0, 0, rows, True)

@@ -34,11 +34,10 @@ import math
 
 import numpy as np
 
-from cupyconv._core.copy import copy_into
 from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.launch import sm_count
-from cupyconv._core.program import scratch, zero_fill
-from cupyconv._gemm.kernel_args import ImplicitConv
+from cupyconv._core.program import zero_fill
+from cupyconv._gemm.kernel_args import ImplicitConv, OutMap
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
                                 runs_on_tma, split_parts, tma_enabled)
@@ -146,9 +145,9 @@ def im2col_phases(geom, plan, dy, dx, phase_weight) -> bool:
     """Run backward-data of the strided convolution ``geom`` (no bias: the caller checked) on
     the TMA kernel's im2col mode, one launch per stride phase of ``plan``
     (``_gemm/backward.phase_plan``: each phase a stride-1 forward convolution of dy with its
-    taps, ``phase_weight(phase)`` its (C, taps, K) weights, flipped and selected) into a scratch
-    array of the phase's rows, then copied into those rows of dx (rows no phase reaches are
-    zero-filled first); returns whether it ran.  Every phase is checked before anything of dx
+    taps, ``phase_weight(phase)`` its (C, taps, K) weights, flipped and selected), its output
+    rows written straight into the phase's rows of dx (a strided view: the epilogue's row
+    pitches; rows no phase reaches are zero-filled first); returns whether it ran.  Every phase is checked before anything of dx
     is written: where one does not apply (few output tiles, a window TMA cannot describe),
     nothing runs but the weights' copies, and the caller takes the implicit loop."""
     if all(s == 1 for s in geom.stride) or len(geom.spatial) != 2:
@@ -167,19 +166,17 @@ def im2col_phases(geom, plan, dy, dx, phase_weight) -> bool:
         prob = ph.prob
         w = phase_weight(ph).reshape((geom.in_channels,) + prob.kernel[1:]
                                      + (geom.out_channels,))
-        rows = scratch(ph.shape, geom.dtype)
-        try:
-            launch = prepare_im2col(dy, w, rows, stride=(1, 1), padding=prob.pad_lo[1:],
-                                    dilation=prob.dilation[1:], out_hw=prob.out_spatial[1:],
-                                    splits=splits)[0]
+        try:  # (the epilogue writes the phase's rows of dx through their pitches)
+            launch = prepare_im2col(dy, w, dx[ph.window], stride=(1, 1),
+                                    padding=prob.pad_lo[1:], dilation=prob.dilation[1:],
+                                    out_hw=prob.out_spatial[1:], splits=splits)[0]
         except (TypeError, ValueError):  # (a window TMA cannot take)
             return False
-        launches.append((launch, rows, ph.window))
+        launches.append(launch)
     if plan.zero_fill:
         zero_fill(dx)
-    for launch, rows, window in launches:
+    for launch in launches:
         launch()
-        copy_into(rows, dx[window])
     return True
 
 
@@ -277,14 +274,18 @@ def _im2col_map(x, f: dict, channels: int, pixels: int):
         (1, sw, sh, 1)))
 
 
-def _im2col_geometry(f: dict, cblocks: int, wtap0: int, wtap_step: int):
+def _im2col_geometry(f: dict, cblocks: int, wtap0: int, wtap_step: int,
+                     out_pitches=(0, 0, 0)):
     """The kernel's Im2colGeometry of :func:`check_im2col`'s facts ``f``: ``cblocks`` blocks of
-    channels per tap, weight tap ``wtap0 + wtap_step t`` for window tap t."""
+    channels per tap, weight tap ``wtap0 + wtap_step t`` for window tap t, output rows placed
+    through ``out_pitches`` (image, row, pixel; zeros: dense rows)."""
     from cupyconv._gemm.tma import im2col_geometry
 
     (sh, sw), (ph, pw), (dh, dw) = f["stride"], f["padding"], f["dilation"]
     return im2col_geometry(oh=f["oh"], ow=f["ow"], sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-                           kw=f["s"], cblocks=cblocks, wtap0=wtap0, wtap_step=wtap_step)
+                           kw=f["s"], cblocks=cblocks, wtap0=wtap0, wtap_step=wtap_step,
+                           out_image=out_pitches[0], out_row=out_pitches[1],
+                           out_col=out_pitches[2])
 
 
 def _takes_im2col_mode(geom, device_id: int) -> bool:
@@ -331,10 +332,12 @@ def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
     ``data``, backward-data as a forward over dy: ``x`` is dy (N, OH, OW, K), ``w`` the
     convolution's (K, R, S, C), ``out`` dx (N, H, W, C), ``padding`` the dilated filter's reach
     minus the convolution's padding, ``stride`` 1.  Both float16 or bfloat16, C-contiguous,
-    16-byte aligned, with 16-byte channel rows (multiples of 8 channels); ``out`` C-contiguous.
+    16-byte aligned, with 16-byte channel rows (multiples of 8 channels); ``out`` C-contiguous,
+    or a view whose channels are (a stride phase's rows of dx: :func:`_row_pitches`).
     ``padding``: the top / left padding; ``out_hw``: the output plane where the bottom / right
     padding differs (default: the same padding on both sides).  Returns the launch facts, with
-    ``c`` the reduction's channels (x's) and ``k`` the output's."""
+    ``c`` the reduction's channels (x's) and ``k`` the output's, and ``out_pitches`` (None: a
+    C-contiguous out)."""
     dtype = check_pair({"x": x, "w": w}, 4, "4-D (channels-last)")
     n, h, wd, c = (int(v) for v in x.shape)
     wk, r, s, wc = (int(v) for v in w.shape)
@@ -382,11 +385,32 @@ def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
         if tuple(out.shape) != (n, oh, ow, k) or dtype_name(out.dtype) != dtype:
             raise ValueError(f"out must be {dtype} of shape {(n, oh, ow, k)}, got "
                              f"{dtype_name(out.dtype)} {tuple(out.shape)}")
-        if not out.flags.c_contiguous:
-            raise ValueError("out must be C-contiguous")
+        out_pitches = _row_pitches(out, itemsize)
+    else:
+        out_pitches = None
     return {"dtype": dtype, "n": n, "h": h, "w": wd, "c": c, "k": k, "r": r, "s": s,
             "oh": oh, "ow": ow, "stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw),
-            "lower": lower, "upper": upper, "m": m, "itemsize": itemsize, "data": data}
+            "lower": lower, "upper": upper, "m": m, "itemsize": itemsize, "data": data,
+            "out_pitches": out_pitches}
+
+
+def _row_pitches(out, itemsize: int):
+    """None for a C-contiguous ``out`` (N, OH, OW, K); else the element pitches of its images,
+    rows and pixels, where its channels are contiguous and the pitches positive multiples of 8
+    elements (16 bytes), under 2^31 (a stride phase's rows of dx: every s-th row and column);
+    ValueError otherwise."""
+    if out.flags.c_contiguous:
+        return None
+    strides = tuple(int(v) for v in out.strides)
+    if strides[3] != itemsize or any(v <= 0 or v % itemsize for v in strides[:3]):
+        raise ValueError("out must be C-contiguous, or a view with contiguous channels and "
+                         "positive pitches (a stride phase's rows)")
+    pitches = tuple(v // itemsize for v in strides[:3])
+    per_chunk = 16 // itemsize
+    if max(pitches) >= 2**31 or any(p % per_chunk for p in pitches):
+        raise ValueError(f"out's pitches must be multiples of {per_chunk} elements (16 bytes) "
+                         f"below 2^31")
+    return pitches
 
 
 def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
@@ -437,9 +461,15 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
         map_a = _im2col_map(x, f, bk, bm)
         map_b = AddressArg(w, lambda ptr: encoded_tiled(
             ptr, dtype, w_dims, w_strides, (64, 1, bk) if data else (bk, 1, bn)))
-        geo = _im2col_geometry(f, cblocks, taps - 1 if data else 0, -1 if data else 1)
+        pitches = f["out_pitches"] or (0, 0, 0)  # (0, 0, 0: out's rows dense, k apart)
+        geo = _im2col_geometry(f, cblocks, taps - 1 if data else 0, -1 if data else 1,
+                               pitches)
         m, kk = f["m"], taps * cblocks * bk
-        splits, ws, c_vec, reduce = split_parts(dtype, out, m, k, k, taps * cblocks, splits)
+        # a stride phase's rows of dx (out_pitches): the split-K reduction places them too
+        rows = (OutMap(f["oh"] * f["ow"], pitches[0], pitches[2], 1, f["ow"], pitches[1])
+                if f["out_pitches"] else None)
+        splits, ws, c_vec, reduce = split_parts(dtype, out, m, k, math.gcd(k, *pitches),
+                                                taps * cblocks, splits, rows)
         fn = jit.get_function(gemm_tma_module(dtype, tile, TMA_A_IM2COL), "gemm_tma", dtype,
                               (0 if data else 1,))
         args = (map_a, map_b, out, np.int32(m), np.int32(k), np.int32(kk), np.int64(k),

@@ -314,6 +314,33 @@ def test_im2col_forward_checks_name_the_problem(x, w, stride, padding, dilation,
         check_im2col(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))
 
 
+def test_a_strided_out_view_gives_the_epilogue_its_row_pitches():
+    """A stride phase's rows of dx, dx[:, p::2, q::2, :] (contiguous channels), are written in
+    place through element pitches (image, row, pixel); a view without contiguous channels or
+    with pitches that break 16-byte rows is refused."""
+    from cupyconv._gemm.tma_conv import check_im2col
+
+    def view(shape, strides):
+        return SimpleNamespace(ndim=4, shape=shape, dtype=numpy_dtype("float16"),
+                               strides=tuple(2 * v for v in strides),
+                               data=SimpleNamespace(ptr=0x10000),
+                               flags=SimpleNamespace(c_contiguous=False))
+
+    x, w = _fake4((2, 7, 8, 64)), _fake4((32, 2, 2, 64))
+    # dx (2, 14, 16, 32): the phase's 7 x 8 rows, every other row and column
+    f = check_im2col(x, w, (1, 1), (0, 0), (1, 1), view((2, 7, 8, 32), (14 * 16 * 32,
+                     2 * 16 * 32, 2 * 32, 1)), out_hw=(7, 8))
+    assert f["out_pitches"] == (14 * 16 * 32, 2 * 16 * 32, 64)
+    assert check_im2col(x, w, (1, 1), (0, 0), (1, 1), _fake4((2, 7, 8, 32)),
+                        out_hw=(7, 8))["out_pitches"] is None
+    with pytest.raises(ValueError, match="contiguous channels"):
+        check_im2col(x, w, (1, 1), (0, 0), (1, 1), view((2, 7, 8, 32), (1792, 256, 32, 2)),
+                     out_hw=(7, 8))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        check_im2col(x, w, (1, 1), (0, 0), (1, 1), view((2, 7, 8, 32), (1796, 256, 36, 1)),
+                     out_hw=(7, 8))
+
+
 def test_backward_data_is_a_forward_over_dy_in_the_im2col_window():
     from cupyconv._gemm.tma_conv import check_im2col
 

@@ -524,3 +524,31 @@ def test_conv_splits_k_on_the_im2col_mode_for_few_tiles(monkeypatch, dtype):
     assert rel_error(dx, ref) <= tolerance(dtype, ref)
     assert [data for *_, data in calls] == [False, True]
     clear_caches()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_im2col_writes_a_strided_view_of_rows_unsplit_and_split(dtype, splits):
+    """The epilogue (unsplit) and the split-K reduction (split) place the output rows through
+    a strided view's pitches (a stride phase's rows of dx): the view within tolerance of the
+    reference, every element of the array outside it left as it was (NaN)."""
+    import cupy
+
+    from cupyconv import reference
+    from cupyconv._gemm.tma_conv import prepare_im2col
+
+    rng = np.random.default_rng(splits)
+    n, h, wd, c, k = 3, 9, 10, 136, 72
+    xh = random_array(rng, (n, h, wd, c), dtype)
+    wh = random_array(rng, (k, 3, 3, c), dtype)
+    ref = reference.conv(xh, wh, padding=1, layout="NHWC")
+    whole = cupy.full((n, 2 * h + 1, 2 * wd, k + 8), np.nan, dtype=xh.dtype)
+    view = whole[:, 1::2, ::2, 8:]
+    launch, got = prepare_im2col(cupy.asarray(xh), cupy.asarray(wh), view, padding=(1, 1),
+                                 splits=splits)
+    launch()
+    assert got is view
+    assert rel_error(view, ref) <= tolerance(dtype, ref)
+    outside = cupy.ones(whole.shape, dtype=bool)
+    outside[:, 1::2, ::2, 8:] = False
+    assert bool(cupy.isnan(whole[outside]).all())

@@ -59,7 +59,21 @@
 // backward-data, a forward over dy with the filter turned half a turn).
 struct Im2colGeometry {
   int oh, ow, sh, sw, ph, pw, dh, dw, kw, cblocks, wtap0, wtap_step;
+  // Where C's rows go (A_MODE = 2): row (image, oy, ox) of the oh x ow plane at C + image
+  // out_image + oy out_row + ox out_col elements, a strided view of a larger array (a stride
+  // phase's rows of dx); out_col = 0: row r at C + r ldc, as in the other modes.
+  int out_image, out_row, out_col;
 };
+
+// The offset of C's row r (elements; see Im2colGeometry's out_* fields).
+__device__ __forceinline__ long long out_row_offset(const Im2colGeometry& geo, int r,
+                                                    long long ldc) {
+  if (geo.out_col == 0) return (long long)r * ldc;
+  const int plane = geo.oh * geo.ow;
+  const int image = r / plane, rem = r - image * plane, oy = rem / geo.ow;
+  return (long long)image * geo.out_image + (long long)oy * geo.out_row +
+         (long long)(rem - oy * geo.ow) * geo.out_col;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace cc {
@@ -169,7 +183,7 @@ constexpr int EPI_COLS = 128;
 template <typename T, int NF>
 __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stage, T* C,
                                                 long long ldc, int row0, int col0, int M, int N,
-                                                bool vec16, int lane) {
+                                                bool vec16, int lane, const Im2colGeometry& geo) {
   static_assert(sizeof(T) == 2 && NF % (EPI_COLS / 8) == 0, "16-bit rows of 128-column rounds");
   constexpr int CHUNKS = EPI_COLS / 8;  // 16-byte chunks per staged row
 #pragma unroll
@@ -193,7 +207,7 @@ __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stag
       const int grow = row0 + row, col = col0 + round * EPI_COLS + chunk * 8;
       if (grow >= M || col >= N) continue;
       const T* src = stage + row * EPI_COLS + (chunk ^ (row & 7)) * 8;
-      T* dst = C + grow * ldc + col;
+      T* dst = C + out_row_offset(geo, grow, ldc) + col;
       if (vec16 && col + 8 <= N) {
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
       } else {
@@ -352,7 +366,7 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
         }
       } else {
         store_warp_rows(d, Es + (cw * 4 + warp) * 16 * EPI_COLS, C, ldc, row0, n0, M, N,
-                        c_vec >= 8, lane);
+                        c_vec >= 8, lane, geo);
       }
     }
   }
