@@ -345,7 +345,23 @@ def test_im2col_forward_checks_name_the_problem(x, w, stride, padding, dilation,
     with pytest.raises(error, match=words):
         check_im2col(_fake4(x), _fake4(w), (stride,) * 2, (padding,) * 2, (dilation,) * 2)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        check_im2col(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))
+        check_im2col(_fake4(x, "float64"), _fake4(w, "float64"), (1, 1), (1, 1), (1, 1))
+
+
+def test_im2col_takes_float32_for_tf32_in_the_forward_only():
+    """float32 is TF32 on the im2col mode: the forward (w [K][taps][C], K-major) with channel
+    rows of 16 bytes (4 floats), not backward-data (it reads w MN-major)."""
+    from cupyconv._gemm.tma_conv import check_im2col
+
+    f = check_im2col(_fake4((2, 8, 8, 36), "float32"), _fake4((4, 3, 3, 36), "float32"),
+                     (1, 1), (1, 1), (1, 1))
+    assert f["dtype"] == "float32" and f["c"] == 36
+    with pytest.raises(ValueError, match="multiple of 4"):
+        check_im2col(_fake4((2, 8, 8, 34), "float32"), _fake4((4, 3, 3, 34), "float32"),
+                     (1, 1), (1, 1), (1, 1))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        check_im2col(_fake4((2, 8, 8, 32), "float32"), _fake4((32, 3, 3, 32), "float32"),
+                     (1, 1), (1, 1), (1, 1), data=True)
 
 
 def test_backward_data_is_a_forward_over_dy_in_the_im2col_window():
