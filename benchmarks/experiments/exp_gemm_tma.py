@@ -15,6 +15,10 @@ Needs an NVIDIA GPU of compute capability 9.0 and cuda-bindings (the cuda13 extr
     (the public call, its own tile) and cupy.matmul (cuBLAS) in the same dtype, as TFLOP/s and
     the ratio.
 
+With ``--dtypes float32``: TF32 products (kernels.TMA_TF32_TILES, B K-major only), bound 2x the
+error of the float64 product of TF32-rounded operands (verify.tf32_tolerance), beside
+cupyconv.gemm(precision="tf32") and PyTorch's TF32 matmul (cuBLAS).
+
 Exits 1 on any correctness failure (after printing every case), 2 if the kernel cannot run.
 """
 
@@ -68,9 +72,17 @@ def check(dtype, b_kmajor, tile, shape, seed) -> bool:
         refs["f64"] = a.astype(cupy.float64) @ b.astype(cupy.float64)
     ok = True
     parts = []
+    rounded = None
+    if dtype == "float32":  # TF32: against what TF32-rounded operands allow
+        from cupyconv._core.verify import round_tf32, tf32_tolerance
+
+        ar, br = (cupy.asarray(round_tf32(x)).astype(cupy.float64) for x in (a, b))
+        rounded = ar @ br
+        refs.pop("f32")
+        refs["f64"] = a.astype(cupy.float64) @ b.astype(cupy.float64)
     for name, ref in refs.items():
         err = rel_error(got, ref)
-        bound = tolerance(dtype, ref)
+        bound = tolerance(dtype, ref) if rounded is None else tf32_tolerance(ref, rounded)
         nan = int(cupy.isnan(got).sum())
         maxabs = float(cupy.nanmax(cupy.abs(got - ref)))
         good = err <= bound and nan == 0
@@ -109,10 +121,18 @@ def timing(dtype, b_kmajor, tile, shape):
     a, b = operands(m, n, k, dtype, b_kmajor, 0)
     launch, _ = prepare_gemm_tma(a, b, tile=tile)
     ours = median_ms(launch)
-    routed = median_ms(lambda: cupyconv.gemm(a, b))  # (its own tile choice: gemm_tile)
+    tf32 = dtype == "float32"
+    routed = median_ms(lambda: cupyconv.gemm(a, b, precision="tf32" if tf32 else None))
     flops = 2.0 * m * n * k
     try:
-        theirs = median_ms(lambda: cupy.matmul(a, b))
+        if tf32:  # (cuBLAS's TF32 through PyTorch: cupy.matmul's needs CUPY_TF32 at import)
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = True
+            ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+            theirs = median_ms(lambda: torch.matmul(ta, tb))
+        else:
+            theirs = median_ms(lambda: cupy.matmul(a, b))
         peer = f"cuBLAS {theirs:.3f} ms {flops / theirs / 1e9:.0f} TFLOP/s  ratio {theirs / ours:.2f}x"
     except Exception as exc:  # (cupy.matmul may not take bfloat16)
         peer = f"cuBLAS n/a ({type(exc).__name__}: {exc})"
@@ -124,14 +144,15 @@ def timing(dtype, b_kmajor, tile, shape):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dtypes", default="float16,bfloat16")
-    p.add_argument("--tiles", default="0,1", help="indices into kernels.TMA_TILES")
+    p.add_argument("--tiles", default="0,1",
+                   help="indices into kernels.TMA_TILES (TMA_TF32_TILES for float32)")
     p.add_argument("--quick", action="store_true", help="skip the 8192^3 correctness case")
     p.add_argument("--no-timing", action="store_true")
     args = p.parse_args(argv)
 
     import cupy
 
-    from cupyconv._core.kernels import TMA_TILES
+    from cupyconv._core.kernels import TMA_TF32_TILES, TMA_TILES
 
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
@@ -141,15 +162,22 @@ def main(argv=None) -> int:
         print("the TMA GEMM needs compute capability 9.0")
         return 2
     dtypes = [d for d in args.dtypes.split(",") if d]
-    tiles = [TMA_TILES[int(i)] for i in args.tiles.split(",") if i]
+    tile_ids = [int(i) for i in args.tiles.split(",") if i]
+
+    def tiles_of(dtype):
+        return [(TMA_TF32_TILES if dtype == "float32" else TMA_TILES)[i] for i in tile_ids]
+
+    def orientations(dtype):
+        return (1,) if dtype == "float32" else (0, 1)  # (TF32: B K-major only)
+
     shapes = [s for s in SHAPES if not (args.quick and s[0] == 8192)]
 
     print("(a) correctness")
     failures = 0
     start = time.perf_counter()
-    for tile in tiles:
-        for dtype in dtypes:
-            for b_kmajor in (0, 1):
+    for dtype in dtypes:
+        for tile in tiles_of(dtype):
+            for b_kmajor in orientations(dtype):
                 for i, shape in enumerate(shapes):
                     try:
                         ok = check(dtype, b_kmajor, tile, shape, seed=i)
@@ -162,9 +190,9 @@ def main(argv=None) -> int:
     if not args.no_timing:
         print("(b) speed (median of 20 after 5 warm-ups)")
         for shape in TIMED:
-            for tile in tiles:
-                for dtype in dtypes:
-                    for b_kmajor in (0, 1):
+            for dtype in dtypes:
+                for tile in tiles_of(dtype):
+                    for b_kmajor in orientations(dtype):
                         try:
                             timing(dtype, b_kmajor, tile, shape)
                         except Exception as exc:

@@ -260,6 +260,12 @@ def _gemm_family(dtype: str, math: int):
 # check builds it for sm_80 too, where it is a trapping stub.
 TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6))
 TMA_DTYPES = ("float16", "bfloat16")
+# TF32 (float32 operands, TF32 products): the same tiles in bytes (k slices of 32 floats), A
+# K-major (dense or through the im2col mode) and B K-major only.  Its fp32 result is stored from
+# the fragments (no epilogue staging), so the stages take what the 16-bit staging rows took
+# less: 192 KB either way.  Not routed yet (issue 46: the kernel's TF32 half, verified first).
+TMA_TF32_TILES = ((128, 256, 32, 4), (128, 128, 32, 6))
+TMA_TF32_DTYPE = "float32"
 TMA_A_MNMAJOR, TMA_A_KMAJOR, TMA_A_IM2COL = 0, 1, 2
 # Backward-weight: A = dy^T (MN-major, as TMA_A_MNMAJOR), B = im2col(x), MN-major (B orientation 0).
 TMA_B_IM2COL = 3
@@ -267,9 +273,14 @@ TMA_B_IM2COL = 3
 
 def gemm_tma_module(dtype: str, tile: tuple[int, ...] = TMA_TILES[0],
                     a_mode: int = TMA_A_KMAJOR) -> KernelModule:
+    if dtype == TMA_TF32_DTYPE:
+        b_orientations = ((1,),)  # (TF32: K-major B only)
+    elif a_mode == TMA_B_IM2COL:
+        b_orientations = ((0,),)  # (backward-weight's im2col B: MN-major)
+    else:
+        b_orientations = ((0,), (1,))
     return KernelModule("gemm/gemm_tma.cu", ("gemm_tma",), (dtype,),
-                        tile=tuple(tile) + (int(a_mode),),
-                        variants=((0,),) if a_mode == TMA_B_IM2COL else ((0,), (1,)),
+                        tile=tuple(tile) + (int(a_mode),), variants=b_orientations,
                         vendors=("nvidia",))
 
 
@@ -354,4 +365,6 @@ REGISTRY: tuple[KernelModule, ...] = tuple(FILTER_DIRECT.values()) + tuple(FILTE
           for m in (depthwise_cl_module(dtype, kf), depthwise_cl_wgrad_module(dtype, kf))) + tuple(m for dtype in DTYPES for m in _gemm_family(dtype, MATH_SIMT)) + tuple(
     m for math, dtypes in MMA_DTYPES.items() for dtype in dtypes for m in _gemm_family(dtype, math)) + tuple(
     gemm_tma_module(dtype, tile, a_mode) for dtype in TMA_DTYPES for tile in TMA_TILES
-    for a_mode in (TMA_A_KMAJOR, TMA_A_MNMAJOR, TMA_A_IM2COL, TMA_B_IM2COL))
+    for a_mode in (TMA_A_KMAJOR, TMA_A_MNMAJOR, TMA_A_IM2COL, TMA_B_IM2COL)) + tuple(
+    gemm_tma_module(TMA_TF32_DTYPE, tile, a_mode) for tile in TMA_TF32_TILES
+    for a_mode in (TMA_A_KMAJOR, TMA_A_IM2COL))

@@ -62,6 +62,10 @@ IM2COL_GEOMETRY = np.dtype([(f, "<i4") for f in ("oh", "ow", "sh", "sw", "ph", "
 # 0..255, stay within reach of them)
 IM2COL_CORNER = (-128, 127)
 TMA_DTYPES = ("float16", "bfloat16")
+# What the kernel reads (tensor maps, operand checks): the routed 16-bit types, and float32 for
+# TF32 products (both operands K-major), which nothing routes yet.
+TF32 = "float32"
+KERNEL_DTYPES = TMA_DTYPES + (TF32,)
 _DRIVER_HINT = ("the TMA GEMM encodes its tensor maps with NVIDIA's cuda-bindings: "
                 "pip install 'cupyconv[cuda13]' (or 'cupyconv[cuda12]' for CUDA 12 drivers), "
                 "or pip install 'cuda-bindings==13.*'")
@@ -119,8 +123,9 @@ def map_encoder(array2d, box_rows: int, box_cols: int, swizzle128: bool = True):
     layout now, naming the problem; a recorded call's replay calls it with its own operands'
     addresses (``program.AddressArg``)."""
     dtype = dtype_name(array2d.dtype)
-    if dtype not in TMA_DTYPES:
-        raise TypeError(f"encode_tiled: dtype {dtype} not supported (float16, bfloat16)")
+    if dtype not in KERNEL_DTYPES:
+        raise TypeError(f"encode_tiled: dtype {dtype} not supported (float16, bfloat16, "
+                        f"float32 for TF32)")
     if array2d.ndim != 2:
         raise ValueError(f"encode_tiled: a 2-D array is needed, got {array2d.ndim}-D")
     itemsize = array2d.dtype.itemsize
@@ -138,8 +143,12 @@ def map_encoder(array2d, box_rows: int, box_cols: int, swizzle128: bool = True):
 
 
 def _data_kind(drv, dtype: str):
-    return {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    # float32 as TFLOAT32: the copy engine's own type for TF32 operands (whether it rounds them
+    # on the way, as TF32 products want, is what experiments/exp_tma_tf32.py finds out)
+    kinds = drv.CUtensorMapDataType
+    return {"float16": kinds.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            "bfloat16": kinds.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            TF32: kinds.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32}[dtype]
 
 
 def _encode(drv, encode: str, args: tuple, swizzle128: bool, what: str) -> np.ndarray:
@@ -223,10 +232,11 @@ def smem_bytes(tile: tuple[int, ...], itemsize: int = 2) -> int:
     """Dynamic shared memory of ``gemm_tma`` with ``tile`` = (BM, BN, BK, STAGES), as the kernel
     lays it out: STAGES stages of A and B from a 1024-byte aligned base (1024 bytes of slack for
     the alignment), the epilogue's staging rows (16 x ``EPILOGUE_COLS`` per consumer warp, BM / 16
-    warps), then a full and an empty barrier (8 bytes each) per stage."""
+    warps; none for TF32's float32 result, stored from the fragments), then a full and an empty
+    barrier (8 bytes each) per stage."""
     bm, bn, bk, stages = tile
-    return ((stages * (bm + bn) * bk + bm * EPILOGUE_COLS) * itemsize + 1024
-            + 2 * stages * 8)
+    staging = EPILOGUE_COLS if itemsize == 2 else 0
+    return (stages * (bm + bn) * bk + bm * staging) * itemsize + 1024 + 2 * stages * 8
 
 
 def output_tiles(m: int, n: int, tile) -> int:
@@ -266,17 +276,19 @@ def persistent_launch(fn, tile, itemsize: int, units: int, device: int, args, af
     return launch
 
 
-def check_pair(arrays: dict, ndim: int, shape_words: str) -> str:
+def check_pair(arrays: dict, ndim: int, shape_words: str, tf32: bool = False) -> str:
     """The dtype of the kernel's two operands (``arrays``: name -> array, the first sets the
     dtype): each ``ndim``-D (``shape_words`` names that in the error), both float16 or both
-    bfloat16; raises ValueError / TypeError naming the argument."""
+    bfloat16 (or, with ``tf32``, both float32: TF32 products); raises ValueError / TypeError
+    naming the argument."""
     for name, x in arrays.items():
         if x.ndim != ndim:
             raise ValueError(f"{name} must be {shape_words}, got shape {tuple(x.shape)}")
     (first, a), (second, b) = arrays.items()
     dtype = dtype_name(a.dtype)
-    if dtype not in TMA_DTYPES:
-        raise TypeError(f"{first} has dtype {dtype}; the TMA kernel takes float16 or bfloat16")
+    if dtype not in (KERNEL_DTYPES if tf32 else TMA_DTYPES):
+        raise TypeError(f"{first} has dtype {dtype}; the TMA kernel takes float16 or bfloat16"
+                        + (" (or float32: TF32 products)" if tf32 else ""))
     if dtype_name(b.dtype) != dtype:
         raise TypeError(f"{second} has dtype {dtype_name(b.dtype)}, {first} has {dtype}: they "
                         f"must match")
@@ -291,12 +303,11 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     contiguous rows), whether B is K-major (``b_kmajor``: b is a view of an [N, K] array,
     ``b.T`` contiguous rows) and C's row pitch in elements (``ldc``, None where ``out`` is None:
     a fresh C-contiguous array)."""
-    from cupyconv._core.kernels import TMA_TILES
-
-    tile = TMA_TILES[0] if tile is None else tuple(tile)
-    if tile not in TMA_TILES:
-        raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
-    dtype = check_pair({"a": a, "b": b}, 2, "2-D")
+    dtype = check_pair({"a": a, "b": b}, 2, "2-D", tf32=True)
+    tiles = kernel_tiles(dtype)
+    tile = tiles[0] if tile is None else tuple(tile)
+    if tile not in tiles:
+        raise ValueError(f"tile must be one of {tiles} for {dtype}, got {tile}")
     (m, k), (kb, n) = a.shape, b.shape
     if k != kb:
         raise ValueError(f"a is {m} x {k} and b is {kb} x {n}: a's columns must equal b's rows")
@@ -308,6 +319,9 @@ def check_operands(a, b, out=None, tile=None) -> dict:
     # a: rows contiguous (K-major), or columns contiguous (the transpose of a row-major [K, M]).
     ars, acs = (int(s) for s in a.strides)
     a_kmajor = k == 1 or acs == itemsize or not (m == 1 or ars == itemsize)
+    if dtype == TF32 and not (a_kmajor and b_kmajor):
+        raise ValueError("TF32 on the TMA kernel reads both operands K-major: a row-major "
+                         "[M, K] and b the transpose of a row-major [N, K] (b = bt.T)")
     if m and n and k:  # (an empty product launches nothing: no layout rules)
         if a_kmajor:
             _tma_dims("a", a.shape, a.strides, itemsize)
@@ -334,7 +348,8 @@ def check_operands(a, b, out=None, tile=None) -> dict:
                             f"the unrounded sums)")
         out_item = out.dtype.itemsize
         rs, cs = out.strides
-        if out_item == 4 and ((n > 1 and cs != 4) or (m > 1 and rs != 4 * n)):
+        if (dtype != TF32 and out_item == 4
+                and ((n > 1 and cs != 4) or (m > 1 and rs != 4 * n))):
             raise ValueError("a float32 out must be C-contiguous (the sums go out as rows of n)")
         if (n > 1 and cs != out_item) or (m > 1 and (rs < n * out_item or rs % out_item)):
             raise ValueError("out must have contiguous, non-overlapping rows (element stride 1 "
@@ -345,6 +360,13 @@ def check_operands(a, b, out=None, tile=None) -> dict:
         raise ValueError(f"problem too large for the TMA GEMM's 32-bit tile indices ({m} x {n} x {k})")
     return {"dtype": dtype, "m": m, "n": n, "k": k, "a_kmajor": a_kmajor, "b_kmajor": b_kmajor,
             "ldc": ldc, "tile": tile}
+
+
+def kernel_tiles(dtype: str) -> tuple:
+    """The tiles the kernel is built with for ``dtype`` (16-bit or TF32's float32)."""
+    from cupyconv._core.kernels import TMA_TF32_TILES, TMA_TILES
+
+    return TMA_TF32_TILES if dtype == TF32 else TMA_TILES
 
 
 def _require_hopper(device_id: int) -> None:
@@ -458,7 +480,10 @@ def prepare_gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
         out = require_array(out, "out")
         arrays["out"] = out
     facts = check_operands(a, b, out, tile)
-    fp32_out = out is not None and dtype_name(out.dtype) == "float32"
+    # (16-bit operands with a float32 out: the unrounded sums, C a null pointer; TF32's float32
+    # out is its ordinary result)
+    fp32_out = (out is not None and dtype_name(out.dtype) == "float32"
+                and facts["dtype"] != TF32)
     if fp32_out and splits != 1:
         raise ValueError(f"a float32 out takes splits=1, got {splits}")
     same_device(arrays)
@@ -528,7 +553,9 @@ def split_parts(dtype: str, out, m: int, n: int, ldc: int, slices: int, splits: 
 
 def gemm_tma(a, b, out=None, *, tile=None, splits: int = 1):
     """``a @ b`` for 2-D float16 / bfloat16 CuPy arrays on a Hopper GPU, with the TMA-fed,
-    warp-specialized kernel (fp32 accumulation, result in the input dtype).
+    warp-specialized kernel (fp32 accumulation, result in the input dtype); or for float32
+    arrays with TF32 products (a row-major, b = bt.T: both K-major; tiles
+    ``kernels.TMA_TF32_TILES``).
 
     ``a``: (M, K), either row-major (K contiguous) or the transpose of a row-major (K, M) array
     (``at.T``), its contiguous rows 16-byte aligned (a multiple of 8 elements for dense rows).

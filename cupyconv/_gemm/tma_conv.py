@@ -41,7 +41,7 @@ from cupyconv._gemm.kernel_args import ImplicitConv, OutMap
 from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
                                 runs_on_tma, split_parts, tma_enabled)
-from cupyconv._gemm.tma_splits import (CONV_TILE, IM2COL_SLICE_S, few_tile_splits,
+from cupyconv._gemm.tma_splits import (CONV_TILE, IM2COL_SLICE_S, conv_tile, few_tile_splits,
                                        weight_splits)
 
 
@@ -331,14 +331,17 @@ def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
     The forward: ``x`` (N, H, W, C) and ``w`` (K, R, S, C), ``out`` (N, OH, OW, K).  With
     ``data``, backward-data as a forward over dy: ``x`` is dy (N, OH, OW, K), ``w`` the
     convolution's (K, R, S, C), ``out`` dx (N, H, W, C), ``padding`` the dilated filter's reach
-    minus the convolution's padding, ``stride`` 1.  Both float16 or bfloat16, C-contiguous,
-    16-byte aligned, with 16-byte channel rows (multiples of 8 channels); ``out`` C-contiguous,
-    or a view whose channels are (a stride phase's rows of dx: :func:`_row_pitches`).
+    minus the convolution's padding, ``stride`` 1.  Both float16 or bfloat16 (the forward also
+    float32: TF32 products), C-contiguous, 16-byte aligned, with 16-byte channel rows (multiples
+    of 8 channels, 4 of float32); ``out`` C-contiguous, or a view whose channels are (a stride
+    phase's rows of dx: :func:`_row_pitches`).
     ``padding``: the top / left padding; ``out_hw``: the output plane where the bottom / right
     padding differs (default: the same padding on both sides).  Returns the launch facts, with
     ``c`` the reduction's channels (x's) and ``k`` the output's, and ``out_pitches`` (None: a
     C-contiguous out)."""
-    dtype = check_pair({"x": x, "w": w}, 4, "4-D (channels-last)")
+    # (TF32 reads both operands K-major: the forward's w [K][taps][C] is, backward-data's is not)
+    dtype = check_pair({"x": x, "w": w}, 4, "4-D (channels-last)", tf32=not data)
+    per_chunk = 16 // x.dtype.itemsize  # channels per 16 bytes
     n, h, wd, c = (int(v) for v in x.shape)
     wk, r, s, wc = (int(v) for v in w.shape)
     k, reduced = (wc, wk) if data else (wk, wc)
@@ -346,9 +349,9 @@ def check_im2col(x, w, stride, padding, dilation, out=None, out_hw=None,
         raise ValueError(f"w has {reduced} {'output' if data else 'input'} channels, "
                          f"{'dy' if data else 'x'} has {c}")
     for name, channels in (("x", c),) + ((("w", k),) if data else ()):
-        if channels % 8:
+        if channels % per_chunk:
             raise ValueError(f"{name} has {channels} channels: TMA needs 16-byte channel rows (a "
-                             f"multiple of 8)")
+                             f"multiple of {per_chunk})")
     (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in t) for t in (stride, padding, dilation))
     if data and (sh, sw) != (1, 1):
         raise ValueError(f"backward-data on the im2col mode takes stride 1, got {stride}")
@@ -414,10 +417,11 @@ def _row_pitches(out, itemsize: int):
 
 
 def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                   out_hw=None, data: bool = False, tile=CONV_TILE, splits: int = 1):
+                   out_hw=None, data: bool = False, tile=None, splits: int = 1):
     """A channels-last convolution on the TMA kernel's im2col mode, prepared once (checks,
     tensor maps, kernel): returns ``(launch, out)``.  The arrays and options as for
-    :func:`check_im2col`, which runs before anything is compiled or launched.
+    :func:`check_im2col`, which runs before anything is compiled or launched; ``tile`` one of
+    the dtype's (``tma.kernel_tiles``; default CONV_TILE, or its TF32 twin for float32).
 
     The forward is the GEMM out[P, K] = im2col(x)[P, taps x C] @ w[K, taps x C]^T, its k slices
     one tap's BK channels each (a tap's last block zero-filled past C on both operands).  With
@@ -430,19 +434,20 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
 
     from cupyconv._core import jit
     from cupyconv._core.arrays import require_array, same_device
-    from cupyconv._core.kernels import TMA_A_IM2COL, TMA_TILES, gemm_tma_module
+    from cupyconv._core.kernels import TMA_A_IM2COL, gemm_tma_module
     from cupyconv._core.program import AddressArg
-    from cupyconv._gemm.tma import _driver, _require_hopper, encoded_tiled
+    from cupyconv._gemm.tma import _driver, _require_hopper, encoded_tiled, kernel_tiles
 
     if not isinstance(splits, int) or splits < 1:
         raise ValueError(f"splits must be a positive int, got {splits!r}")
     x, w = require_array(x, "dy" if data else "x"), require_array(w, "w")
     if out is not None:
         out = require_array(out, "out")
-    tile = tuple(tile)
-    if tile not in TMA_TILES:
-        raise ValueError(f"tile must be one of {TMA_TILES}, got {tile}")
     f = check_im2col(x, w, stride, padding, dilation, out, out_hw, data)
+    tiles = kernel_tiles(f["dtype"])
+    tile = conv_tile(f["dtype"]) if tile is None else tuple(tile)
+    if tile not in tiles:
+        raise ValueError(f"tile must be one of {tiles} for {f['dtype']}, got {tile}")
     same_device({"x": x, "w": w, "out": out})
     bm, bn, bk, _ = tile
     dtype, c, k, item = f["dtype"], f["c"], f["k"], f["itemsize"]

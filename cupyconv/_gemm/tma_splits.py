@@ -14,11 +14,17 @@ from __future__ import annotations
 import math
 
 from cupyconv._core.kernels import TMA_TILES
-from cupyconv._gemm.tma import output_tiles
+from cupyconv._gemm.tma import kernel_tiles, output_tiles
 
 # The TMA tile the convolutions take: 128 x 128 beat 128 x 256 on 15 of 17 1x1 layers
 # (benchmarks/notes/gemm.md, session 29).
 CONV_TILE = TMA_TILES[1]
+
+
+def conv_tile(dtype: str) -> tuple:
+    """CONV_TILE for ``dtype``: for float32 (TF32) its twin of the same bytes (k slices of 32
+    floats)."""
+    return kernel_tiles(dtype)[TMA_TILES.index(CONV_TILE)]
 
 # What split-K costs on the TMA kernel with CONV_TILE (H200, bf16, fitted on the 6 problems of
 # benchmarks/notes/gemm.md, "Session 33, issue 46: split-K charged for its reduction"): a

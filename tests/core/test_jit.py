@@ -7,7 +7,8 @@ import pytest
 
 from cupyconv._core import jit
 from cupyconv._core.kernel_module import CTYPES, KernelModule, load_source
-from cupyconv._core.kernels import DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, TMA_DTYPES
+from cupyconv._core.kernels import (DIRECT_CONV, FILTER_DTYPES, PLANE_DTYPES, REGISTRY, TMA_DTYPES,
+                                    TMA_TF32_DTYPE)
 
 
 def test_sources_inline_local_includes_once():
@@ -32,9 +33,9 @@ def test_registry_covers_every_dtype_and_is_unique():
         for ne in m.name_expressions:
             assert ne.split("<")[0] in m.templates
     # the signal API's filter kernels have their own compute types (complex, wrapping integers);
-    # the Hopper TMA GEMM is 16-bit only
+    # the Hopper TMA GEMM is 16-bit, and float32 for TF32 products
     expected = {"signal/filter_direct.cu": set(FILTER_DTYPES), "signal/filter_plane.cu": set(PLANE_DTYPES),
-                "gemm/gemm_tma.cu": set(TMA_DTYPES)}
+                "gemm/gemm_tma.cu": set(TMA_DTYPES) | {TMA_TF32_DTYPE}}
     assert all(d == expected.get(src, set(CTYPES)) for src, d in by_source.items()), by_source
     assert len(set(REGISTRY)) == len(REGISTRY)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cupyconv._core.dtypes import numpy_dtype
-from cupyconv._core.kernels import (REGISTRY, TMA_B_IM2COL, TMA_DTYPES, TMA_TILES,
+from cupyconv._core.kernels import (REGISTRY, TMA_B_IM2COL, TMA_DTYPES, TMA_TF32_TILES, TMA_TILES,
                                     gemm_tma_module)
 from cupyconv._gemm import tma
 
@@ -36,21 +36,55 @@ def test_the_tma_kernel_compiles_with_nvrtc(arch, dtype, tile, a_mode):
     assert res.status == "ok", res.log
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("tile", TMA_TF32_TILES)
+@pytest.mark.parametrize("a_mode", [1, 2])
+def test_the_tma_kernel_compiles_with_nvrtc_for_tf32(arch, tile, a_mode):
+    from cupyconv._cli import compile_check
+
+    res = compile_check.check_module(gemm_tma_module("float32", tile, a_mode), "nvidia", arch)
+    if res.status == "skipped":
+        pytest.skip(res.log)
+    assert res.status == "ok", res.log
+
+
 def test_the_tma_modules_are_registered_for_nvidia_only():
     mods = [m for m in REGISTRY if m.source == "gemm/gemm_tma.cu"]
-    assert len(mods) == len(TMA_DTYPES) * len(TMA_TILES) * 4  # (the four operand modes)
+    half = [m for m in mods if m.dtypes != ("float32",)]
+    assert len(half) == len(TMA_DTYPES) * len(TMA_TILES) * 4  # (the four operand modes)
     assert all(m.vendors == ("nvidia",) for m in mods)
     # both orientations of B in each binary (the im2col mode: forward and backward-data), but
     # backward-weight's im2col B, MN-major only
     assert all(m.variants == (((0,),) if m.tile[-1] == TMA_B_IM2COL else ((0,), (1,)))
-               for m in mods)
+               for m in half)
+    # TF32: A K-major (dense or im2col), B K-major only
+    tf32 = [m for m in mods if m.dtypes == ("float32",)]
+    assert sorted((m.tile[:4], m.tile[-1]) for m in tf32) == sorted(
+        (tile, mode) for tile in TMA_TF32_TILES for mode in (1, 2))
+    assert all(m.variants == ((1,),) for m in tf32)
 
 
-@pytest.mark.parametrize("tile", TMA_TILES)
-def test_the_stages_fit_a_hopper_block(tile):
-    assert tma.smem_bytes(tile) <= 227 * 1024
+@pytest.mark.parametrize("tile,itemsize", [(t, 2) for t in TMA_TILES]
+                         + [(t, 4) for t in TMA_TF32_TILES])
+def test_the_stages_fit_a_hopper_block(tile, itemsize):
+    assert tma.smem_bytes(tile, itemsize) <= 227 * 1024
     bm, bn, bk, _ = tile
-    assert bk * 2 == tma.SWIZZLE_BYTES and bm <= tma.BOX_MAX and bn <= tma.BOX_MAX
+    assert bk * itemsize == tma.SWIZZLE_BYTES and bm <= tma.BOX_MAX and bn <= tma.BOX_MAX
+
+
+def test_tf32_takes_k_major_float32_operands_and_its_own_tiles():
+    """float32 operands are TF32 products: a row-major, b = bt.T; the float32 out is the
+    result (not the 16-bit kernels' unrounded sums), with a row pitch if need be."""
+    b = SimpleNamespace(ndim=2, shape=(64, 16), dtype=numpy_dtype("float32"), strides=(4, 256),
+                        data=SimpleNamespace(ptr=0x10000))  # (bt (16, 64) row-major, as bt.T)
+    facts = tma.check_operands(_fake((8, 64), "float32"), b,
+                               _fake((8, 16), "float32", strides=(128, 4)))
+    assert facts["a_kmajor"] and facts["b_kmajor"] and facts["ldc"] == 32
+    assert facts["tile"] == TMA_TF32_TILES[0] and facts["dtype"] == "float32"
+    with pytest.raises(ValueError, match="K-major"):  # b row-major [K, N]: MN-major
+        tma.check_operands(_fake((8, 64), "float32"), _fake((64, 16), "float32"))
+    with pytest.raises(ValueError, match="tile"):  # a 16-bit tile (BK 64 of 2 bytes)
+        tma.check_operands(_fake((8, 64), "float32"), b, tile=TMA_TILES[1])
 
 
 def test_the_host_sizes_the_epilogue_buffers_as_the_kernel_lays_them_out():
@@ -94,7 +128,7 @@ def test_both_orientations_of_b_are_recognised(dtype):
 
 
 @pytest.mark.parametrize("a, b, out, error, words", [
-    (_fake((8, 64), "float32"), _fake((64, 8), "float32"), None, TypeError, "float16 or bfloat16"),
+    (_fake((8, 64), "float64"), _fake((64, 8), "float64"), None, TypeError, "float16 or bfloat16"),
     (_fake((8, 64), "float16"), _fake((64, 8), "bfloat16"), None, TypeError, "must match"),
     (_fake((8, 64)), _fake((63, 8)), None, ValueError, "columns must equal"),
     (_fake((2, 8, 64)), _fake((64, 8)), None, ValueError, "2-D"),
@@ -149,7 +183,7 @@ def test_encode_checks_its_box_before_the_driver(monkeypatch):
     with pytest.raises(ValueError, match="1..256"):
         tma.encode_tiled(arr, 512, 64)
     with pytest.raises(TypeError, match="float16"):
-        tma.encode_tiled(_fake((64, 64), "float32"), 64, 32)
+        tma.encode_tiled(_fake((64, 64), "float64"), 64, 16)
 
 
 def test_missing_cuda_bindings_names_the_extra(monkeypatch):
@@ -311,7 +345,23 @@ def test_im2col_forward_checks_name_the_problem(x, w, stride, padding, dilation,
     with pytest.raises(error, match=words):
         check_im2col(_fake4(x), _fake4(w), (stride,) * 2, (padding,) * 2, (dilation,) * 2)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        check_im2col(_fake4(x, "float32"), _fake4(w, "float32"), (1, 1), (1, 1), (1, 1))
+        check_im2col(_fake4(x, "float64"), _fake4(w, "float64"), (1, 1), (1, 1), (1, 1))
+
+
+def test_im2col_takes_float32_for_tf32_in_the_forward_only():
+    """float32 is TF32 on the im2col mode: the forward (w [K][taps][C], K-major) with channel
+    rows of 16 bytes (4 floats), not backward-data (it reads w MN-major)."""
+    from cupyconv._gemm.tma_conv import check_im2col
+
+    f = check_im2col(_fake4((2, 8, 8, 36), "float32"), _fake4((4, 3, 3, 36), "float32"),
+                     (1, 1), (1, 1), (1, 1))
+    assert f["dtype"] == "float32" and f["c"] == 36
+    with pytest.raises(ValueError, match="multiple of 4"):
+        check_im2col(_fake4((2, 8, 8, 34), "float32"), _fake4((4, 3, 3, 34), "float32"),
+                     (1, 1), (1, 1), (1, 1))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        check_im2col(_fake4((2, 8, 8, 32), "float32"), _fake4((32, 3, 3, 32), "float32"),
+                     (1, 1), (1, 1), (1, 1), data=True)
 
 
 def test_a_strided_out_view_gives_the_epilogue_its_row_pitches():

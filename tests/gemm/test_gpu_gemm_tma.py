@@ -7,7 +7,7 @@ a row pitch keeps its padding."""
 import numpy as np
 import pytest
 
-from cupyconv._core.kernels import TMA_DTYPES, TMA_TILES
+from cupyconv._core.kernels import TMA_DTYPES, TMA_TF32_TILES, TMA_TILES
 from cupyconv._core.verify import random_array, rel_error, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -85,6 +85,35 @@ def test_a_in_either_orientation_and_split_k(splits, b_kmajor, a_kmajor, dtype):
     ref = _reference(a, b)
     assert rel_error(got.astype(cupy.float64), ref) <= tolerance(dtype, ref)
     assert bool((gemm_tma(a, b, tile=TMA_TILES[1], splits=splits) == got).all())
+
+
+@pytest.mark.parametrize("tile", TMA_TF32_TILES)
+@pytest.mark.parametrize("shape,splits", [((129, 264, 264), 1), ((1000, 1000, 1000), 1),
+                                          ((300, 9, 1032), 1), ((200, 136, 2056), 3)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_tf32_products_are_within_tf32_rounding_of_float64(shape, splits, tile):
+    """float32 operands (a row-major, b = bt.T: both K-major) as TF32 products: within 2x the
+    error that the float64 product of TF32-rounded operands has (verify.tf32_tolerance: what
+    cuBLAS's TF32 reaches), N odd and split-K among the cases, out poisoned and given a row
+    pitch.  (Whether TMA's TFLOAT32 copies round the operands, as this bound needs, is
+    experiments/exp_tma_tf32.py's question.)"""
+    import cupy
+
+    from cupyconv._core.verify import round_tf32, tf32_tolerance
+    from cupyconv._gemm.tma import gemm_tma
+
+    m, n, k = shape
+    rng = np.random.default_rng(m + n)
+    a = cupy.asarray(random_array(rng, (m, k), "float32"))
+    b = cupy.asarray(random_array(rng, (n, k), "float32")).T
+    big = cupy.full((m, n + 3), np.nan, dtype=cupy.float32)
+    out = big[:, :n]
+    assert gemm_tma(a, b, out, tile=tile, splits=splits) is out
+    ref = a.astype(cupy.float64) @ b.astype(cupy.float64)
+    rounded = (cupy.asarray(round_tf32(a)).astype(cupy.float64)
+               @ cupy.asarray(round_tf32(b)).astype(cupy.float64))
+    assert rel_error(out.astype(cupy.float64), ref) <= tf32_tolerance(ref, rounded)
+    assert bool(cupy.isnan(big[:, n:]).all())  # (the pitch's padding untouched)
 
 
 @pytest.mark.parametrize("dtype", TMA_DTYPES)

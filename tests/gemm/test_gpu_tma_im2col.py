@@ -71,6 +71,41 @@ def test_im2col_forward_matches_reference(case, dtype):
     assert rel_error(out, ref2) <= tolerance(dtype, ref2)
 
 
+# (N, H, W, C, K, R, S, stride, padding, dilation): float32 with TF32 products; C a multiple of
+# 4 (16-byte channel rows), not always of the 32 channels a k slice takes
+TF32_CASES = [
+    (4, 17, 19, 64, 136, 3, 3, 1, 1, 1),
+    (3, 20, 21, 36, 72, 3, 3, 2, 1, 1),     # a partial channel block per tap
+    (2, 16, 16, 32, 40, 5, 5, 1, 4, 2),     # dilated
+    (5, 14, 13, 96, 264, 1, 1, 2, 0, 1),    # 1x1 stride 2, two column tiles and a part
+]
+
+
+@pytest.mark.parametrize("case", TF32_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_im2col_forward_in_tf32_is_within_tf32_rounding_of_float64(case):
+    """float32 x and w on the im2col mode with TF32 products (the TF32 tile): within 2x the
+    error of the float64 convolution of TF32-rounded operands (verify.tf32_tolerance), out
+    poisoned.  (Whether TMA's TFLOAT32 copies round the operands, as this bound needs, is
+    experiments/exp_tma_tf32.py's question.)"""
+    import cupy
+
+    from cupyconv import reference
+    from cupyconv._core.verify import round_tf32, tf32_tolerance
+
+    n, h, wd, c, k, r, s, stride, padding, dilation = case
+    rng = np.random.default_rng(sum(case))
+    xh = random_array(rng, (n, h, wd, c), "float32")
+    wh = random_array(rng, (k, r, s, c), "float32")
+    opts = dict(stride=stride, padding=padding, dilation=dilation, layout="NHWC")
+    ref = reference.conv(xh.astype(np.float64), wh.astype(np.float64), **opts)
+    rounded = reference.conv(round_tf32(xh).astype(np.float64),
+                             round_tf32(wh).astype(np.float64), **opts)
+    out = cupy.full(ref.shape, np.nan, dtype=cupy.float32)
+    _, y = _run(cupy.asarray(xh), cupy.asarray(wh), stride, padding, dilation, out)
+    assert y is out
+    assert rel_error(y, ref) <= tf32_tolerance(ref, rounded)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_im2col_nonfinite_values_reach_the_reference_outputs(dtype):
     import cupy

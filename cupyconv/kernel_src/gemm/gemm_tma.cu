@@ -1,6 +1,8 @@
 // GEMM on Hopper (sm_90a), fed by TMA: C[M, N] = A[M, K] @ B[K, N] for T = __half or cc::bf16,
-// fp32 accumulation, C row-major with leading dimension ldc (elements); A dense, or a
-// convolution's implicit im2col matrix.
+// or T = float with TF32 products (A_MODE 1 or 2 and B_KMAJOR = 1 only: TF32 wgmma reads both
+// operands K-major), fp32 accumulation, C row-major with leading dimension ldc (elements); A
+// dense, or a convolution's implicit im2col matrix.  A k slice is 128 bytes of each row: BK = 64
+// of a 16-bit type, 32 floats.
 //
 // Operands arrive as tensor maps (cupyconv/_gemm/tma.py encodes them with the driver).  A is
 //  * A_MODE = 1: row-major [M, K], boxes of BK x BM;
@@ -179,6 +181,10 @@ __device__ __forceinline__ void store_pair(float* p, int col, int N, float v0, f
 // host checks); else each chunk is stored element by element.  Rows from M on and columns
 // from N on are not stored.
 constexpr int EPI_COLS = 128;
+// The staging columns a consumer warp takes: none for TF32's fp32 result (stored from the
+// fragments: its pairs are 8 bytes, a row's four lanes one 32-byte sector).
+template <typename T>
+constexpr int epilogue_cols() { return sizeof(T) == 2 ? EPI_COLS : 0; }
 
 template <typename T, int NF>
 __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stage, T* C,
@@ -226,7 +232,8 @@ __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stag
 
 // The host mirrors the shared-memory size (cupyconv/_gemm/tma.py, smem_bytes): the stages from
 // a 1024-byte aligned base (up to 1008 bytes skipped), the consumer warps' epilogue buffers
-// (BM / 16 warps x 16 rows x EPI_COLS elements), then one full and one empty barrier per stage.
+// (BM / 16 warps x 16 rows x epilogue_cols<T>() elements), then one full and one empty barrier
+// per stage.
 // c_vec: the widest aligned store, in elements, that the rows written take (the host checks
 // pitch and address): 8 (16 bytes) or less for C; for split-K's workspace 2 where N is even.
 template <typename T, int BM, int BN, int BK, int STAGES, int A_MODE, int B_KMAJOR>
@@ -239,6 +246,8 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   using namespace cc::hopper;
   static_assert(BM == 128, "two consumer warpgroups of 64 rows");
   static_assert(BK * (int)sizeof(T) == 128, "slices of 128-byte rows (the swizzle's width)");
+  static_assert(sizeof(T) == 2 || ((A_MODE == 1 || A_MODE == 2) && B_KMAJOR),
+                "TF32 takes K-major operands only");
   static_assert(BN == 128 || BN == 256, "wgmma n of the consumers (WgmmaSS)");
   static_assert(STAGES >= 2, "a ring");
   constexpr int CONSUMERS = BM / 64;
@@ -254,7 +263,8 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   T* As = reinterpret_cast<T*>(base);
   T* Bs = As + STAGES * A_STAGE;
   T* Es = Bs + STAGES * B_STAGE;  // the consumer warps' epilogue buffers, 16 x EPI_COLS each
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(Es + BM / 16 * 16 * EPI_COLS);
+  unsigned long long* full =
+      reinterpret_cast<unsigned long long*>(Es + BM / 16 * 16 * epilogue_cols<T>());
   unsigned long long* empty = full + STAGES;
 
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -326,9 +336,9 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
         wgmma_fence();
         touch_accumulators(d);
 #pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks)  // the unit's first instruction starts from zero
-          WgmmaSS<BN, T>::template run<OpA::TRANS, OpB::TRANS>(
-              d, da + OpA::K16_STEP * ks, db + OpB::K16_STEP * ks, ((kt - kb) | ks) != 0);
+        for (int ks = 0; ks < BK / WgmmaSS<BN, T>::K_STEP; ++ks)  // (the unit's first one
+          WgmmaSS<BN, T>::template run<OpA::TRANS, OpB::TRANS>(    //  starts from zero)
+              d, da + OpA::K_STEP_DESC * ks, db + OpB::K_STEP_DESC * ks, ((kt - kb) | ks) != 0);
         wgmma_commit();
         touch_accumulators(d);
         wgmma_wait<1>();  // the previous batch has read its stage: hand that stage back
@@ -356,6 +366,24 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
           const int row = row0 + lane / 4 + 8 * h;
           if (row < M) {
             float* out = part_ws + (long long)row * N;
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+              const int col = c + 8 * j;
+              if (col < N) store_pair(out + col, col, N, d[j][2 * h], d[j][2 * h + 1],
+                                      c_vec >= 2);
+            }
+          }
+        }
+      } else if constexpr (sizeof(T) == 4) {
+        // TF32's fp32 result: each thread's pairs straight to C (a warp's 4 lanes of a row
+        // cover 32 contiguous bytes, one sector), as the partial sums above; rows placed as
+        // the 16-bit epilogue places them (out_row_offset)
+        const int c = n0 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + lane / 4 + 8 * h;
+          if (row < M) {
+            float* out = reinterpret_cast<float*>(C) + out_row_offset(geo, row, ldc);
 #pragma unroll
             for (int j = 0; j < NF; ++j) {
               const int col = c + 8 * j;

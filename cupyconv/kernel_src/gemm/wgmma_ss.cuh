@@ -1,6 +1,8 @@
 // wgmma with both operands in shared memory ("ss"), for the TMA GEMM (gemm_tma.cu): matrix
 // descriptors of the 128-byte swizzled tiles that TMA writes, and m64nNk16 (N = 128, 256) on
-// fp16 / bf16 with fp32 accumulators.  sm_90a only.
+// fp16 / bf16, or m64nNk8 on TF32 (float operands, both K-major: TF32 has no transposed
+// shared-memory operands), with fp32 accumulators.  Either instruction reads 32 bytes of k per
+// row, so the descriptors step alike.  sm_90a only.
 //
 // (gemm_mma.cuh has the same instruction for the cp.async loop at N <= 128; this file stays
 // separate so that the TMA kernel compiles without that loop's loaders and hand-off.)
@@ -30,7 +32,9 @@ namespace hopper {
 template <bool KMAJOR, int BK>
 struct SwizzledOperand {
   static constexpr unsigned long long LBO = KMAJOR ? 16 : BK * 128, SBO = 1024;
-  static constexpr unsigned long long K16_STEP = (KMAJOR ? 32 : 16 * 128) / 16;  // 16-byte units
+  // one instruction's step along k, in 16-byte units: 32 bytes of a K-major row (16 k of a
+  // 16-bit type, 8 of TF32), or 16 rows of an MN-major operand (16-bit types only)
+  static constexpr unsigned long long K_STEP_DESC = (KMAJOR ? 32 : 16 * 128) / 16;
   static constexpr int TRANS = KMAJOR ? 0 : 1;  // wgmma's imm-trans operand
   static __device__ __forceinline__ unsigned long long desc(const void* p) {
     const unsigned long long addr = smem_u32(p);
@@ -84,11 +88,12 @@ __device__ __forceinline__ void touch_accumulators(float (&d)[NF][4]) {
   CC_TMA_D4(24), CC_TMA_D4(25), CC_TMA_D4(26), CC_TMA_D4(27), CC_TMA_D4(28), CC_TMA_D4(29), CC_TMA_D4(30), CC_TMA_D4(31)
 // One instruction per (N, type); A, B, SC, TA, TB: the operand numbers of a-desc, b-desc,
 // scale-d, imm-trans-a and imm-trans-b, which follow the N / 2 accumulators.  (NVRTC's inline
-// asm takes the 133 operands of N = 256.)
+// asm takes the 133 operands of N = 256.)  K_STEP: the elements of k one instruction reads.
 
 template <int N, typename S> struct WgmmaSS;
 #define CC_TMA_SPECIALIZE(N, S, TY, A, B, SC, TA, TB)                                       \
   template <> struct WgmmaSS<N, S> {                                                        \
+    static constexpr int K_STEP = 16;                                                       \
     template <int TRANS_A, int TRANS_B>                                                     \
     static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da, \
                                                unsigned long long db, int scale_d) {        \
@@ -104,6 +109,24 @@ CC_TMA_SPECIALIZE(128, bf16, "bf16", "64", "65", "66", "67", "68")
 CC_TMA_SPECIALIZE(256, __half, "f16", "128", "129", "130", "131", "132")
 CC_TMA_SPECIALIZE(256, bf16, "bf16", "128", "129", "130", "131", "132")
 #undef CC_TMA_SPECIALIZE
+// TF32: no imm-trans operands (both operands K-major; the caller asserts it).
+#define CC_TMA_SPECIALIZE_TF32(N, A, B, SC)                                                 \
+  template <> struct WgmmaSS<N, float> {                                                    \
+    static constexpr int K_STEP = 8;                                                        \
+    template <int TRANS_A, int TRANS_B>                                                     \
+    static __device__ __forceinline__ void run(float (&d)[N / 8][4], unsigned long long da, \
+                                               unsigned long long db, int scale_d) {        \
+      static_assert(TRANS_A == 0 && TRANS_B == 0, "TF32 operands are K-major");             \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SC ", 0;\n"                        \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {"              \
+                   CC_TMA_REGS##N "}, %" A ", %" B ", p, 1, 1;\n}\n"                        \
+                   : CC_TMA_OUTS##N                                                        \
+                   : "l"(da), "l"(db), "r"(scale_d));                                       \
+    }                                                                                       \
+  };
+CC_TMA_SPECIALIZE_TF32(128, "64", "65", "66")
+CC_TMA_SPECIALIZE_TF32(256, "128", "129", "130")
+#undef CC_TMA_SPECIALIZE_TF32
 #undef CC_TMA_OUTS128
 #undef CC_TMA_OUTS256
 #undef CC_TMA_REGS128
