@@ -14,7 +14,7 @@ from cupyconv._core.program import zero_fill
 from cupyconv._dispatch.callcache import call_key, lookup, prepare, remember
 from cupyconv._gemm.kernel_args import MatrixView, OutMap
 from cupyconv._gemm.launch import MAX_GRID_COLUMNS, run_gemm
-from cupyconv._gemm.tma import gemm_tile, prepare_gemm_tma
+from cupyconv._gemm.tma import gemm_tile, prepare_gemm_tma, tf32_k_major
 
 __all__ = ["gemm"]
 
@@ -45,7 +45,9 @@ def gemm(a, b, out=None, *, precision=None):
     aligned) run on a TMA-fed, warp-specialized kernel (128 x 256 tiles from two waves of them
     on) where ``cuda-bindings`` is installed
     (part of the ``cuda13`` / ``cuda12`` extras); ``CUPYCONV_TMA=0`` keeps them on the other
-    loop.
+    loop.  So do 2-D float32 products at ``precision="tf32"`` with k a multiple of 4; the kernel
+    reads both operands K-major, so ``a`` with contiguous columns or ``b`` with contiguous rows
+    (a row-major ``b``) is first copied transposed, one pass over it.
     """
     key, ops = call_key("gemm", (a, b, out), (resolve_precision(precision, "float32"),))
     call = lookup(key)
@@ -89,8 +91,10 @@ def _run(a, b, c, precision: str = "exact") -> None:
     if k == 0:
         zero_fill(c)
         return
-    tile = gemm_tile(a, b, c, wide=True)
-    if tile is not None:  # Hopper, 16-bit: the TMA-fed warp-specialized kernel
+    if precision == "tf32" and c.ndim == 2:  # (TF32 on the TMA kernel reads both K-major)
+        a, b = tf32_k_major(a, b, c)
+    tile = gemm_tile(a, b, c, wide=True, precision=precision)
+    if tile is not None:  # Hopper, 16-bit or TF32: the TMA-fed warp-specialized kernel
         launch, _ = prepare_gemm_tma(a, b, c, tile=tile)
         launch()
         return

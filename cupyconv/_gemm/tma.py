@@ -410,7 +410,7 @@ def runs_here(device_id: int) -> bool:
 WIDE_TILE_ROUNDS = 2
 
 
-def gemm_tile(a, b, c, *, wide: bool = False):
+def gemm_tile(a, b, c, *, wide: bool = False, precision: str = "exact"):
     """The tile ``c = a @ b`` runs with on the TMA kernel, or None where it keeps its other
     loops: where :func:`runs_on_tma` says no, or with fewer 128 x 128 tiles than half the
     multiprocessors (the persistent grid splits no K here: the other loop splits K for small
@@ -422,30 +422,62 @@ def gemm_tile(a, b, c, *, wide: bool = False):
     session 31) the wide tile ran 8192^3 in 1.40-1.47 ms against 1.48-1.62 ms for 128 x 128
     (fp16 and bf16, both B orientations) and 4096^3 within noise of it (0.212 against 0.216 ms
     on average); the convolutions keep 128 x 128, which beat 128 x 256 on 15 of 17 1x1 layers
-    (session 29, before that epilogue)."""
-    from cupyconv._core.kernels import TMA_TILES
+    (session 29, before that epilogue).  float32 at ``precision`` "tf32": the same choice
+    among ``kernels.TMA_TF32_TILES`` (the same tiles in bytes)."""
     from cupyconv._core.launch import sm_count
 
-    wide_tile, tile = TMA_TILES
-    if not runs_on_tma(a, b, c, tile):
+    wide_tile, tile = kernel_tiles(dtype_name(a.dtype))
+    if not runs_on_tma(a, b, c, tile, precision):
         return None
     m, n = c.shape
     sms = sm_count(c.data.device_id)
     if output_tiles(m, n, tile) < sms // 2:
         return None
     if (wide and output_tiles(m, n, wide_tile) >= WIDE_TILE_ROUNDS * sms
-            and runs_on_tma(a, b, c, wide_tile)):
+            and runs_on_tma(a, b, c, wide_tile, precision)):
         return wide_tile
     return tile
 
 
-def runs_on_tma(a, b, c, tile) -> bool:
+def tf32_k_major(a, b, c):
+    """``(a, b)`` for a float32 product ``c = a @ b`` at TF32 as the TMA kernel reads them, both
+    K-major: a C-contiguous copy of ``a`` where its columns are contiguous, ``b`` as the
+    transpose of a C-contiguous copy of ``b.T`` where its rows are (one pass over the operand:
+    on an H200 about a tenth of a 4096^3 product).  The operands are returned unchanged where
+    the product would not run on the TMA kernel anyway: not Hopper, ``CUPYCONV_TMA=0``, k not a
+    multiple of 4 (16-byte rows), or fewer 128 x 128 tiles than half the multiprocessors (as
+    :func:`gemm_tile`)."""
+    from cupyconv._core.copy import contiguous
+    from cupyconv._core.launch import sm_count
+
+    (m, k), n = a.shape, b.shape[1]
+    device = c.data.device_id
+    if (dtype_name(a.dtype) != TF32 or dtype_name(b.dtype) != TF32 or k % 4 or m == 0
+            or n == 0 or not tma_enabled() or not runs_here(device)
+            or output_tiles(m, n, kernel_tiles(TF32)[1]) < sm_count(device) // 2):
+        return a, b
+    item = a.itemsize
+    if not (k == 1 or a.strides[1] == item):
+        a = contiguous(a)
+    if not (k == 1 or b.strides[0] == item):
+        b = contiguous(b.T).T
+    return a, b
+
+
+def takes_dtype(dtype: str, precision: str = "exact") -> bool:
+    """Whether the TMA kernel runs products of ``dtype`` at ``precision``: float16 and bfloat16,
+    and float32 at "tf32" (TF32 products, both operands K-major)."""
+    return dtype in TMA_DTYPES or (dtype == TF32 and precision == "tf32")
+
+
+def runs_on_tma(a, b, c, tile, precision: str = "exact") -> bool:
     """Whether ``c = a @ b`` can run on the TMA kernel with ``tile``: not ``CUPYCONV_TMA=0``, a
-    2-D float16 / bfloat16 product (``c`` of that dtype or float32) on a Hopper GPU with
-    cuda-bindings, operands TMA can read (:func:`check_operands`)."""
+    2-D float16 / bfloat16 product (``c`` of that dtype or float32), or a float32 one at
+    ``precision`` "tf32", on a Hopper GPU with cuda-bindings, operands TMA can read
+    (:func:`check_operands`)."""
     if not tma_enabled():
         return False
-    if a.ndim != 2 or b.ndim != 2 or dtype_name(a.dtype) not in TMA_DTYPES:
+    if a.ndim != 2 or b.ndim != 2 or not takes_dtype(dtype_name(a.dtype), precision):
         return False
     if not runs_here(c.data.device_id):
         return False

@@ -34,13 +34,14 @@ import math
 
 import numpy as np
 
+from cupyconv._core.copy import contiguous
 from cupyconv._core.dtypes import dtype_name
 from cupyconv._core.launch import sm_count
 from cupyconv._core.program import zero_fill
 from cupyconv._gemm.kernel_args import ImplicitConv, OutMap
-from cupyconv._gemm.tma import (IM2COL_CORNER, TMA_ALIGN, TMA_DTYPES, check_pair,
+from cupyconv._gemm.tma import (IM2COL_CORNER, TF32, TMA_ALIGN, check_pair,
                                 output_tiles, persistent_launch, prepare_gemm_tma, runs_here,
-                                runs_on_tma, split_parts, tma_enabled)
+                                runs_on_tma, split_parts, takes_dtype, tma_enabled)
 from cupyconv._gemm.tma_splits import (CONV_TILE, IM2COL_SLICE_S, conv_tile, few_tile_splits,
                                        weight_splits)
 
@@ -56,13 +57,18 @@ def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
         return False
     m, n, k, _ = prob.gemm
     a, c = x.reshape(m, k), y.reshape(m, n)
-    if not runs_on_tma(a, b, c, CONV_TILE):  # (also where channels break 16-byte rows)
+    tile = conv_tile(prob.dtype)
+    if prob.dtype == TF32 and b.strides[0] != b.itemsize:
+        # (TF32 reads B K-major: backward-data's weight, MN-major, as a transposed copy; the
+        # weight is small against the activations)
+        b = contiguous(b.T).T
+    if not runs_on_tma(a, b, c, tile, prob.precision):  # (also where rows break 16 bytes)
         return False
-    splits = few_tile_splits(output_tiles(m, n, CONV_TILE), math.ceil(k / CONV_TILE[2]),
+    splits = few_tile_splits(output_tiles(m, n, tile), math.ceil(k / tile[2]),
                              sm_count(c.data.device_id), m * n)
     if not splits:
         return False
-    prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]()
+    prepare_gemm_tma(a, b, c, tile=tile, splits=splits)[0]()
     return True
 
 
@@ -97,8 +103,9 @@ def prepare_weight_gemm(a, b, c):
 
 def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
     """A 1x1, unit-stride, unpadded, ungrouped channels-last problem of C-contiguous
-    activations ``x`` and ``y`` (input and output of the GEMM) in a dtype the TMA kernel takes."""
-    if prob.dtype not in TMA_DTYPES:
+    activations ``x`` and ``y`` (input and output of the GEMM) in a dtype the TMA kernel takes
+    at the problem's precision (:func:`cupyconv._gemm.tma.takes_dtype`)."""
+    if not takes_dtype(prob.dtype, prob.precision):
         return False
     if (prob.groups != 1 or any(v != 1 for v in prob.kernel + prob.stride)
             or any(prob.pad_lo) or prob.out_spatial != prob.spatial):
@@ -115,7 +122,7 @@ def im2col_forward(geom, x, w, y) -> bool:
     H200, operands rotated past L2; benchmarks/notes/gemm.md, session 31) it ran 1.13-2.0x the
     implicit loop, equal on 3x3 64 -> 64 at 56^2."""
     splits = _im2col_splits(geom, y.data.device_id, geom.out_spatial, geom.out_channels,
-                            geom.in_channels)
+                            geom.in_channels, tf32=True)
     if not splits:
         return False
     return _run_im2col(x, w, y, stride=geom.stride, padding=geom.pad_lo,
@@ -288,26 +295,29 @@ def _im2col_geometry(f: dict, cblocks: int, wtap0: int, wtap_step: int,
                            out_col=out_pitches[2])
 
 
-def _takes_im2col_mode(geom, device_id: int) -> bool:
+def _takes_im2col_mode(geom, device_id: int, tf32: bool = False) -> bool:
     """The rules of the im2col mode that the arrays do not decide (:func:`check_im2col` checks
-    those): Hopper with cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16, 2-d, one
-    group (grouped problems merged into one by block-diagonal weights too), channels-last."""
-    return (geom.dtype in TMA_DTYPES and geom.groups == 1 and geom.channels_last
+    those): Hopper with cuda-bindings and ``CUPYCONV_TMA`` not 0, float16 / bfloat16 (or, with
+    ``tf32``, for the forward, whose weight is K-major, float32 at TF32), 2-d, one group
+    (grouped problems merged into one by block-diagonal weights too), channels-last."""
+    return (takes_dtype(geom.dtype, geom.precision if tf32 else "exact")
+            and geom.groups == 1 and geom.channels_last
             and len(geom.spatial) == 2 and tma_enabled() and runs_here(device_id))
 
 
 def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int,
-                   taps: int | None = None) -> int:
+                   taps: int | None = None, tf32: bool = False) -> int:
     """The split-K parts the im2col mode runs ``geom`` with (0: it does not take it): where
-    :func:`_takes_im2col_mode`, the parts from ``tma_splits.few_tile_splits`` for the output
-    ``plane`` x ``channels`` over ``taps`` (default ``geom``'s) x blocks of the ``reduced``
-    channels."""
-    if not _takes_im2col_mode(geom, device_id):
+    :func:`_takes_im2col_mode` (``tf32``: see there), the parts from
+    ``tma_splits.few_tile_splits`` for the output ``plane`` x ``channels`` over ``taps``
+    (default ``geom``'s) x blocks of the ``reduced`` channels."""
+    if not _takes_im2col_mode(geom, device_id, tf32):
         return 0
+    tile = conv_tile(geom.dtype)
     pixels = geom.batch * math.prod(plane)
-    tiles = output_tiles(pixels, channels, CONV_TILE)
+    tiles = output_tiles(pixels, channels, tile)
     taps = math.prod(geom.kernel) if taps is None else taps
-    slices = taps * math.ceil(reduced / CONV_TILE[2])
+    slices = taps * math.ceil(reduced / tile[2])
     return few_tile_splits(tiles, slices, sm_count(device_id), pixels * channels,
                            IM2COL_SLICE_S)
 

@@ -305,7 +305,7 @@ def test_few_tile_splits(tiles, slices, want):
 def test_the_dense_gemm_takes_the_wide_tile_from_two_rounds_of_it(monkeypatch, m, n, wide, want):
     import cupyconv._core.launch as launch
 
-    monkeypatch.setattr(tma, "runs_on_tma", lambda a, b, c, tile: True)
+    monkeypatch.setattr(tma, "runs_on_tma", lambda a, b, c, tile, precision="exact": True)
     monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     c = _fake((m, n))
     c.data.device_id = 0

@@ -224,3 +224,57 @@ def test_public_gemm_keeps_its_other_loops_where_tma_does_not_apply(monkeypatch,
     want = (a.astype(cupy.float64) @ b.astype(cupy.float64)).get()
     assert rel_error(got.astype(cupy.float64), want) <= tolerance("float16", want)
     assert calls == []
+
+
+@pytest.mark.parametrize("orientation", ["a_row_b_row", "a_col_b_kmajor", "both_kmajor"])
+def test_public_gemm_runs_tf32_on_tma_from_any_orientation(monkeypatch, orientation):
+    """cupyconv.gemm(precision="tf32") of float32 operands takes the TMA kernel's TF32 tile,
+    copying an operand the kernel cannot read K-major (a with contiguous columns, a row-major
+    b) transposed first; within TF32 rounding of float64, out poisoned; a second call with new
+    arrays replays the first's recording (one prepare) and computes the new product."""
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._core.kernels import TMA_TF32_TILES
+    from cupyconv._core.verify import round_tf32, tf32_tolerance
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    m, n, k = 1536, 1032, 520
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        a = cupy.asarray(random_array(rng, (m, k), "float32"))
+        b = cupy.asarray(random_array(rng, (k, n), "float32"))
+        if orientation == "a_col_b_kmajor":
+            a, b = cupy.ascontiguousarray(a.T).T, cupy.ascontiguousarray(b.T).T
+        elif orientation == "both_kmajor":
+            b = cupy.ascontiguousarray(b.T).T
+        out = cupy.full((m, n), np.nan, dtype=cupy.float32)
+        assert cupyconv.gemm(a, b, out=out, precision="tf32") is out
+        ref = a.astype(cupy.float64) @ b.astype(cupy.float64)
+        rounded = (cupy.asarray(round_tf32(a)).astype(cupy.float64)
+                   @ cupy.asarray(round_tf32(b)).astype(cupy.float64))
+        assert rel_error(out.astype(cupy.float64), ref) <= tf32_tolerance(ref, rounded)
+    assert calls == [TMA_TF32_TILES[1]]
+    clear_caches()
+
+
+def test_public_gemm_keeps_exact_float32_off_the_tma_kernel(monkeypatch):
+    """float32 at the default precision ("exact") never reaches the TMA kernel's TF32."""
+    import cupy
+
+    import cupyconv
+    from cupyconv._core.caches import clear_caches
+
+    clear_caches()
+    calls = _spy(monkeypatch)
+    monkeypatch.delenv("CUPYCONV_ALLOW_TF32", raising=False)
+    rng = np.random.default_rng(4)
+    a = cupy.asarray(random_array(rng, (1536, 520), "float32"))
+    b = cupy.asarray(random_array(rng, (520, 1032), "float32"))
+    got = cupyconv.gemm(a, b)
+    want = a.astype(cupy.float64) @ b.astype(cupy.float64)
+    assert rel_error(got.astype(cupy.float64), want) <= 1e-5
+    assert calls == []
+    clear_caches()

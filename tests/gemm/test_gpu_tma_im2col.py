@@ -587,3 +587,62 @@ def test_im2col_writes_a_strided_view_of_rows_unsplit_and_split(dtype, splits):
     outside = cupy.ones(whole.shape, dtype=bool)
     outside[:, 1::2, ::2, 8:] = False
     assert bool(cupy.isnan(whole[outside]).all())
+
+
+@pytest.mark.parametrize("kernel,opts", [(3, dict(padding=1)), (3, dict(stride=2, padding=1)),
+                                         (1, dict())])
+def test_channels_last_float32_at_tf32_runs_on_the_tma_kernel(monkeypatch, kernel, opts):
+    """conv(precision="tf32") of channels-last float32 arrays: the forward on the TMA kernel
+    (3x3 through the im2col mode, 1x1 as one product), and the 1x1 backward-data too (the
+    weight copied K-major); within TF32 rounding of float64, outputs poisoned.  The same call
+    at precision "exact" stays off the TMA kernel."""
+    import importlib
+
+    import cupy
+
+    import cupyconv
+    from cupyconv import reference
+    from cupyconv._core.caches import clear_caches
+    from cupyconv._core.verify import round_tf32, tf32_tolerance
+
+    clear_caches()
+    im2col_calls = _spy(monkeypatch)
+    module = importlib.import_module("cupyconv._gemm.tma_conv")
+    gemm_calls, real = [], module.prepare_gemm_tma
+
+    def spy(a, b, c, **kwargs):
+        gemm_calls.append(str(a.dtype))
+        return real(a, b, c, **kwargs)
+
+    monkeypatch.setattr(module, "prepare_gemm_tma", spy)
+    rng = np.random.default_rng(kernel)
+    x_shape, w_shape = (32, 28, 28, 64), (136, kernel, kernel, 64)
+    xh = random_array(rng, x_shape, "float32")
+    wh = random_array(rng, w_shape, "float32")
+    full = dict(layout="NHWC", **opts)
+    ref = reference.conv(xh.astype(np.float64), wh.astype(np.float64), **full)
+    rounded = reference.conv(round_tf32(xh).astype(np.float64),
+                             round_tf32(wh).astype(np.float64), **full)
+    y = cupy.full(ref.shape, np.nan, dtype=cupy.float32)
+    cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), out=y, precision="tf32", **full)
+    assert rel_error(y, ref) <= tf32_tolerance(ref, rounded)
+    if kernel == 1:
+        assert gemm_calls == ["float32"] and im2col_calls == []
+        dyh = random_array(rng, ref.shape, "float32")
+        ref_dx = reference.conv_backward_data(dyh.astype(np.float64), wh.astype(np.float64),
+                                              x_shape, **full)
+        rounded_dx = reference.conv_backward_data(round_tf32(dyh).astype(np.float64),
+                                                  round_tf32(wh).astype(np.float64), x_shape,
+                                                  **full)
+        dx = cupy.full(x_shape, np.nan, dtype=cupy.float32)
+        cupyconv.conv_backward_data(cupy.asarray(dyh), cupy.asarray(wh), x_shape, out=dx,
+                                    precision="tf32", **full)
+        assert rel_error(dx, ref_dx) <= tf32_tolerance(ref_dx, rounded_dx)
+        assert gemm_calls == ["float32"] * 2
+    else:
+        assert len(im2col_calls) == 1 and gemm_calls == []
+    gemm_calls.clear()
+    im2col_calls.clear()
+    cupyconv.conv(cupy.asarray(xh), cupy.asarray(wh), precision="exact", **full)
+    assert gemm_calls == [] and im2col_calls == []
+    clear_caches()
