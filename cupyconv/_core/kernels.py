@@ -255,16 +255,17 @@ def _gemm_family(dtype: str, math: int):
 # as a 3-D map), or TMA_B_IM2COL (backward-weight: dy^T as A, x through the im2col mode as B).
 # Each binary holds both orientations of B (0: row-major [K, N], 1: stored [N, K]; in the
 # im2col mode 1 is the forward's weights, 0 backward-data's), but TMA_B_IM2COL's, whose B is
-# MN-major only.  128 x 256 with 4 stages of 48 KB, or 128 x 128 with 6 of 32 KB:
-# 192 KB of the 227 KB a block may take.  sm_90a only (wgmma, TMA, setmaxnreg): NVIDIA's compile
-# check builds it for sm_80 too, where it is a trapping stub.
-TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6))
+# MN-major only.  128 x 256 with 4 stages of 48 KB, or 128 x 128 with 6 of 32 KB: 192 KB of
+# the 227 KB a block may take; 128 x 64 (outputs of at most 64 channels: half the products of a
+# 128-column tile wasted there) with 8 of 24 KB.  sm_90a only (wgmma, TMA, setmaxnreg): NVIDIA's
+# compile check builds it for sm_80 too, where it is a trapping stub.
+TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (128, 64, 64, 8))
 TMA_DTYPES = ("float16", "bfloat16")
 # TF32 (float32 operands, TF32 products): the same tiles in bytes (k slices of 32 floats), A
 # K-major (dense or through the im2col mode) and B K-major only.  Its fp32 result is stored from
 # the fragments (no epilogue staging), so the stages take what the 16-bit staging rows took
-# less: 192 KB either way.  Not routed yet (issue 46: the kernel's TF32 half, verified first).
-TMA_TF32_TILES = ((128, 256, 32, 4), (128, 128, 32, 6))
+# less.
+TMA_TF32_TILES = ((128, 256, 32, 4), (128, 128, 32, 6), (128, 64, 32, 8))
 TMA_TF32_DTYPE = "float32"
 TMA_A_MNMAJOR, TMA_A_KMAJOR, TMA_A_IM2COL = 0, 1, 2
 # Backward-weight: A = dy^T (MN-major, as TMA_A_MNMAJOR), B = im2col(x), MN-major (B orientation 0).

@@ -426,7 +426,7 @@ def gemm_tile(a, b, c, *, wide: bool = False, precision: str = "exact"):
     among ``kernels.TMA_TF32_TILES`` (the same tiles in bytes)."""
     from cupyconv._core.launch import sm_count
 
-    wide_tile, tile = kernel_tiles(dtype_name(a.dtype))
+    wide_tile, tile = kernel_tiles(dtype_name(a.dtype))[:2]  # (the narrow one: convolutions)
     if not runs_on_tma(a, b, c, tile, precision):
         return None
     m, n = c.shape

@@ -57,7 +57,7 @@ def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
         return False
     m, n, k, _ = prob.gemm
     a, c = x.reshape(m, k), y.reshape(m, n)
-    tile = conv_tile(prob.dtype)
+    tile = conv_tile(prob.dtype, n)
     if prob.dtype == TF32 and b.strides[0] != b.itemsize:
         # (TF32 reads B K-major: backward-data's weight, MN-major, as a transposed copy; the
         # weight is small against the activations)
@@ -89,16 +89,17 @@ def pointwise_weight_gemm(prob: ImplicitConv, x, dy, dw) -> bool:
 
 def prepare_weight_gemm(a, b, c):
     """The launch of a backward-weight product ``c = a @ b`` (``a`` dy^T, its k the pixels) on
-    the TMA kernel with CONV_TILE, split by ``tma_splits.weight_splits``, prepared (nothing
-    launched yet); None where it does not apply (operands TMA cannot read, too few work
-    units)."""
-    if not runs_on_tma(a, b, c, CONV_TILE):
-        return None
+    the TMA kernel with ``tma_splits.conv_tile``'s tile for c's columns, split by
+    ``tma_splits.weight_splits``, prepared (nothing launched yet); None where it does not apply
+    (operands TMA cannot read, too few work units)."""
     (m, k), n = a.shape, c.shape[1]
-    splits = weight_splits(m, n, k, sm_count(c.data.device_id))
+    tile = conv_tile(dtype_name(a.dtype), n)
+    if not runs_on_tma(a, b, c, tile):
+        return None
+    splits = weight_splits(m, n, k, sm_count(c.data.device_id), tile=tile)
     if splits is None:
         return None
-    return prepare_gemm_tma(a, b, c, tile=CONV_TILE, splits=splits)[0]
+    return prepare_gemm_tma(a, b, c, tile=tile, splits=splits)[0]
 
 
 def _is_plain_pointwise(prob: ImplicitConv, x, y) -> bool:
@@ -313,7 +314,7 @@ def _im2col_splits(geom, device_id: int, plane, channels: int, reduced: int,
     (default ``geom``'s) x blocks of the ``reduced`` channels."""
     if not _takes_im2col_mode(geom, device_id, tf32):
         return 0
-    tile = conv_tile(geom.dtype)
+    tile = conv_tile(geom.dtype, channels)
     pixels = geom.batch * math.prod(plane)
     tiles = output_tiles(pixels, channels, tile)
     taps = math.prod(geom.kernel) if taps is None else taps
@@ -431,7 +432,8 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
     """A channels-last convolution on the TMA kernel's im2col mode, prepared once (checks,
     tensor maps, kernel): returns ``(launch, out)``.  The arrays and options as for
     :func:`check_im2col`, which runs before anything is compiled or launched; ``tile`` one of
-    the dtype's (``tma.kernel_tiles``; default CONV_TILE, or its TF32 twin for float32).
+    the dtype's (``tma.kernel_tiles``; default ``tma_splits.conv_tile`` for the output's
+    channels).
 
     The forward is the GEMM out[P, K] = im2col(x)[P, taps x C] @ w[K, taps x C]^T, its k slices
     one tap's BK channels each (a tap's last block zero-filled past C on both operands).  With
@@ -455,7 +457,7 @@ def prepare_im2col(x, w, out=None, *, stride=(1, 1), padding=(0, 0), dilation=(1
         out = require_array(out, "out")
     f = check_im2col(x, w, stride, padding, dilation, out, out_hw, data)
     tiles = kernel_tiles(f["dtype"])
-    tile = conv_tile(f["dtype"]) if tile is None else tuple(tile)
+    tile = conv_tile(f["dtype"], f["k"]) if tile is None else tuple(tile)
     if tile not in tiles:
         raise ValueError(f"tile must be one of {tiles} for {f['dtype']}, got {tile}")
     same_device({"x": x, "w": w, "out": out})

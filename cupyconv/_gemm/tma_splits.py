@@ -17,14 +17,18 @@ from cupyconv._core.kernels import TMA_TILES
 from cupyconv._gemm.tma import kernel_tiles, output_tiles
 
 # The TMA tile the convolutions take: 128 x 128 beat 128 x 256 on 15 of 17 1x1 layers
-# (benchmarks/notes/gemm.md, session 29).
+# (benchmarks/notes/gemm.md, session 29); 128 x 64 for outputs of at most 64 channels, where a
+# 128-column tile spends half its products or more on columns past the output.
 CONV_TILE = TMA_TILES[1]
+NARROW_TILE = TMA_TILES[2]
 
 
-def conv_tile(dtype: str) -> tuple:
-    """CONV_TILE for ``dtype``: for float32 (TF32) its twin of the same bytes (k slices of 32
-    floats)."""
-    return kernel_tiles(dtype)[TMA_TILES.index(CONV_TILE)]
+def conv_tile(dtype: str, n: int | None = None) -> tuple:
+    """The tile of a convolution's GEMM on the TMA kernel whose output has ``n`` columns (None:
+    any): NARROW_TILE where n is at most its 64, else CONV_TILE; for float32 (TF32) their twin
+    of the same bytes (k slices of 32 floats)."""
+    tile = NARROW_TILE if n is not None and n <= NARROW_TILE[1] else CONV_TILE
+    return kernel_tiles(dtype)[TMA_TILES.index(tile)]
 
 # What split-K costs on the TMA kernel with CONV_TILE (H200, bf16, fitted on the 6 problems of
 # benchmarks/notes/gemm.md, "Session 33, issue 46: split-K charged for its reduction"): a
@@ -60,13 +64,14 @@ def best_splits(tiles: int, slices: int, outputs: int, sms: int, slice_s: float)
                key=lambda p: (split_seconds(tiles, slices, p, outputs, sms, slice_s), p))
 
 
-def weight_splits(m: int, n: int, k: int, sms: int, slice_s: float = None) -> int | None:
-    """Split-K parts of an m x n x k backward-weight GEMM on CONV_TILE: None where even parts
+def weight_splits(m: int, n: int, k: int, sms: int, slice_s: float = None,
+                  tile=CONV_TILE) -> int | None:
+    """Split-K parts of an m x n x k backward-weight GEMM on ``tile``: None where even parts
     of 4 k slices each leave more than half the multiprocessors idle (few pixels: the implicit
     loop), else the count :func:`best_splits` estimates fastest (``slice_s``: the seconds of one
-    k slice, default SLICE_S)."""
-    tiles = output_tiles(m, n, CONV_TILE)
-    slices = math.ceil(k / CONV_TILE[2])
+    k slice, default SLICE_S, fitted on CONV_TILE; the narrow tile's slices are charged alike)."""
+    tiles = output_tiles(m, n, tile)
+    slices = math.ceil(k / tile[2])
     if tiles * max(1, min(sms // tiles, slices // 4)) < sms // 2:
         return None
     return best_splits(tiles, slices, m * n, sms, SLICE_S if slice_s is None else slice_s)

@@ -96,8 +96,13 @@ def test_the_host_sizes_the_epilogue_buffers_as_the_kernel_lays_them_out():
     bm, bn, bk, stages = TMA_TILES[1]
     assert tma.smem_bytes(TMA_TILES[1]) - tma.smem_bytes(TMA_TILES[1][:3] + (stages - 1,)) == (
         (bm + bn) * bk * 2 + 16)  # a stage more: its A and B boxes and its two barriers
-    # every tile's epilogue rounds are whole: BN a multiple of EPI_COLS
-    assert all(tile[1] % tma.EPILOGUE_COLS == 0 for tile in TMA_TILES)
+    # every tile's epilogue rounds are whole: BN a multiple of EPI_COLS, or one round of BN
+    # columns (the 64-column tile) in the EPI_COLS-wide buffer
+    assert all(tile[1] % tma.EPILOGUE_COLS == 0 or tma.EPILOGUE_COLS % tile[1] == 0
+               for tile in TMA_TILES)
+    # and every tile's shared memory fits the 227 KB a block may take on Hopper
+    assert all(tma.smem_bytes(t) <= 227 * 1024 for t in TMA_TILES)
+    assert all(tma.smem_bytes(t, 4) <= 227 * 1024 for t in TMA_TF32_TILES)
 
 
 @pytest.mark.parametrize("dtype", TMA_DTYPES)
@@ -408,3 +413,13 @@ def test_backward_data_is_a_forward_over_dy_in_the_im2col_window():
     with pytest.raises(ValueError, match="w has 60 channels"):
         check_im2col(_fake4((2, 14, 15, 32)), _fake4((32, 3, 3, 60)), (1, 1), (1, 1), (1, 1),
                      data=True)
+
+
+@pytest.mark.parametrize("n,want", [(16, 2), (64, 2), (72, 1), (2048, 1), (None, 1)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_convolutions_take_the_narrow_tile_for_outputs_of_64_channels_or_fewer(n, want,
+                                                                                    dtype):
+    from cupyconv._gemm.tma_splits import conv_tile
+
+    tiles = TMA_TF32_TILES if dtype == "float32" else TMA_TILES
+    assert conv_tile(dtype, n) == tiles[want]

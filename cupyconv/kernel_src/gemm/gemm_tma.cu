@@ -172,7 +172,8 @@ __device__ __forceinline__ void store_pair(float* p, int col, int N, float v0, f
 }
 
 // One consumer warp's 16 accumulator rows to C, through its private staging buffer `stage`
-// (16 x EPI_COLS elements of T), EPI_COLS columns per round.  Stored straight from the
+// (16 x EPI_COLS elements of T), EPI_COLS columns per round (the tile's BN = 8 NF where that is
+// fewer: the 64-column tile stages half rows).  Stored straight from the
 // fragments, a warp's 4-byte pairs would touch eight rows per instruction, 16 bytes of each
 // (half-used sectors); staged, every global store is 16 lanes x 16 bytes of one row.  The pairs
 // go in with the 16-byte chunk index XOR (row % 8), so the eight rows of one shared store fall
@@ -190,8 +191,9 @@ template <typename T, int NF>
 __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stage, T* C,
                                                 long long ldc, int row0, int col0, int M, int N,
                                                 bool vec16, int lane, const Im2colGeometry& geo) {
-  static_assert(sizeof(T) == 2 && NF % (EPI_COLS / 8) == 0, "16-bit rows of 128-column rounds");
-  constexpr int CHUNKS = EPI_COLS / 8;  // 16-byte chunks per staged row
+  constexpr int CHUNKS = NF < EPI_COLS / 8 ? NF : EPI_COLS / 8;  // 16-byte chunks per row
+  static_assert(sizeof(T) == 2 && NF % CHUNKS == 0 && 32 % CHUNKS == 0,
+                "16-bit rows of whole rounds, a round's row read by 32 / CHUNKS lanes' rows");
 #pragma unroll
   for (int round = 0; round < NF / CHUNKS; ++round) {
     __syncwarp();  // (the previous round's reads are done)
@@ -209,8 +211,8 @@ __device__ __forceinline__ void store_warp_rows(const float (&d)[NF][4], T* stag
     __syncwarp();
 #pragma unroll
     for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
-      const int row = 2 * it + lane / CHUNKS, chunk = lane % CHUNKS;
-      const int grow = row0 + row, col = col0 + round * EPI_COLS + chunk * 8;
+      const int row = it * (32 / CHUNKS) + lane / CHUNKS, chunk = lane % CHUNKS;
+      const int grow = row0 + row, col = col0 + round * CHUNKS * 8 + chunk * 8;
       if (grow >= M || col >= N) continue;
       const T* src = stage + row * EPI_COLS + (chunk ^ (row & 7)) * 8;
       T* dst = C + out_row_offset(geo, grow, ldc) + col;
@@ -248,7 +250,7 @@ gemm_tma(const __grid_constant__ cc::TensorMap tma_a, const __grid_constant__ cc
   static_assert(BK * (int)sizeof(T) == 128, "slices of 128-byte rows (the swizzle's width)");
   static_assert(sizeof(T) == 2 || ((A_MODE == 1 || A_MODE == 2) && B_KMAJOR),
                 "TF32 takes K-major operands only");
-  static_assert(BN == 128 || BN == 256, "wgmma n of the consumers (WgmmaSS)");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma n of the consumers (WgmmaSS)");
   static_assert(STAGES >= 2, "a ring");
   constexpr int CONSUMERS = BM / 64;
   constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;  // elements

@@ -1,5 +1,5 @@
 // wgmma with both operands in shared memory ("ss"), for the TMA GEMM (gemm_tma.cu): matrix
-// descriptors of the 128-byte swizzled tiles that TMA writes, and m64nNk16 (N = 128, 256) on
+// descriptors of the 128-byte swizzled tiles that TMA writes, and m64nNk16 (N = 64, 128, 256) on
 // fp16 / bf16, or m64nNk8 on TF32 (float operands, both K-major: TF32 has no transposed
 // shared-memory operands), with fp32 accumulators.  Either instruction reads 32 bytes of k per
 // row, so the descriptors step alike.  sm_90a only.
@@ -64,6 +64,11 @@ __device__ __forceinline__ void touch_accumulators(float (&d)[NF][4]) {
 // Accumulator register 4 j + e of a thread holds row 16 warp + lane / 4 + 8 (e / 2), column
 // 8 j + 2 (lane % 4) + e % 2 of the 64 x N tile (the m16n8 fragment layout, N / 8 times).
 #define CC_TMA_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define CC_TMA_REGS64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define CC_TMA_OUTS64 \
+  CC_TMA_D4(0), CC_TMA_D4(1), CC_TMA_D4(2), CC_TMA_D4(3), CC_TMA_D4(4), CC_TMA_D4(5), CC_TMA_D4(6), CC_TMA_D4(7)
 #define CC_TMA_REGS128 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -104,6 +109,8 @@ template <int N, typename S> struct WgmmaSS;
                    : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));           \
     }                                                                                       \
   };
+CC_TMA_SPECIALIZE(64, __half, "f16", "32", "33", "34", "35", "36")
+CC_TMA_SPECIALIZE(64, bf16, "bf16", "32", "33", "34", "35", "36")
 CC_TMA_SPECIALIZE(128, __half, "f16", "64", "65", "66", "67", "68")
 CC_TMA_SPECIALIZE(128, bf16, "bf16", "64", "65", "66", "67", "68")
 CC_TMA_SPECIALIZE(256, __half, "f16", "128", "129", "130", "131", "132")
@@ -124,11 +131,14 @@ CC_TMA_SPECIALIZE(256, bf16, "bf16", "128", "129", "130", "131", "132")
                    : "l"(da), "l"(db), "r"(scale_d));                                       \
     }                                                                                       \
   };
+CC_TMA_SPECIALIZE_TF32(64, "32", "33", "34")
 CC_TMA_SPECIALIZE_TF32(128, "64", "65", "66")
 CC_TMA_SPECIALIZE_TF32(256, "128", "129", "130")
 #undef CC_TMA_SPECIALIZE_TF32
+#undef CC_TMA_OUTS64
 #undef CC_TMA_OUTS128
 #undef CC_TMA_OUTS256
+#undef CC_TMA_REGS64
 #undef CC_TMA_REGS128
 #undef CC_TMA_REGS256
 #undef CC_TMA_D4
