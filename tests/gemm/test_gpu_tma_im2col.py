@@ -311,30 +311,43 @@ def test_conv_backward_data_routes_to_the_im2col_mode(monkeypatch, dtype, kernel
     clear_caches()
 
 
+# (x shape, dy shape, stride, the im2col launches and whether they run in backward-data mode):
+# stride 1 is one launch over dy with the filter turned; stride 2 four stride phases, each a
+# forward over dy with its taps
+NONFINITE_DATA_CASES = [((32, 17, 19, 72), (32, 17, 19, 136), 1, 1, True),
+                        ((32, 28, 27, 64), (32, 14, 14, 136), 2, 4, False)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
+@pytest.mark.parametrize("case", NONFINITE_DATA_CASES, ids=lambda c: f"stride{c[2]}")
+def test_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype, case):
+    """NaN and inf planted in dy and w (the last channel of a tap's block among them) reach
+    exactly the dx elements PyTorch's gradient has non-finite, in one launch and through the
+    stride phases (each reads only its taps of w)."""
     import cupy
 
     import cupyconv
     from cupyconv._core.caches import clear_caches
 
     torch = pytest.importorskip("torch")
+    x_shape, dy_shape, stride, launches, data_mode = case
     clear_caches()
     calls = _spy(monkeypatch)
-    rng = np.random.default_rng(9)
-    x_shape = (32, 17, 19, 72)
-    dy = cupy.asarray(random_array(rng, (32, 17, 19, 136), dtype))
-    w = cupy.asarray(random_array(rng, (136, 3, 3, 72), dtype))
+    rng = np.random.default_rng(9 + 10 * (stride - 1))
+    c = x_shape[3]
+    dy = cupy.asarray(random_array(rng, dy_shape, dtype))
+    w = cupy.asarray(random_array(rng, (136, 3, 3, c), dtype))
     dy[0, 3, 5, 7] = np.nan
-    dy[5, 16, 0, 130] = np.inf
-    w[9, 2, 1, 71] = -np.inf
-    dx = cupyconv.conv_backward_data(dy, w, x_shape, layout="NHWC", padding=1)
+    dy[5, dy_shape[1] - 1, 0, 130] = np.inf
+    w[9, 2, 1, c - 1] = -np.inf
+    dx = cupyconv.conv_backward_data(dy, w, x_shape, layout="NHWC", stride=stride, padding=1)
     tdy, tw = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (dy, w))
-    tdx = torch.nn.grad.conv2d_input((32, 72, 17, 19), tw, tdy, padding=1).permute(0, 2, 3, 1)
-    tdx = cupy.from_dlpack(tdx.contiguous())
+    tdx = torch.nn.grad.conv2d_input((x_shape[0], c) + x_shape[1:3], tw, tdy, stride=stride,
+                                     padding=1)
+    tdx = cupy.from_dlpack(tdx.permute(0, 2, 3, 1).contiguous())
     assert bool((cupy.isnan(dx) == cupy.isnan(tdx)).all())
     assert bool((cupy.isinf(dx) == cupy.isinf(tdx)).all())
-    assert len(calls) == 1 and calls[0][2]
+    assert len(calls) == launches and all(data == data_mode for _, _, data in calls)
     clear_caches()
 
 
@@ -385,35 +398,6 @@ def test_strided_backward_data_runs_each_phase_on_the_im2col_mode(monkeypatch, d
         assert rel_error(dx, ref) <= tolerance(dtype, ref), f"call {call}"
     assert len(calls) == phases and all(shape == y_shape and not data
                                         for shape, _, data in calls)
-    clear_caches()
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_backward_data_nonfinite_inputs_match_pytorch(monkeypatch, dtype):
-    """NaN and inf planted in dy and w reach exactly the dx elements PyTorch's gradient has
-    non-finite, through the phases (each reads only its taps of w)."""
-    import cupy
-
-    import cupyconv
-    from cupyconv._core.caches import clear_caches
-
-    torch = pytest.importorskip("torch")
-    clear_caches()
-    calls = _spy(monkeypatch)
-    rng = np.random.default_rng(19)
-    x_shape = (32, 28, 27, 64)
-    dy = cupy.asarray(random_array(rng, (32, 14, 14, 136), dtype))
-    w = cupy.asarray(random_array(rng, (136, 3, 3, 64), dtype))
-    dy[0, 3, 5, 7] = np.nan
-    dy[5, 13, 0, 130] = np.inf
-    w[9, 2, 1, 63] = -np.inf
-    dx = cupyconv.conv_backward_data(dy, w, x_shape, layout="NHWC", stride=2, padding=1)
-    tdy, tw = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (dy, w))
-    tdx = torch.nn.grad.conv2d_input((32, 64, 28, 27), tw, tdy, stride=2, padding=1)
-    tdx = cupy.from_dlpack(tdx.permute(0, 2, 3, 1).contiguous())
-    assert bool((cupy.isnan(dx) == cupy.isnan(tdx)).all())
-    assert bool((cupy.isinf(dx) == cupy.isinf(tdx)).all())
-    assert len(calls) == 4
     clear_caches()
 
 
