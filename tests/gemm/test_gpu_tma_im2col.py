@@ -545,29 +545,37 @@ def test_conv_splits_k_on_the_im2col_mode_for_few_tiles(monkeypatch, dtype):
     clear_caches()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + ("float32",))  # (float32: TF32 products)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_im2col_writes_a_strided_view_of_rows_unsplit_and_split(dtype, splits):
-    """The epilogue (unsplit) and the split-K reduction (split) place the output rows through
-    a strided view's pitches (a stride phase's rows of dx): the view within tolerance of the
-    reference, every element of the array outside it left as it was (NaN)."""
+    """The epilogue (unsplit: staged 16-bit rows, or TF32's float32 pairs from the fragments)
+    and the split-K reduction (split) place the output rows through a strided view's pitches
+    (a stride phase's rows of dx): the view within tolerance of the float64 reference (TF32:
+    verify.tf32_tolerance), every element of the array outside it left as it was (NaN)."""
     import cupy
 
     from cupyconv import reference
+    from cupyconv._core.verify import round_tf32, tf32_tolerance
     from cupyconv._gemm.tma_conv import prepare_im2col
 
     rng = np.random.default_rng(splits)
     n, h, wd, c, k = 3, 9, 10, 136, 72
     xh = random_array(rng, (n, h, wd, c), dtype)
     wh = random_array(rng, (k, 3, 3, c), dtype)
-    ref = reference.conv(xh, wh, padding=1, layout="NHWC")
+    ref = reference.conv(xh.astype(np.float64), wh.astype(np.float64), padding=1, layout="NHWC")
+    if dtype == "float32":
+        bound = tf32_tolerance(ref, reference.conv(round_tf32(xh).astype(np.float64),
+                                                   round_tf32(wh).astype(np.float64),
+                                                   padding=1, layout="NHWC"))
+    else:
+        bound = tolerance(dtype, ref)
     whole = cupy.full((n, 2 * h + 1, 2 * wd, k + 8), np.nan, dtype=xh.dtype)
     view = whole[:, 1::2, ::2, 8:]
     launch, got = prepare_im2col(cupy.asarray(xh), cupy.asarray(wh), view, padding=(1, 1),
                                  splits=splits)
     launch()
     assert got is view
-    assert rel_error(view, ref) <= tolerance(dtype, ref)
+    assert rel_error(view, ref) <= bound
     outside = cupy.ones(whole.shape, dtype=bool)
     outside[:, 1::2, ::2, 8:] = False
     assert bool(cupy.isnan(whole[outside]).all())
