@@ -63,7 +63,8 @@ IM2COL_GEOMETRY = np.dtype([(f, "<i4") for f in ("oh", "ow", "sh", "sw", "ph", "
 IM2COL_CORNER = (-128, 127)
 TMA_DTYPES = ("float16", "bfloat16")
 # What the kernel reads (tensor maps, operand checks): the routed 16-bit types, and float32 for
-# TF32 products (both operands K-major), which nothing routes yet.
+# TF32 products (both operands K-major: tma_conv and cupyconv.gemm route to it at precision
+# "tf32").
 TF32 = "float32"
 KERNEL_DTYPES = TMA_DTYPES + (TF32,)
 _DRIVER_HINT = ("the TMA GEMM encodes its tensor maps with NVIDIA's cuda-bindings: "
@@ -143,8 +144,8 @@ def map_encoder(array2d, box_rows: int, box_cols: int, swizzle128: bool = True):
 
 
 def _data_kind(drv, dtype: str):
-    # float32 as TFLOAT32: the copy engine's own type for TF32 operands (whether it rounds them
-    # on the way, as TF32 products want, is what experiments/exp_tma_tf32.py finds out)
+    # float32 as TFLOAT32: the copy engine rounds the operands to TF32 on the way (to nearest,
+    # ties to even: experiments/exp_tma_tf32.py), so the kernel needs no rounding pass
     kinds = drv.CUtensorMapDataType
     return {"float16": kinds.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
             "bfloat16": kinds.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,

@@ -95,8 +95,8 @@ def test_tf32_products_are_within_tf32_rounding_of_float64(shape, splits, tile):
     """float32 operands (a row-major, b = bt.T: both K-major) as TF32 products: within 2x the
     error that the float64 product of TF32-rounded operands has (verify.tf32_tolerance: what
     cuBLAS's TF32 reaches), N odd and split-K among the cases, out poisoned and given a row
-    pitch.  (Whether TMA's TFLOAT32 copies round the operands, as this bound needs, is
-    experiments/exp_tma_tf32.py's question.)"""
+    pitch.  (TMA's TFLOAT32 copies round the operands to nearest,
+    as this bound needs: experiments/exp_tma_tf32.py.)"""
     import cupy
 
     from cupyconv._core.verify import round_tf32, tf32_tolerance

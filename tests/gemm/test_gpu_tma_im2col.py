@@ -85,8 +85,8 @@ TF32_CASES = [
 def test_im2col_forward_in_tf32_is_within_tf32_rounding_of_float64(case):
     """float32 x and w on the im2col mode with TF32 products (the TF32 tile): within 2x the
     error of the float64 convolution of TF32-rounded operands (verify.tf32_tolerance), out
-    poisoned.  (Whether TMA's TFLOAT32 copies round the operands, as this bound needs, is
-    experiments/exp_tma_tf32.py's question.)"""
+    poisoned.  (TMA's TFLOAT32 copies round the operands to nearest,
+    as this bound needs: experiments/exp_tma_tf32.py.)"""
     import cupy
 
     from cupyconv import reference
