@@ -155,9 +155,10 @@ def im2col_phases(geom, plan, dy, dx, phase_weight) -> bool:
     (``_gemm/backward.phase_plan``: each phase a stride-1 forward convolution of dy with its
     taps, ``phase_weight(phase)`` its (C, taps, K) weights, flipped and selected), its output
     rows written straight into the phase's rows of dx (a strided view: the epilogue's row
-    pitches; rows no phase reaches are zero-filled first); returns whether it ran.  Every phase is checked before anything of dx
-    is written: where one does not apply (few output tiles, a window TMA cannot describe),
-    nothing runs but the weights' copies, and the caller takes the implicit loop."""
+    pitches; rows no phase reaches are zero-filled first); returns whether it ran.  Every
+    phase is checked before anything of dx is written: where one does not apply (few output
+    tiles, a window TMA cannot describe), nothing runs but the weights' copies, and the caller
+    takes the implicit loop."""
     if all(s == 1 for s in geom.stride) or len(geom.spatial) != 2:
         return False
     device = dx.data.device_id
