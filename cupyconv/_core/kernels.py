@@ -263,8 +263,7 @@ TMA_TILES = ((128, 256, 64, 4), (128, 128, 64, 6), (128, 64, 64, 8))
 TMA_DTYPES = ("float16", "bfloat16")
 # TF32 (float32 operands, TF32 products): the same tiles in bytes (k slices of 32 floats), A
 # K-major (dense or through the im2col mode) and B K-major only.  Its fp32 result is stored from
-# the fragments (no epilogue staging), so the stages take what the 16-bit staging rows took
-# less.
+# the fragments, with no epilogue staging rows in shared memory.
 TMA_TF32_TILES = ((128, 256, 32, 4), (128, 128, 32, 6), (128, 64, 32, 8))
 TMA_TF32_DTYPE = "float32"
 TMA_A_MNMAJOR, TMA_A_KMAJOR, TMA_A_IM2COL = 0, 1, 2

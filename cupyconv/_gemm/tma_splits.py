@@ -30,6 +30,7 @@ def conv_tile(dtype: str, n: int | None = None) -> tuple:
     tile = NARROW_TILE if n is not None and n <= NARROW_TILE[1] else CONV_TILE
     return kernel_tiles(dtype)[TMA_TILES.index(tile)]
 
+
 # What split-K costs on the TMA kernel with CONV_TILE (H200, bf16, fitted on the 6 problems of
 # benchmarks/notes/gemm.md, "Session 33, issue 46: split-K charged for its reduction"): a
 # launch, then each work unit's k slices (slower where B comes through the im2col mode), then,
