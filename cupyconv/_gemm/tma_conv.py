@@ -58,15 +58,16 @@ def pointwise_gemm(prob: ImplicitConv, x, b, y) -> bool:
     m, n, k, _ = prob.gemm
     a, c = x.reshape(m, k), y.reshape(m, n)
     tile = conv_tile(prob.dtype, n)
+    splits = few_tile_splits(output_tiles(m, n, tile), math.ceil(k / tile[2]),
+                             sm_count(c.data.device_id), m * n)
+    # (the device and tile count first: the TF32 copy below is made only for a launch)
+    if not splits or not (tma_enabled() and runs_here(c.data.device_id)):
+        return False
     if prob.dtype == TF32 and b.strides[0] != b.itemsize:
         # (TF32 reads B K-major: backward-data's weight, MN-major, as a transposed copy; the
         # weight is small against the activations)
         b = contiguous(b.T).T
     if not runs_on_tma(a, b, c, tile, prob.precision):  # (also where rows break 16 bytes)
-        return False
-    splits = few_tile_splits(output_tiles(m, n, tile), math.ceil(k / tile[2]),
-                             sm_count(c.data.device_id), m * n)
-    if not splits:
         return False
     prepare_gemm_tma(a, b, c, tile=tile, splits=splits)[0]()
     return True
